@@ -1,0 +1,1 @@
+"""Compaction runs (issue 4)."""

@@ -1,0 +1,234 @@
+"""The one assembler of what is sent to the model (spec 003 ``BuildMessages``).
+
+System sections, the retain/summary pair, the history views and the tool
+definitions go in; a provider request body comes out. Every format is built
+from the same ``ContextParts`` so the three can never disagree about content.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .messages import Message, PromptSection, ToolDef
+
+Format = Literal["anthropic", "openai", "raw"]
+FORMATS: tuple[str, ...] = ("anthropic", "openai", "raw")
+
+# spec 000 §2.7: retain and summary travel as user messages at the top.
+RETAIN_HEADER = "[Retained context from earlier in this session]"
+SUMMARY_HEADER = "[Summary of the earlier conversation]"
+
+
+@dataclass(slots=True)
+class ContextParts:
+    model: str
+    max_output_tokens: int
+    sections: Sequence[PromptSection] = ()
+    retain: str = ""
+    summary: str = ""
+    messages: Sequence[Message] = ()
+    tools: Sequence[ToolDef] = ()
+    # Non-cacheable system text placed after every cacheable section
+    # (context status, deferral note): it changes often, so it goes last.
+    notes: Sequence[str] = ()
+    # Appended as the last user text (the forced-final instruction, spec 001).
+    final_instruction: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def build_request(fmt: str, parts: ContextParts) -> dict[str, Any]:
+    if fmt == "anthropic":
+        return _anthropic(parts)
+    if fmt == "openai":
+        return _openai(parts)
+    if fmt == "raw":
+        return _raw(parts)
+    raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
+
+
+def preamble_messages(parts: ContextParts) -> list[Message]:
+    """Retain first, then summary, as user messages (spec 000 §2.7)."""
+    out: list[Message] = []
+    if parts.retain:
+        out.append(Message(role="user", content=f"{RETAIN_HEADER}\n{parts.retain}"))
+    if parts.summary:
+        out.append(Message(role="user", content=f"{SUMMARY_HEADER}\n{parts.summary}"))
+    return out
+
+
+def system_blocks(parts: ContextParts) -> list[tuple[str, bool]]:
+    """(text, cacheable) per system block, sections first, notes last."""
+    blocks = [(s.content, s.cacheable) for s in parts.sections if s.content]
+    blocks.extend((note, False) for note in parts.notes if note)
+    return blocks
+
+
+# --- anthropic ---------------------------------------------------------------
+
+
+def _anthropic_content(msg: Message) -> list[dict[str, Any]]:
+    blocks: list[dict[str, Any]] = []
+    if msg.role == "tool":
+        blocks.append(
+            {
+                "type": "tool_result",
+                "tool_use_id": msg.tool_call_id,
+                "content": msg.context_text or "(no output)",
+            }
+        )
+        return blocks
+    if msg.view is None and isinstance(msg.content, list):
+        for part in msg.content:
+            kind = part.get("type", "text")
+            if kind == "text":
+                if part.get("text"):
+                    blocks.append({"type": "text", "text": part["text"]})
+            else:
+                blocks.append(dict(part))
+    elif msg.context_text:
+        # The API rejects empty text blocks, so an assistant turn that only
+        # calls tools carries tool_use blocks alone.
+        blocks.append({"type": "text", "text": msg.context_text})
+    for call in msg.tool_calls:
+        blocks.append({"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments})
+    return blocks
+
+
+def _anthropic(parts: ContextParts) -> dict[str, Any]:
+    messages: list[dict[str, Any]] = []
+    for msg in [*preamble_messages(parts), *parts.messages]:
+        role = "assistant" if msg.role == "assistant" else "user"
+        content = _anthropic_content(msg)
+        if not content:
+            continue
+        # Tool results and user text are both "user" turns for Anthropic; merging
+        # consecutive same-role turns keeps strict alternation.
+        if messages and messages[-1]["role"] == role:
+            messages[-1]["content"].extend(content)
+        else:
+            messages.append({"role": role, "content": content})
+    if parts.final_instruction:
+        block = {"type": "text", "text": parts.final_instruction}
+        if messages and messages[-1]["role"] == "user":
+            messages[-1]["content"].append(block)
+        else:
+            messages.append({"role": "user", "content": [block]})
+    body: dict[str, Any] = {
+        "model": parts.model,
+        "max_tokens": parts.max_output_tokens,
+        "system": [{"type": "text", "text": text} for text, _ in system_blocks(parts)],
+        "messages": messages,
+    }
+    if parts.tools:
+        body["tools"] = [
+            {"name": t.name, "description": t.description, "input_schema": t.input_schema}
+            for t in parts.tools
+        ]
+    return body
+
+
+# --- openai -------------------------------------------------------------------
+
+
+def _openai_message(msg: Message) -> dict[str, Any]:
+    if msg.role == "tool":
+        return {"role": "tool", "tool_call_id": msg.tool_call_id, "content": msg.context_text}
+    if msg.view is None and isinstance(msg.content, list):
+        content: Any = [
+            {"type": "text", "text": p.get("text", "")} if p.get("type", "text") == "text" else p
+            for p in msg.content
+        ]
+    else:
+        content = msg.context_text
+    out: dict[str, Any] = {"role": msg.role, "content": content}
+    if msg.tool_calls:
+        out["content"] = content or None
+        out["tool_calls"] = [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {
+                    "name": call.name,
+                    "arguments": json.dumps(call.arguments, ensure_ascii=False),
+                },
+            }
+            for call in msg.tool_calls
+        ]
+    return out
+
+
+def _openai(parts: ContextParts) -> dict[str, Any]:
+    messages: list[dict[str, Any]] = []
+    system_text = "\n\n".join(text for text, _ in system_blocks(parts))
+    if system_text:
+        messages.append({"role": "system", "content": system_text})
+    messages.extend(_openai_message(m) for m in [*preamble_messages(parts), *parts.messages])
+    if parts.final_instruction:
+        messages.append({"role": "user", "content": parts.final_instruction})
+    body: dict[str, Any] = {
+        "model": parts.model,
+        "max_tokens": parts.max_output_tokens,
+        "messages": messages,
+    }
+    if parts.tools:
+        body["tools"] = [
+            {
+                "type": "function",
+                "function": {
+                    "name": t.name,
+                    "description": t.description,
+                    "parameters": t.input_schema,
+                },
+            }
+            for t in parts.tools
+        ]
+    return body
+
+
+# --- raw ------------------------------------------------------------------------
+
+
+def message_to_dict(msg: Message) -> dict[str, Any]:
+    out: dict[str, Any] = {"role": msg.role, "content": msg.context_text if msg.view is not None else msg.content}
+    if msg.seq is not None:
+        out["seq"] = msg.seq
+    if msg.tool_calls:
+        out["tool_calls"] = [
+            {"id": c.id, "name": c.name, "arguments": c.arguments} for c in msg.tool_calls
+        ]
+    for key in ("tool_call_id", "name", "reasoning", "output_ref"):
+        value = getattr(msg, key)
+        if value is not None:
+            out[key] = value
+    out["view"] = msg.view_state
+    if msg.token_count is not None:
+        out["token_count"] = msg.token_count
+    return out
+
+
+def _raw(parts: ContextParts) -> dict[str, Any]:
+    return {
+        "model": parts.model,
+        "max_tokens": parts.max_output_tokens,
+        "system": [
+            {"name": s.name, "kind": s.kind, "cacheable": s.cacheable, "content": s.content}
+            for s in parts.sections
+        ],
+        "notes": list(parts.notes),
+        "retain": parts.retain,
+        "summary": parts.summary,
+        "messages": [message_to_dict(m) for m in parts.messages],
+        "final_instruction": parts.final_instruction,
+        "tools": [
+            {
+                "name": t.name,
+                "description": t.description,
+                "input_schema": t.input_schema,
+                "category": t.category,
+            }
+            for t in parts.tools
+        ],
+    }

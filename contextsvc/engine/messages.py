@@ -1,0 +1,94 @@
+"""Plain message types shared by every engine module.
+
+The engine never sees Django models: the Django layers convert rows into these
+dataclasses (and back) at the boundary, so every formula here can be tested
+without a database.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Role = Literal["user", "assistant", "tool"]
+ROLES: tuple[str, ...] = ("user", "assistant", "tool")
+
+# How the in-context view of a message relates to what the agent posted.
+ViewState = Literal["full", "cut", "trimmed", "offloaded", "cleared", "failed"]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Message:
+    """One transcript message as the engine sees it.
+
+    ``content`` is either text or a list of provider-neutral parts
+    (``{"type": "text", "text": ...}``, ``{"type": "image", ...}``); ``text``
+    flattens it. ``view`` is what goes into the model's context when it differs
+    from ``content`` (a cut or trimmed tool output); ``None`` means the content
+    itself. ``seq`` and ``token_count`` are filled in by the store.
+    """
+
+    role: Role
+    content: str | list[dict[str, Any]] = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+    reasoning: str | None = None
+    output_ref: str | None = None
+    view: str | None = None
+    view_state: ViewState = "full"
+    seq: int | None = None
+    token_count: int | None = None
+
+    @property
+    def text(self) -> str:
+        return content_text(self.content)
+
+    @property
+    def context_text(self) -> str:
+        """The text the model is shown: the view when there is one."""
+        return self.view if self.view is not None else self.text
+
+    @property
+    def media_count(self) -> int:
+        if isinstance(self.content, str):
+            return 0
+        return sum(1 for part in self.content if part.get("type") not in (None, "text"))
+
+
+def content_text(content: str | list[dict[str, Any]] | None) -> str:
+    """Flatten string-or-parts content to its text (media parts contribute nothing)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    return "\n".join(
+        str(part.get("text", "")) for part in content if part.get("type", "text") == "text"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class PromptSection:
+    """A named part of the system prompt (spec 002 §4)."""
+
+    name: str
+    content: str
+    cacheable: bool = True
+    kind: str = "base"  # base, rules, memory, skill, scratchpad, status
+
+
+@dataclass(frozen=True, slots=True)
+class ToolDef:
+    """A tool definition as the agent registered it."""
+
+    name: str
+    description: str = ""
+    input_schema: dict[str, Any] = field(default_factory=lambda: {"type": "object"})
+    category: str = "builtin"  # builtin, mcp, skill

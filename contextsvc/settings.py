@@ -1,0 +1,213 @@
+"""contextsvc settings: everything comes from the environment.
+
+With no environment at all the service runs on its embedded defaults: an SQLite
+file and a filesystem Celery broker under ./var/, the offline summariser. The
+helpers below fail loudly (ImproperlyConfigured) on values they cannot parse,
+so a typo in production is a crash at start-up rather than a silent default.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("CONTEXTSVC_VAR_DIR", BASE_DIR / "var"))
+
+
+# --- environment helpers ----------------------------------------------------
+
+
+def env_str(name: str, default: str | None = None) -> str | None:
+    """A string from NAME, or from the file named by NAME_FILE (docker secrets)."""
+    file_name = os.environ.get(f"{name}_FILE")
+    if file_name:
+        try:
+            return Path(file_name).read_text().strip()
+        except OSError as exc:
+            raise ImproperlyConfigured(f"{name}_FILE={file_name!r} cannot be read: {exc}") from exc
+    value = os.environ.get(name)
+    return default if value is None or value == "" else value
+
+
+def env_bool(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    lowered = value.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ImproperlyConfigured(f"{name}={value!r} is not a boolean (use true/false)")
+
+
+def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        number = int(value)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name}={value!r} is not an integer") from exc
+    if minimum is not None and number < minimum:
+        raise ImproperlyConfigured(f"{name}={number} must be >= {minimum}")
+    return number
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    value = os.environ.get(name)
+    if value is None or value.strip() == "":
+        return default
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+# --- security ---------------------------------------------------------------
+
+DEBUG = env_bool("DEBUG", False)
+SECRET_KEY = env_str("SECRET_KEY")
+if not SECRET_KEY:
+    if not DEBUG and env_bool("CONTEXTSVC_REQUIRE_SECRET_KEY", False):
+        raise ImproperlyConfigured("SECRET_KEY must be set in production")
+    # Embedded default: fine for the quick start and tests, never for production
+    # (docker-compose.yml sets one).
+    SECRET_KEY = "contextsvc-insecure-dev-key-change-me"
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+# --- applications -----------------------------------------------------------
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_htmx",
+    "template_partials",
+    "ninja",
+    "sessions.apps.AgentSessionsConfig",
+    "compaction.apps.CompactionConfig",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "contextsvc.urls"
+WSGI_APPLICATION = "contextsvc.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    }
+]
+
+# --- database ---------------------------------------------------------------
+
+_default_sqlite = f"sqlite:///{VAR_DIR / 'contextsvc.sqlite3'}"
+DATABASE_URL = env_str("DATABASE_URL", _default_sqlite)
+try:
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+except Exception as exc:  # the library raises several types for malformed URLs
+    raise ImproperlyConfigured(f"DATABASE_URL is not a valid database URL: {exc}") from exc
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    # WAL + a busy timeout so the web process and the worker can share the file.
+    DATABASES["default"]["OPTIONS"] = {
+        "timeout": 20,
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        "transaction_mode": "IMMEDIATE",
+    }
+else:
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- celery -----------------------------------------------------------------
+
+REDIS_URL = env_str("REDIS_URL")
+_celery_dir = VAR_DIR / "celery"
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL or "filesystem://")
+CELERY_RESULT_BACKEND = env_str("CELERY_RESULT_BACKEND", REDIS_URL)  # job state lives in the DB
+if CELERY_BROKER_URL == "filesystem://":
+    # Embedded broker: a real `celery worker` process reads these folders, so
+    # compaction still runs in the background with no Redis (DESIGN.md).
+    for sub in ("out", "processed"):
+        (_celery_dir / sub).mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_celery_dir / "out"),
+        "data_folder_out": str(_celery_dir / "out"),
+        "processed_folder": str(_celery_dir / "processed"),
+        "store_processed": False,
+    }
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_TIME_LIMIT = env_int("CONTEXTSVC_TASK_TIME_LIMIT", 600, minimum=1)
+CELERY_TASK_SOFT_TIME_LIMIT = max(1, CELERY_TASK_TIME_LIMIT - 30)
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+
+# --- auth, i18n, static -----------------------------------------------------
+
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/accounts/login/"
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "staticfiles"
+
+# Request bodies: a 5 MB file read is an ordinary tool result, so JSON bodies of
+# 32 MB are accepted (issue 3); bigger outputs go through the raw upload path.
+CONTEXTSVC_MAX_JSON_BODY = env_int("CONTEXTSVC_MAX_JSON_BODY", 32 * 1024 * 1024, minimum=1024)
+CONTEXTSVC_MAX_UPLOAD_BYTES = env_int("CONTEXTSVC_MAX_UPLOAD_BYTES", 256 * 1024 * 1024, minimum=1)
+DATA_UPLOAD_MAX_MEMORY_SIZE = CONTEXTSVC_MAX_JSON_BODY
+
+# --- contextsvc defaults ----------------------------------------------------
+
+ANTHROPIC_API_KEY = env_str("ANTHROPIC_API_KEY")
+ANTHROPIC_BASE_URL = env_str("ANTHROPIC_BASE_URL")
+CONTEXT_DEBUG = env_bool("CONTEXT_DEBUG", False)
+CONTEXTSVC_FINAL_REPORT_TOOL = env_str("CONTEXTSVC_FINAL_REPORT_TOOL", "final_report")
+CONTEXTSVC_IDEMPOTENCY_TTL_HOURS = env_int("CONTEXTSVC_IDEMPOTENCY_TTL_HOURS", 24, minimum=1)
+CONTEXTSVC_MAX_BATCH = env_int("CONTEXTSVC_MAX_BATCH", 1000, minimum=1)
+
+# --- logging ----------------------------------------------------------------
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "loggers": {
+        # CONTEXT_DEBUG: each guard evaluation as one JSON line under spec 001's topics.
+        "contextsvc.guard": {"level": "DEBUG" if CONTEXT_DEBUG else "INFO"},
+    },
+}

@@ -1,0 +1,135 @@
+"""Agent API for sessions: parse → call a service or selector → return data."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest
+from ninja import Header, Query, Router, Schema
+from pydantic import Field
+
+from contextsvc.http import json_response
+
+from . import selectors, services
+from .schemas import AppendIn, SectionIn, SessionCreateIn, SessionPatchIn, ToolDefIn, UsageIn
+
+router = Router(tags=["sessions"])
+
+
+def _owner(request: HttpRequest):
+    return request.auth
+
+
+def _session(request: HttpRequest, sid: str):
+    return selectors.session_get(owner=_owner(request), external_id=sid)
+
+
+class ListFilters(Schema):
+    agent: str | None = None
+    status: str | None = Field(None, pattern="^(active|final)$")
+    cursor: int | None = Field(None, ge=1)
+    limit: int = Field(50, ge=1, le=200)
+
+
+@router.post("/sessions", response={201: dict})
+def create_session(request: HttpRequest, payload: SessionCreateIn):
+    data = payload.model_dump(exclude_unset=True)
+    data["policy"] = payload.policy.model_dump(exclude_unset=True)
+    session = services.session_create(owner=_owner(request), data=data)
+    return 201, selectors.session_to_dict(session)
+
+
+@router.get("/sessions")
+def list_sessions(request: HttpRequest, filters: Query[ListFilters]):
+    page, next_cursor = selectors.session_list(owner=_owner(request), **filters.model_dump())
+    return {"items": [selectors.session_to_dict(s) for s in page], "next_cursor": next_cursor}
+
+
+@router.get("/sessions/{sid}")
+def get_session(request: HttpRequest, sid: str):
+    return selectors.session_to_dict(_session(request, sid))
+
+
+@router.patch("/sessions/{sid}")
+def patch_session(request: HttpRequest, sid: str, payload: SessionPatchIn):
+    data = payload.model_dump(exclude_unset=True)
+    if payload.policy is not None:
+        data["policy"] = payload.policy.model_dump(exclude_unset=True)
+    session = services.session_update(session=_session(request, sid), data=data)
+    return selectors.session_to_dict(session)
+
+
+@router.put("/sessions/{sid}/system")
+def put_system(request: HttpRequest, sid: str, payload: list[SectionIn]):
+    session = services.session_set_sections(
+        session=_session(request, sid), sections=[s.model_dump() for s in payload]
+    )
+    return {"sections": session.sections, "budget": selectors.session_to_dict(session)["budget"]}
+
+
+@router.put("/sessions/{sid}/tools")
+def put_tools(request: HttpRequest, sid: str, payload: list[ToolDefIn]):
+    session = services.session_set_tools(
+        session=_session(request, sid), tools=[t.model_dump() for t in payload]
+    )
+    return {"tools": [t["name"] for t in session.tools], "budget": selectors.session_to_dict(session)["budget"]}
+
+
+@router.post("/sessions/{sid}/messages")
+def post_messages(
+    request: HttpRequest,
+    sid: str,
+    payload: AppendIn,
+    idempotency_key: str | None = Header(None, alias="Idempotency-Key", max_length=200),
+):
+    session = _session(request, sid)
+    return services.session_append_messages(
+        session=session,
+        messages=[m.model_dump() for m in payload.messages],
+        idempotency_key=idempotency_key,
+        fingerprint=services.request_fingerprint(request.body) if idempotency_key else "",
+    )
+
+
+class BudgetQuery(Schema):
+    extra_tokens: int = Field(0, ge=0)
+
+
+@router.get("/sessions/{sid}/budget")
+def get_budget(request: HttpRequest, sid: str, q: Query[BudgetQuery]):
+    from .accounting import compute_budget
+
+    session = _session(request, sid)
+    out: dict[str, Any] = compute_budget(session, extra=q.extra_tokens).to_dict()
+    out["status"] = session.status
+    out["final_reason"] = session.final_reason or None
+    out["usage_reports"] = selectors.session_usage_reports(session)
+    return out
+
+
+class ContextQuery(Schema):
+    format: str = "anthropic"
+    extra_tokens: int = Field(0, ge=0)
+
+
+@router.get("/sessions/{sid}/context")
+def get_context(request: HttpRequest, sid: str, q: Query[ContextQuery]):
+    session = _session(request, sid)
+    body = selectors.session_context(session, q.format, extra=q.extra_tokens)
+    if body["budget"]["guard"]["status"] == "final":
+        services.session_mark_final(session=session, reason="context")
+    # Built by hand with orjson: a 1,000-message body is the hot read path.
+    return json_response(body)
+
+
+@router.post("/sessions/{sid}/usage")
+def post_usage(request: HttpRequest, sid: str, payload: UsageIn):
+    report, state = services.session_record_usage(
+        session=_session(request, sid), usage=payload.model_dump()
+    )
+    return {
+        "total_tokens": report.total_tokens,
+        "estimated_tokens": report.estimated_tokens,
+        "through_seq": report.through_seq,
+        "budget": state.to_dict(),
+    }

@@ -1,0 +1,215 @@
+"""Sessions, their append-only transcript, agent keys and model profiles.
+
+Business rules live in ``services.py`` (writes) and ``contextsvc.engine``
+(formulas); the models hold data and the small invariants the database can
+enforce (unique seq per session, unique session id per owner).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+from django.db import models
+from django.utils import timezone
+
+KEY_PREFIX = "cx_"
+
+
+def hash_key(raw_key: str) -> str:
+    # Keys are 32 random bytes, so a fast unsalted hash is enough: there is no
+    # dictionary to attack, and lookups stay a single indexed equality.
+    return hashlib.sha256(raw_key.encode()).hexdigest()
+
+
+class AgentKey(models.Model):
+    """An agent's bearer key. Only its hash is stored; the key is shown once."""
+
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=12, help_text="First characters, to recognise a key")
+    key_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None
+
+    @staticmethod
+    def generate_raw_key() -> str:
+        return KEY_PREFIX + secrets.token_urlsafe(32)
+
+
+class ModelProfile(models.Model):
+    """Limits per provider/model; ``model=""`` is the provider's default row.
+
+    Resolution is model > provider > built-in defaults (spec 001).
+    """
+
+    provider = models.CharField(max_length=50)
+    model = models.CharField(max_length=200, blank=True, default="")
+    context_window = models.PositiveIntegerField(null=True, blank=True)
+    max_output_tokens = models.PositiveIntegerField(null=True, blank=True)
+    buffer_tokens = models.PositiveIntegerField(null=True, blank=True)
+    tokenizer = models.CharField(max_length=100, blank=True, default="")
+    # Smallest prefix the provider will cache (Anthropic: 1,024-4,096 by model).
+    min_cacheable_tokens = models.PositiveIntegerField(null=True, blank=True)
+    # USD per million tokens: {"input": .., "output": .., "cache_write_5m": ..,
+    # "cache_write_1h": .., "cache_read": ..}
+    prices = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["provider", "model"], name="uniq_profile_provider_model")
+        ]
+        ordering = ["provider", "model"]
+
+    def __str__(self) -> str:
+        return f"{self.provider}/{self.model or '*'}"
+
+    def as_limits(self) -> dict:
+        return {
+            "context_window": self.context_window,
+            "max_output_tokens": self.max_output_tokens,
+            "buffer_tokens": self.buffer_tokens,
+            "tokenizer": self.tokenizer or None,
+        }
+
+
+class Session(models.Model):
+    class Status(models.TextChoices):
+        ACTIVE = "active"
+        FINAL = "final"
+
+    owner = models.ForeignKey(AgentKey, on_delete=models.CASCADE, related_name="sessions")
+    external_id = models.CharField(max_length=128)
+    agent = models.CharField(max_length=100, blank=True, default="")
+    model = models.CharField(max_length=200)
+    provider = models.CharField(max_length=50, blank=True, default="")
+
+    # Resolved limits (spec 001 resolution done once, at create/patch time).
+    context_window = models.PositiveIntegerField()
+    max_output_tokens = models.PositiveIntegerField()
+    buffer_tokens = models.PositiveIntegerField()
+    tokenizer = models.CharField(max_length=100)
+    policy = models.JSONField(default=dict, blank=True)
+
+    sections = models.JSONField(default=list, blank=True)  # [{name, content, cacheable, kind}]
+    tools = models.JSONField(default=list, blank=True)  # [{name, description, input_schema, category}]
+    summary = models.TextField(blank=True, default="")
+    retain = models.TextField(blank=True, default="")
+    # First seq of the live window: messages before it are kept for audit only.
+    window_start_seq = models.PositiveIntegerField(default=1)
+
+    # Cached counters, updated in the same transaction as the rows they count,
+    # so the budget never re-reads or re-tokenizes history.
+    last_seq = models.PositiveIntegerField(default=0)
+    message_count = models.PositiveIntegerField(default=0)
+    live_message_count = models.PositiveIntegerField(default=0)
+    system_tokens = models.PositiveIntegerField(default=0)
+    skill_tokens = models.PositiveIntegerField(default=0)
+    tool_tokens = models.PositiveIntegerField(default=0)
+    summary_tokens = models.PositiveIntegerField(default=0)
+    conversation_tokens = models.PositiveIntegerField(default=0)
+    # Assistant tool calls still waiting for their result: {call_id: tool name}.
+    open_tool_calls = models.JSONField(default=dict, blank=True)
+
+    # Provider-reported usage calibrates the projection (spec 000 §2.3).
+    reported_total = models.PositiveIntegerField(null=True, blank=True)
+    reported_through_seq = models.PositiveIntegerField(null=True, blank=True)
+    # Our estimate of that same prefix at report time: calibrated projection =
+    # reported_total + (estimate now - estimated_at_report), which follows any
+    # change since (appends, new sections, trims, compaction) without a re-read.
+    estimated_at_report = models.PositiveIntegerField(null=True, blank=True)
+
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.ACTIVE)
+    final_reason = models.CharField(max_length=50, blank=True, default="")
+    guard_status = models.CharField(max_length=10, default="ok")
+    used_tokens = models.PositiveIntegerField(default=0)
+
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["owner", "external_id"], name="uniq_session_owner_id")
+        ]
+        ordering = ["-updated_at", "-id"]
+
+    def __str__(self) -> str:
+        return self.external_id
+
+
+class Message(models.Model):
+    """One transcript message. Append-only: compaction never deletes rows."""
+
+    class Role(models.TextChoices):
+        USER = "user"
+        ASSISTANT = "assistant"
+        TOOL = "tool"
+
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="messages")
+    seq = models.PositiveIntegerField()
+    role = models.CharField(max_length=10, choices=Role.choices)
+    content = models.TextField(blank=True, default="")
+    # Set when the agent posted content as a list of parts (text, image, ...).
+    parts = models.JSONField(null=True, blank=True)
+    tool_calls = models.JSONField(default=list, blank=True)  # [{id, name, arguments}]
+    tool_call_id = models.CharField(max_length=200, null=True, blank=True)
+    name = models.CharField(max_length=200, null=True, blank=True)
+    reasoning = models.TextField(null=True, blank=True)
+    output_ref = models.CharField(max_length=64, null=True, blank=True)
+    # What the model is shown when it differs from content (cut / trimmed output).
+    view = models.TextField(null=True, blank=True)
+    view_state = models.CharField(max_length=10, default="full")
+    token_count = models.PositiveIntegerField()  # of the in-context form, computed once
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["session", "seq"], name="uniq_message_session_seq")
+        ]
+        ordering = ["session", "seq"]
+
+    def __str__(self) -> str:
+        return f"{self.session_id}#{self.seq} {self.role}"
+
+
+class UsageReport(models.Model):
+    """Provider-reported usage for one LLM call, beside our estimate at the time."""
+
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="usage_reports")
+    through_seq = models.PositiveIntegerField()
+    input_tokens = models.PositiveIntegerField(default=0)
+    output_tokens = models.PositiveIntegerField(default=0)
+    cache_creation_tokens = models.PositiveIntegerField(default=0)
+    cache_read_tokens = models.PositiveIntegerField(default=0)
+    total_tokens = models.PositiveIntegerField()
+    estimated_tokens = models.PositiveIntegerField()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["session", "id"]
+
+
+class IdempotencyRecord(models.Model):
+    """First response to a POST carrying an Idempotency-Key, replayed on retry."""
+
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="+")
+    key = models.CharField(max_length=200)
+    request_hash = models.CharField(max_length=64)
+    status_code = models.PositiveSmallIntegerField()
+    response = models.JSONField()
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["session", "key"], name="uniq_idempotency_session_key")
+        ]

@@ -1,0 +1,204 @@
+"""API schemas for sessions. Inputs forbid unknown fields (a typo is a 422,
+not a silently ignored setting)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from ninja import Schema
+from pydantic import AliasChoices, ConfigDict, Field, field_validator, model_validator
+
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:\-]{0,127}$"
+TOOL_NAME_PATTERN = r"^[A-Za-z0-9_\-]{1,64}$"
+SECTION_KINDS = ("base", "rules", "memory", "skill", "scratchpad", "status")
+TOOL_CATEGORIES = ("builtin", "mcp", "skill")
+
+
+class In(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+
+# --- policy ---------------------------------------------------------------------
+
+
+class CompactionPolicy(In):
+    enabled: bool = True
+    auto: bool = True
+    threshold_ratio: float | None = Field(None, gt=0, le=1)
+    model: str | None = None
+    strategy: str | None = None
+    chain: list[str] | None = None
+    summary_prompt: str | None = None
+    summary_directives: list[str] = []
+    retain_prompt: str | None = None
+    retain_directives: list[str] = []
+    retain_last_turns: int = Field(1, ge=0)
+    compression_prompt: str | None = None
+    preserve_top: int = Field(5, ge=0)
+    preserve_bottom: int = Field(5, ge=0)
+    sandwich_threshold: float = Field(0.7, gt=0, le=1)
+    keep_tool_uses: int = Field(3, ge=0)
+    exclude_tools: list[str] = []
+    clear_at_least: int = Field(0, ge=0)
+    clear_tool_inputs: bool = False
+
+
+class ToolOutputCachePolicy(In):
+    enabled: bool = True
+    preset: Literal["default", "offload", "tool_response"] | None = None
+    context_budget_tokens: int | None = Field(None, gt=0)
+    max_message_bytes: int = Field(50 * 1024, gt=0)
+    max_line_length: int = Field(2000, gt=0)
+    trim_hysteresis: float = Field(0.25, ge=0, lt=1)
+
+
+class ThresholdsPolicy(In):
+    compact_at: float = Field(0.95, gt=0, le=1)
+    block_at: float = Field(0.98, gt=0, le=1)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ThresholdsPolicy:
+        if not self.compact_at < self.block_at:
+            raise ValueError("thresholds.compact_at must be below thresholds.block_at")
+        return self
+
+
+class EstimatePolicy(In):
+    per_message_overhead: int = Field(4, ge=0)
+    media_item_tokens: int = Field(1600, ge=0)
+    tool_schema_scale: float = Field(2.09, gt=0)
+
+
+class TargetIn(In):
+    provider: str = Field(..., min_length=1)
+    model: str = Field(..., min_length=1)
+    context_window: int | None = None
+    max_output_tokens: int | None = None
+    buffer_tokens: int | None = None
+
+
+class PolicyIn(In):
+    compaction: CompactionPolicy | None = None
+    tool_output_cache: ToolOutputCachePolicy | None = None
+    thresholds: ThresholdsPolicy | None = None
+    estimate: EstimatePolicy | None = None
+    # Further provider targets the agent may fall back to (spec 001 ok/skip/final).
+    targets: list[TargetIn] | None = None
+    final_report_tool: str | None = Field(None, pattern=TOOL_NAME_PATTERN)
+    tool_deferral_threshold: float | None = Field(None, gt=0, le=1)
+
+
+# --- sessions ---------------------------------------------------------------------
+
+
+class SessionCreateIn(In):
+    id: str | None = Field(None, pattern=ID_PATTERN)
+    agent: str = Field("", max_length=100)
+    model: str = Field(..., min_length=1, max_length=200)
+    provider: str | None = Field(None, max_length=50)
+    # No gt=0 here: the engine answers spec 004's exact message for <= 0.
+    context_window: int | None = None
+    max_output_tokens: int | None = None
+    buffer_tokens: int | None = None
+    tokenizer: str | None = None
+    policy: PolicyIn = PolicyIn()
+
+
+class SessionPatchIn(In):
+    agent: str | None = Field(None, max_length=100)
+    model: str | None = Field(None, min_length=1, max_length=200)
+    provider: str | None = Field(None, max_length=50)
+    context_window: int | None = None
+    max_output_tokens: int | None = None
+    buffer_tokens: int | None = None
+    tokenizer: str | None = None
+    policy: PolicyIn | None = None
+
+
+class SectionIn(In):
+    name: str = Field(..., min_length=1, max_length=100)
+    content: str
+    cacheable: bool = True
+    kind: Literal["base", "rules", "memory", "skill", "scratchpad", "status"] = "base"
+
+
+class ToolDefIn(In):
+    name: str = Field(..., pattern=TOOL_NAME_PATTERN)
+    description: str = ""
+    input_schema: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    category: Literal["builtin", "mcp", "skill"] = "mcp"
+
+
+# --- messages ---------------------------------------------------------------------
+
+
+class ToolCallIn(In):
+    id: str = Field(..., min_length=1, max_length=200)
+    name: str = Field(..., min_length=1, max_length=200)
+    arguments: dict[str, Any] = {}
+
+    @field_validator("arguments", mode="before")
+    @classmethod
+    def _arguments_from_json_text(cls, value: Any) -> Any:
+        # OpenAI hands arguments over as JSON text; keep what is not JSON.
+        if isinstance(value, str):
+            try:
+                parsed = json.loads(value) if value.strip() else {}
+            except json.JSONDecodeError:
+                return {"_raw": value}
+            return parsed if isinstance(parsed, dict) else {"_value": parsed}
+        return value
+
+
+class MessageIn(In):
+    role: Literal["user", "assistant", "tool"]
+    content: str | list[dict[str, Any]] = ""
+    tool_calls: list[ToolCallIn] = []
+    tool_call_id: str | None = Field(None, max_length=200)
+    name: str | None = Field(None, max_length=200)
+    reasoning: str | None = None
+    output_ref: str | None = Field(None, max_length=64)
+
+    @field_validator("content")
+    @classmethod
+    def _parts_have_types(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            for i, part in enumerate(value):
+                if not isinstance(part.get("type"), str):
+                    raise ValueError(f"content[{i}] needs a string 'type'")
+                if part["type"] == "text" and not isinstance(part.get("text"), str):
+                    raise ValueError(f"content[{i}] of type text needs a string 'text'")
+        return value
+
+    @model_validator(mode="after")
+    def _role_rules(self) -> MessageIn:
+        if self.role == "tool" and not self.tool_call_id:
+            raise ValueError("a tool message needs tool_call_id")
+        if self.role != "tool" and self.tool_call_id:
+            raise ValueError("tool_call_id is only for tool messages")
+        if self.role != "assistant" and self.tool_calls:
+            raise ValueError("tool_calls are only for assistant messages")
+        if self.role != "tool" and self.output_ref:
+            raise ValueError("output_ref is only for tool messages")
+        ids = [c.id for c in self.tool_calls]
+        if len(ids) != len(set(ids)):
+            raise ValueError("tool_calls ids must be unique")
+        return self
+
+
+class AppendIn(In):
+    messages: list[MessageIn]
+
+
+class UsageIn(In):
+    input_tokens: int = Field(0, ge=0)
+    output_tokens: int = Field(0, ge=0)
+    cache_creation_tokens: int = Field(
+        0, ge=0, validation_alias=AliasChoices("cache_creation_tokens", "cache_creation_input_tokens")
+    )
+    cache_read_tokens: int = Field(
+        0, ge=0, validation_alias=AliasChoices("cache_read_tokens", "cache_read_input_tokens")
+    )
+    # The last message the reported call covered; default: the newest one.
+    through_seq: int | None = Field(None, ge=0)

@@ -1,0 +1,429 @@
+"""Writes for sessions (HackSoft style: keyword-only, atomic, ``<entity>_<action>``).
+
+The append path follows healthchecks' ``Check.ping``: do the slow work
+(tokenizing) before taking the lock, then lock the session row, take the next
+seq, insert, bump the cached counters, commit. Follow-up work is enqueued with
+``transaction.on_commit``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Sum
+from django.utils import timezone
+
+from contextsvc.engine.budget import Thresholds
+from contextsvc.engine.messages import Message as EngineMessage
+from contextsvc.engine.messages import PromptSection, ToolCall, ToolDef
+from contextsvc.engine.tokens import estimate_message, estimate_sections, estimate_tool_schemas, get_tokenizer
+from contextsvc.errors import Conflict, ValidationFailed
+
+from . import accounting
+from .models import AgentKey, IdempotencyRecord, Message, Session, UsageReport, hash_key
+
+# Hooks other apps register to run after a committed append/usage report
+# (compaction enqueues its auto-trigger here) without sessions importing them.
+AfterAppendHook = Callable[[Session, "accounting.BudgetState", str], None]
+after_append_hooks: list[AfterAppendHook] = []
+
+
+# --- agent keys -------------------------------------------------------------------
+
+
+def agent_key_create(*, name: str) -> tuple[AgentKey, str]:
+    """Create a key; the raw key is returned once and never stored."""
+    if not name or len(name) > 100:
+        raise ValidationFailed("Key name must be 1-100 characters", details={"field": "name"})
+    raw = AgentKey.generate_raw_key()
+    key = AgentKey.objects.create(name=name, prefix=raw[:10], key_hash=hash_key(raw))
+    return key, raw
+
+
+def agent_key_revoke(*, key: AgentKey) -> AgentKey:
+    if key.revoked_at is None:
+        key.revoked_at = timezone.now()
+        key.save(update_fields=["revoked_at"])
+    return key
+
+
+# --- sessions ---------------------------------------------------------------------
+
+
+def _locked(session: Session) -> Session:
+    qs = Session.objects
+    if connection.features.has_select_for_no_key_update:
+        # NO KEY UPDATE: appends must not block inserts of child rows (messages
+        # reference the session by foreign key).
+        return qs.select_for_update(no_key=True).get(pk=session.pk)
+    return qs.select_for_update().get(pk=session.pk)
+
+
+def _normalise_policy(policy: dict[str, Any], *, tokenizer: str) -> dict[str, Any]:
+    """Validate cross-field rules and resolve each extra target's limits once."""
+    policy = {k: v for k, v in policy.items() if v is not None}
+    thresholds = policy.get("thresholds")
+    if thresholds:
+        Thresholds(compact_ratio=thresholds["compact_at"], block_ratio=thresholds["block_at"])
+    targets = []
+    for i, target in enumerate(policy.get("targets") or []):
+        provider = target["provider"]
+        explicit = {k: target.get(k) for k in ("context_window", "max_output_tokens", "buffer_tokens")}
+        try:
+            limits = accounting.resolve_session_limits(provider=provider, model=target["model"], explicit=explicit)
+        except ValueError as exc:
+            raise ValidationFailed(f"policy.targets[{i}]: {exc}", details={"field": f"policy.targets.{i}"}) from exc
+        targets.append(
+            {
+                "provider": provider,
+                "model": target["model"],
+                "context_window": limits.context_window,
+                "max_output_tokens": limits.max_output_tokens,
+                "buffer_tokens": limits.buffer_tokens,
+                "tokenizer": limits.tokenizer or tokenizer,
+            }
+        )
+    if targets:
+        policy["targets"] = targets
+    return policy
+
+
+def session_create(*, owner: AgentKey, data: dict[str, Any]) -> Session:
+    model = data["model"]
+    provider = data.get("provider") or accounting.infer_provider(model)
+    explicit = {k: data.get(k) for k in ("context_window", "max_output_tokens", "buffer_tokens", "tokenizer")}
+    limits = accounting.resolve_session_limits(provider=provider, model=model, explicit=explicit)
+    get_tokenizer(limits.tokenizer)  # an unknown tokenizer is a 422 now, not at first append
+    policy = _normalise_policy(data.get("policy") or {}, tokenizer=limits.tokenizer)
+    external_id = data.get("id") or f"ses_{secrets.token_hex(8)}"
+    try:
+        with transaction.atomic():
+            return Session.objects.create(
+                owner=owner,
+                external_id=external_id,
+                agent=data.get("agent") or owner.name,
+                model=model,
+                provider=provider,
+                context_window=limits.context_window,
+                max_output_tokens=limits.max_output_tokens,
+                buffer_tokens=limits.buffer_tokens,
+                tokenizer=limits.tokenizer,
+                policy=policy,
+            )
+    except IntegrityError as exc:
+        raise Conflict(f"Session {external_id!r} already exists", details={"field": "id"}) from exc
+
+
+@transaction.atomic
+def session_update(*, session: Session, data: dict[str, Any]) -> Session:
+    session = _locked(session)
+    for field in ("agent", "model", "provider"):
+        if data.get(field) is not None:
+            setattr(session, field, data[field])
+    limit_fields = ("context_window", "max_output_tokens", "buffer_tokens", "tokenizer")
+    if any(data.get(k) is not None for k in (*limit_fields, "model", "provider")):
+        explicit = {k: data.get(k) for k in limit_fields}
+        limits = accounting.resolve_session_limits(
+            provider=session.provider, model=session.model, explicit=explicit
+        )
+        tokenizer_changed = limits.tokenizer != session.tokenizer
+        session.context_window = limits.context_window
+        session.max_output_tokens = limits.max_output_tokens
+        session.buffer_tokens = limits.buffer_tokens
+        session.tokenizer = limits.tokenizer
+        if tokenizer_changed:
+            get_tokenizer(limits.tokenizer)
+    if data.get("policy") is not None:
+        merged = {**(session.policy or {}), **data["policy"]}
+        session.policy = _normalise_policy(merged, tokenizer=session.tokenizer)
+    _refresh_guard(session)
+    session.updated_at = timezone.now()
+    session.save()
+    return session
+
+
+def _refresh_guard(session: Session) -> accounting.BudgetState:
+    state = accounting.compute_budget(session)
+    session.guard_status = state.guard.status
+    session.used_tokens = state.budget.used
+    return state
+
+
+def _reject_duplicates(items: Sequence[dict[str, Any]], what: str) -> None:
+    seen: set[str] = set()
+    for i, item in enumerate(items):
+        if item["name"] in seen:
+            raise ValidationFailed(
+                f"Duplicate {what} name {item['name']!r} at index {i}",
+                details={"field": f"{what}s.{i}.name"},
+            )
+        seen.add(item["name"])
+
+
+@transaction.atomic
+def session_set_sections(*, session: Session, sections: list[dict[str, Any]]) -> Session:
+    """Replace the prompt sections; counted once here, never per request."""
+    _reject_duplicates(sections, "section")
+    session = _locked(session)
+    tokenizer = accounting.tokenizer_of(session)
+    parsed = [PromptSection(**s) for s in sections]
+    session.sections = sections
+    session.system_tokens = estimate_sections([s for s in parsed if s.kind != "skill"], tokenizer)
+    session.skill_tokens = estimate_sections([s for s in parsed if s.kind == "skill"], tokenizer)
+    _refresh_guard(session)
+    session.updated_at = timezone.now()
+    session.save()
+    return session
+
+
+@transaction.atomic
+def session_set_tools(*, session: Session, tools: list[dict[str, Any]]) -> Session:
+    _reject_duplicates(tools, "tool")
+    for i, tool in enumerate(tools):
+        if tool["input_schema"].get("type") != "object":
+            raise ValidationFailed(
+                f"Tool {tool['name']!r}: input_schema must be a JSON Schema of type 'object'",
+                details={"field": f"tools.{i}.input_schema"},
+            )
+    session = _locked(session)
+    scale = accounting.estimate_config_of(session).tool_schema_scale
+    session.tools = tools
+    session.tool_tokens = estimate_tool_schemas(
+        [ToolDef(**t) for t in tools], accounting.tokenizer_of(session), scale=scale
+    )
+    _refresh_guard(session)
+    session.updated_at = timezone.now()
+    session.save()
+    return session
+
+
+# --- messages ---------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Prepared:
+    """A posted message made ready outside the lock: converted and counted."""
+
+    message: EngineMessage
+    row: dict[str, Any]
+
+
+def to_engine_message(data: dict[str, Any]) -> EngineMessage:
+    return EngineMessage(
+        role=data["role"],
+        content=data.get("content") or "",
+        tool_calls=tuple(
+            ToolCall(id=c["id"], name=c["name"], arguments=c.get("arguments") or {})
+            for c in data.get("tool_calls") or ()
+        ),
+        tool_call_id=data.get("tool_call_id"),
+        name=data.get("name"),
+        reasoning=data.get("reasoning"),
+        output_ref=data.get("output_ref"),
+    )
+
+
+def prepare_messages(session: Session, messages: Sequence[dict[str, Any]]) -> list[Prepared]:
+    tokenizer = accounting.tokenizer_of(session)
+    config = accounting.estimate_config_of(session)
+    prepared = []
+    for data in messages:
+        msg = to_engine_message(data)
+        msg.token_count = estimate_message(msg, tokenizer, config)
+        content = data.get("content") or ""
+        prepared.append(
+            Prepared(
+                message=msg,
+                row={
+                    "role": msg.role,
+                    "content": content if isinstance(content, str) else msg.text,
+                    "parts": content if isinstance(content, list) else None,
+                    "tool_calls": [
+                        {"id": c.id, "name": c.name, "arguments": c.arguments} for c in msg.tool_calls
+                    ],
+                    "tool_call_id": msg.tool_call_id,
+                    "name": msg.name,
+                    "reasoning": msg.reasoning,
+                    "output_ref": msg.output_ref,
+                    "view": msg.view,
+                    "view_state": msg.view_state,
+                    "token_count": msg.token_count,
+                },
+            )
+        )
+    return prepared
+
+
+def _match_tool_calls(open_calls: dict[str, str], prepared: list[Prepared]) -> dict[str, str]:
+    """Check every tool result answers an open call; return the calls left open."""
+    open_calls = dict(open_calls)
+    for i, p in enumerate(prepared):
+        msg = p.message
+        if msg.role == "assistant":
+            for call in msg.tool_calls:
+                open_calls[call.id] = call.name
+        elif msg.role == "tool":
+            name = open_calls.pop(msg.tool_call_id or "", None)
+            if name is None:
+                raise ValidationFailed(
+                    f"messages[{i}].tool_call_id {msg.tool_call_id!r} matches no open tool call "
+                    "of this session",
+                    details={"field": f"messages.{i}.tool_call_id"},
+                )
+            if not p.row["name"]:
+                p.row["name"] = name
+    return open_calls
+
+
+def request_fingerprint(body: bytes) -> str:
+    return hashlib.sha256(body).hexdigest()
+
+
+def _replay(session: Session, key: str, fingerprint: str) -> dict[str, Any] | None:
+    record = IdempotencyRecord.objects.filter(session=session, key=key).first()
+    if record is None:
+        return None
+    if record.request_hash != fingerprint:
+        raise Conflict(
+            "Idempotency-Key was already used with a different request body",
+            details={"field": "Idempotency-Key"},
+        )
+    return record.response
+
+
+def session_append_messages(
+    *,
+    session: Session,
+    messages: Sequence[dict[str, Any]],
+    idempotency_key: str | None = None,
+    fingerprint: str = "",
+    prepare: Callable[[Session, Sequence[dict[str, Any]]], list[Prepared]] | None = None,
+) -> dict[str, Any]:
+    """Append a batch; returns the API response (also what a retry replays)."""
+    if not messages:
+        raise ValidationFailed("Conversation has no messages", details={"field": "messages"})
+    if idempotency_key:
+        replay = _replay(session, idempotency_key, fingerprint)
+        if replay is not None:
+            return replay
+    # Tokenizing is the slow part: do it before taking the row lock.
+    prepared = (prepare or prepare_messages)(session, messages)
+    with transaction.atomic():
+        session = _locked(session)
+        if idempotency_key:
+            # A concurrent retry may have committed while we tokenized.
+            replay = _replay(session, idempotency_key, fingerprint)
+            if replay is not None:
+                return replay
+        session.open_tool_calls = _match_tool_calls(session.open_tool_calls or {}, prepared)
+        first = session.last_seq + 1
+        now = timezone.now()
+        rows = [
+            Message(session=session, seq=first + i, created_at=now, **p.row)
+            for i, p in enumerate(prepared)
+        ]
+        Message.objects.bulk_create(rows)
+        added = sum(p.row["token_count"] for p in prepared)
+        session.last_seq = first + len(rows) - 1
+        session.message_count += len(rows)
+        session.live_message_count += len(rows)
+        session.conversation_tokens += added
+        session.updated_at = now
+        state = _refresh_guard(session)
+        session.save(
+            update_fields=[
+                "open_tool_calls", "last_seq", "message_count", "live_message_count",
+                "conversation_tokens", "updated_at", "guard_status", "used_tokens",
+            ]
+        )
+        response = {
+            "session_id": session.external_id,
+            "messages": [
+                {
+                    "seq": row.seq,
+                    "role": row.role,
+                    "token_count": row.token_count,
+                    "output_ref": row.output_ref,
+                    "view": row.view_state,
+                }
+                for row in rows
+            ],
+            "budget": state.to_dict(),
+        }
+        if idempotency_key:
+            IdempotencyRecord.objects.create(
+                session=session, key=idempotency_key, request_hash=fingerprint,
+                status_code=200, response=response,
+            )
+        last_role = rows[-1].role
+        for hook in after_append_hooks:
+            transaction.on_commit(lambda hook=hook: hook(session, state, last_role))
+    return response
+
+
+# --- usage and guard ----------------------------------------------------------------
+
+
+@transaction.atomic
+def session_record_usage(*, session: Session, usage: dict[str, Any]) -> tuple[UsageReport, accounting.BudgetState]:
+    session = _locked(session)
+    through = usage.get("through_seq")
+    if through is None:
+        through = session.last_seq
+    if through > session.last_seq:
+        raise ValidationFailed(
+            f"through_seq {through} is beyond the last message (seq {session.last_seq})",
+            details={"field": "through_seq"},
+        )
+    # spec 000 §2.3: total = input + cache_creation + cache_read + output
+    total = (
+        usage.get("input_tokens", 0)
+        + usage.get("cache_creation_tokens", 0)
+        + usage.get("cache_read_tokens", 0)
+        + usage.get("output_tokens", 0)
+    )
+    estimate_now = accounting.compute_budget(session).estimated
+    later = 0
+    if through < session.last_seq:
+        later = (
+            Message.objects.filter(
+                session=session, seq__gt=through, seq__gte=session.window_start_seq
+            ).aggregate(t=Sum("token_count"))["t"]
+            or 0
+        )
+    estimated_then = max(0, estimate_now - later)
+    report = UsageReport.objects.create(
+        session=session,
+        through_seq=through,
+        input_tokens=usage.get("input_tokens", 0),
+        output_tokens=usage.get("output_tokens", 0),
+        cache_creation_tokens=usage.get("cache_creation_tokens", 0),
+        cache_read_tokens=usage.get("cache_read_tokens", 0),
+        total_tokens=total,
+        estimated_tokens=estimated_then,
+    )
+    session.reported_total = total
+    session.reported_through_seq = through
+    session.estimated_at_report = estimated_then
+    state = _refresh_guard(session)
+    session.updated_at = timezone.now()
+    session.save()
+    for hook in after_append_hooks:
+        transaction.on_commit(lambda hook=hook: hook(session, state, "usage"))
+    return report, state
+
+
+def session_mark_final(*, session: Session, reason: str) -> Session:
+    """spec 001 enforcement: forcedFinalTurnReason is set once and sticks."""
+    updated = Session.objects.filter(pk=session.pk, status=Session.Status.ACTIVE).update(
+        status=Session.Status.FINAL, final_reason=reason, updated_at=timezone.now()
+    )
+    if updated:
+        session.status = Session.Status.FINAL
+        session.final_reason = reason
+    return session
