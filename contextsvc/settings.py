@@ -96,6 +96,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Serves /static/ from gunicorn in production (docker-compose) without nginx.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -153,12 +155,14 @@ CELERY_RESULT_BACKEND = env_str("CELERY_RESULT_BACKEND", REDIS_URL)  # job state
 if CELERY_BROKER_URL == "filesystem://":
     # Embedded broker: a real `celery worker` process reads these folders, so
     # compaction still runs in the background with no Redis (DESIGN.md).
-    for sub in ("out", "processed"):
+    for sub in ("out", "processed", "control"):
         (_celery_dir / sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_celery_dir / "out"),
         "data_folder_out": str(_celery_dir / "out"),
         "processed_folder": str(_celery_dir / "processed"),
+        # broadcast/pidbox files; the default is ./control in the working dir
+        "control_folder": str(_celery_dir / "control"),
         "store_processed": False,
     }
 CELERY_TASK_ACKS_LATE = True
@@ -182,6 +186,10 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "staticfiles"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
 
 # Request bodies: a 5 MB file read is an ordinary tool result, so JSON bodies of
 # 32 MB are accepted (issue 3); bigger outputs go through the raw upload path.

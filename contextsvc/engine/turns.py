@@ -1,0 +1,128 @@
+"""Turns and safe cut points (spec 003 "Turn", parseTurnBoundaries / findSafeBoundary).
+
+A Turn starts at a ``user`` message and is the atomic unit of compression:
+cutting inside one can orphan an assistant ``tool_calls`` message from its
+``tool`` results. History never contains a system message (spec 003 "Session
+history"), so nothing here skips or expects one; a history may still start with
+non-user messages (e.g. the kept tail after a compaction), which form a leading
+span that is not a turn.
+
+A cut at ``index`` splits ``history[:index] | history[index:]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from contextsvc.engine.errors import EngineValidationError
+from contextsvc.engine.messages import Message
+
+
+def parse_turn_boundaries(history: Sequence[Message]) -> list[int]:
+    """spec 003 parseTurnBoundaries: the index of each user message (a turn start)."""
+    return [i for i, msg in enumerate(history) if msg.role == "user"]
+
+
+def _call_result_pairs(history: Sequence[Message]) -> list[tuple[int, int]]:
+    """(call index, result index) for every tool result answering an earlier call.
+
+    Each result is matched to the most recent unanswered call with its id, so an
+    id reused later in the transcript does not pair with an old call. Results
+    with no earlier call are already orphans; no cut can make that worse.
+    """
+    pending: dict[str, list[int]] = {}
+    pairs: list[tuple[int, int]] = []
+    for i, msg in enumerate(history):
+        if msg.role == "assistant":
+            for call in msg.tool_calls:
+                pending.setdefault(call.id, []).append(i)
+        elif msg.role == "tool" and msg.tool_call_id is not None:
+            calls = pending.get(msg.tool_call_id)
+            if calls:
+                pairs.append((calls.pop(), i))
+    return pairs
+
+
+def _unsafe_cuts(history: Sequence[Message]) -> list[bool]:
+    """``unsafe[k]`` is True when a cut at k separates a call from its result.
+
+    A pair (c, r) is split by every cut in c+1 … r; a difference array marks all
+    of them in O(n + pairs) instead of checking each cut against each pair.
+    """
+    n = len(history)
+    delta = [0] * (n + 2)
+    for call_at, result_at in _call_result_pairs(history):
+        delta[call_at + 1] += 1
+        delta[result_at + 1] -= 1
+    unsafe = [False] * (n + 1)
+    open_pairs = 0
+    for k in range(n + 1):
+        open_pairs += delta[k]
+        unsafe[k] = open_pairs > 0
+    return unsafe
+
+
+def _check_index(history: Sequence[Message], index: int) -> None:
+    if not 0 <= index <= len(history):
+        raise EngineValidationError(
+            f"Cut index {index} is outside 0..{len(history)}", field="index"
+        )
+
+
+def is_safe_cut(history: Sequence[Message], index: int) -> bool:
+    """Does cutting at ``index`` keep every tool call on the same side as its results?"""
+    _check_index(history, index)
+    if index == 0 or index == len(history):
+        return True
+    return not _unsafe_cuts(history)[index]
+
+
+def find_safe_boundary(history: Sequence[Message], target_index: int) -> int:
+    """spec 003 findSafeBoundary: snap ``target_index`` to a turn boundary that is a safe cut.
+
+    Prefers the boundary at or before the target (cutting less keeps more
+    context), else the nearest one after it. Returns 0 when no boundary above 0
+    qualifies — nothing can be cut safely and the caller picks its fallback
+    (spec 003's emergency path keeps only the last user message). A target of 0
+    (or below) means "cut nothing" and returns 0.
+    """
+    target = min(max(target_index, 0), len(history))
+    if target == 0:
+        return 0
+    unsafe = _unsafe_cuts(history)
+    candidates = [b for b in parse_turn_boundaries(history) if b > 0 and not unsafe[b]]
+    before = [b for b in candidates if b <= target]
+    if before:
+        return before[-1]
+    after = [b for b in candidates if b > target]
+    return after[0] if after else 0
+
+
+def turn_spans(history: Sequence[Message]) -> list[tuple[int, int]]:
+    """``[start, end)`` of each turn; messages before the first user message form a leading span."""
+    n = len(history)
+    if n == 0:
+        return []
+    starts = parse_turn_boundaries(history)
+    if not starts or starts[0] != 0:
+        starts = [0, *starts]
+    return [(start, end) for start, end in zip(starts, [*starts[1:], n], strict=True)]
+
+
+def last_turns_start(history: Sequence[Message], n: int) -> int:
+    """Index where the last ``n`` turns start (0 if there are fewer than ``n``).
+
+    Only user-started turns count; a leading non-user span is not a turn, so it
+    is cut along with the older turns when exactly ``n`` turns exist. ``n == 0``
+    keeps nothing and returns ``len(history)``.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise EngineValidationError(
+            f"Number of turns must be a non-negative integer, got {n!r}", field="retain_last_turns"
+        )
+    if n == 0:
+        return len(history)
+    boundaries = parse_turn_boundaries(history)
+    if len(boundaries) < n:
+        return 0
+    return boundaries[-n]

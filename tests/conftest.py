@@ -1,0 +1,118 @@
+"""Shared fixtures: personas alice and bob (agent keys), an API client that
+speaks JSON with a bearer key, and session factories."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import pytest
+from django.test import Client
+
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def pytest_collection_modifyitems(config, items):
+    """In CI nothing may skip for lack of Postgres, Redis or Chromium."""
+    if not IN_CI:
+        return
+    for item in items:
+        for mark in item.iter_markers("skip"):
+            raise pytest.UsageError(f"{item.nodeid} is marked skip in CI: {mark.kwargs.get('reason')}")
+
+
+class ApiClient:
+    """Thin JSON client over Django's test client, bound to one agent key."""
+
+    def __init__(self, raw_key: str | None) -> None:
+        self.client = Client()
+        self.raw_key = raw_key
+
+    def _headers(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        headers = {}
+        if self.raw_key:
+            headers["Authorization"] = f"Bearer {self.raw_key}"
+        headers.update(extra or {})
+        return headers
+
+    def request(self, method: str, path: str, body: Any = None, *, raw: bytes | str | None = None,
+                headers: dict[str, str] | None = None, **query: Any):
+        url = path if path.startswith("/") else f"/api/v1/{path}"
+        data = raw if raw is not None else (json.dumps(body) if body is not None else None)
+        fn = getattr(self.client, method.lower())
+        kwargs: dict[str, Any] = {"headers": self._headers(headers)}
+        if method.upper() in ("GET", "DELETE"):
+            return fn(url, query or None, **kwargs)
+        return fn(url, data=data, content_type="application/json", **kwargs)
+
+    def get(self, path: str, **query: Any):
+        return self.request("GET", path, **query)
+
+    def post(self, path: str, body: Any = None, **kw: Any):
+        return self.request("POST", path, body, **kw)
+
+    def put(self, path: str, body: Any = None, **kw: Any):
+        return self.request("PUT", path, body, **kw)
+
+    def patch(self, path: str, body: Any = None, **kw: Any):
+        return self.request("PATCH", path, body, **kw)
+
+
+@pytest.fixture
+def make_key(db):
+    from sessions.services import agent_key_create
+
+    def _make(name: str = "agent"):
+        return agent_key_create(name=name)
+
+    return _make
+
+
+@pytest.fixture
+def alice_key(make_key):
+    return make_key("alice")
+
+
+@pytest.fixture
+def bob_key(make_key):
+    return make_key("bob")
+
+
+@pytest.fixture
+def alice(alice_key) -> ApiClient:
+    """The owner persona."""
+    return ApiClient(alice_key[1])
+
+
+@pytest.fixture
+def bob(bob_key) -> ApiClient:
+    """Another agent key: must never see alice's sessions."""
+    return ApiClient(bob_key[1])
+
+
+@pytest.fixture
+def anon(db) -> ApiClient:
+    return ApiClient(None)
+
+
+@pytest.fixture
+def make_session(alice):
+    """Create a session through the API; returns its JSON."""
+
+    def _make(client: ApiClient | None = None, **fields: Any) -> dict:
+        body = {"model": "claude-sonnet-4-5", "context_window": 32_000, "max_output_tokens": 4_096,
+                "buffer_tokens": 2_048, **fields}
+        response = (client or alice).post("sessions", body)
+        assert response.status_code == 201, response.content
+        return response.json()
+
+    return _make
+
+
+def tool_turn(call_id: str, output: str, *, name: str = "bash", command: str = "ls") -> list[dict]:
+    """An assistant tool call and its result, as an agent posts them."""
+    return [
+        {"role": "assistant", "content": "", "tool_calls": [{"id": call_id, "name": name, "arguments": {"command": command}}]},
+        {"role": "tool", "tool_call_id": call_id, "content": output},
+    ]

@@ -1,0 +1,91 @@
+"""Concurrent appends to one session get consecutive seqs, no gap, no duplicate.
+
+Needs PostgreSQL (row locks); in CI DATABASE_URL points at it, locally the
+test is skipped unless it does.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import connection, connections
+
+from sessions.models import Message, Session
+from sessions.services import agent_key_create, session_append_messages, session_create
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture(autouse=True)
+def _needs_postgres():
+    if connection.vendor != "postgresql":
+        pytest.skip("row-lock concurrency needs PostgreSQL (set DATABASE_URL=postgres://...)")
+
+
+def test_parallel_writers_get_consecutive_seqs_and_exact_counters():
+    key, _ = agent_key_create(name="racer")
+    session = session_create(owner=key, data={"model": "gpt-4o", "id": "race"})
+    writers, batches, per_batch = 8, 10, 3
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(writers)
+
+    def writer(n: int) -> None:
+        try:
+            barrier.wait()
+            for b in range(batches):
+                session_append_messages(
+                    session=session,
+                    messages=[{"role": "user", "content": f"w{n} b{b} m{i}"} for i in range(per_batch)],
+                )
+        except BaseException as exc:  # noqa: BLE001 - surfaced below
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    total = writers * batches * per_batch
+    seqs = list(Message.objects.filter(session=session).order_by("seq").values_list("seq", flat=True))
+    assert seqs == list(range(1, total + 1))
+    session = Session.objects.get(pk=session.pk)
+    assert session.last_seq == total and session.message_count == total
+    stored_tokens = sum(Message.objects.filter(session=session).values_list("token_count", flat=True))
+    assert session.conversation_tokens == stored_tokens
+    # Each batch's three messages are contiguous: a batch is one transaction.
+    contents = list(Message.objects.filter(session=session).order_by("seq").values_list("content", flat=True))
+    for start in range(0, total, per_batch):
+        prefixes = {c.rsplit(" ", 1)[0] for c in contents[start:start + per_batch]}
+        assert len(prefixes) == 1, contents[start:start + per_batch]
+
+
+def test_parallel_retries_with_one_idempotency_key_store_once():
+    key, _ = agent_key_create(name="retrier")
+    session = session_create(owner=key, data={"model": "gpt-4o", "id": "retry"})
+    responses, errors = [], []
+    barrier = threading.Barrier(6)
+
+    def retry() -> None:
+        try:
+            barrier.wait()
+            responses.append(session_append_messages(
+                session=session, messages=[{"role": "user", "content": "same"}],
+                idempotency_key="retry-1", fingerprint="f",
+            ))
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=retry) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert Message.objects.filter(session=session).count() == 1
+    assert {r["messages"][0]["seq"] for r in responses} == {1}

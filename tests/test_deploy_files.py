@@ -1,0 +1,255 @@
+"""The deploy and run files: docker-compose.yml, Dockerfile, .ci/run, bin/*.
+
+No Docker engine runs on these machines (DESIGN.md), so docker-compose.yml is
+checked by parsing it; `.ci/run` is run for real against a stub bin/test.
+No database needed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPTS = ["bin/setup", "bin/run", "bin/test", ".ci/run"]
+
+
+def _compose() -> dict:
+    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+
+
+def _service(name: str) -> dict:
+    return _compose()["services"][name]
+
+
+def _command(service: dict) -> str:
+    command = service.get("command", "")
+    return " ".join(command) if isinstance(command, list) else str(command)
+
+
+def _env(service: dict) -> dict[str, str]:
+    env = service.get("environment") or {}
+    if isinstance(env, list):
+        env = dict(item.split("=", 1) if "=" in item else (item, "") for item in env)
+    return {key: "" if value is None else str(value) for key, value in env.items()}
+
+
+def _build_context(service: dict) -> str | None:
+    build = service.get("build")
+    if isinstance(build, dict):
+        return build.get("context", ".")
+    return build
+
+
+# --- docker-compose.yml -------------------------------------------------------
+
+
+def test_compose_has_the_four_services():
+    assert {"postgres", "redis", "web", "worker"} <= set(_compose()["services"])
+
+
+def test_postgres_service_is_postgres_16_with_healthcheck_and_volume():
+    compose = _compose()
+    pg = compose["services"]["postgres"]
+    assert pg["image"].startswith("postgres:16")
+    assert "pg_isready" in " ".join(pg["healthcheck"]["test"])
+    volumes = [str(v) for v in pg.get("volumes", [])]
+    data_volume = [v for v in volumes if v.split(":")[1] == "/var/lib/postgresql/data"]
+    assert data_volume, volumes
+    assert data_volume[0].split(":")[0] in (compose.get("volumes") or {})
+    env = _env(pg)
+    assert env["POSTGRES_DB"] and env["POSTGRES_USER"] and env["POSTGRES_PASSWORD"]
+
+
+def test_redis_service_is_redis_7_with_healthcheck():
+    redis = _service("redis")
+    assert redis["image"].startswith("redis:7")
+    assert "ping" in " ".join(redis["healthcheck"]["test"])
+
+
+def test_web_and_worker_share_one_image_built_here():
+    web, worker = _service("web"), _service("worker")
+    assert _build_context(web) == "."
+    assert _build_context(worker) == "."
+    assert web.get("image") == worker.get("image")
+
+
+def test_web_migrates_then_runs_gunicorn_with_four_workers():
+    command = _command(_service("web"))
+    assert "migrate --noinput" in command
+    assert "gunicorn contextsvc.wsgi:application" in command
+    assert command.index("migrate") < command.index("gunicorn")
+    assert "--bind 0.0.0.0:8000" in command
+    assert "--workers 4" in command
+    assert "8000" in " ".join(str(p) for p in _service("web").get("ports", []))
+
+
+def test_worker_runs_celery():
+    assert _command(_service("worker")).startswith("celery -A contextsvc worker")
+
+
+@pytest.mark.parametrize("name", ["web", "worker"])
+def test_app_services_wire_the_environment(name):
+    compose = _compose()
+    env = _env(compose["services"][name])
+    assert env["DATABASE_URL"].startswith("postgres://")
+    assert "@postgres:5432/" in env["DATABASE_URL"]
+    pg_env = _env(compose["services"]["postgres"])
+    assert env["DATABASE_URL"].endswith("/" + pg_env["POSTGRES_DB"])
+    assert env["REDIS_URL"].startswith("redis://redis:6379")
+    assert "${SECRET_KEY" in env["SECRET_KEY"]
+    assert "${ANTHROPIC_API_KEY" in env["ANTHROPIC_API_KEY"]
+    assert env["CONTEXTSVC_REQUIRE_SECRET_KEY"] == "true"
+
+
+@pytest.mark.parametrize("name", ["web", "worker"])
+def test_app_services_wait_for_healthy_postgres_and_redis(name):
+    depends_on = _service(name)["depends_on"]
+    assert depends_on["postgres"]["condition"] == "service_healthy"
+    assert depends_on["redis"]["condition"] == "service_healthy"
+
+
+@pytest.mark.skipif(shutil.which("docker-compose") is None, reason="no docker-compose here")
+def test_compose_file_validates_with_docker_compose(tmp_path):
+    # `config` parses and validates without an engine.
+    result = subprocess.run(
+        ["docker-compose", "-f", str(ROOT / "docker-compose.yml"), "config", "-q"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+
+
+# --- Dockerfile ---------------------------------------------------------------
+
+
+def test_dockerfile_builds_the_service_image():
+    text = (ROOT / "Dockerfile").read_text()
+    assert "FROM python:3.11-slim" in text
+    assert "pip install ." in text
+    assert "collectstatic --noinput" in text
+    # htmx comes from the npm package, through the same lock file as bin/setup.
+    assert "npm ci" in text
+    assert "package-lock.json" in text
+    assert "node_modules/htmx.org/dist/htmx.min.js" in text
+    assert "static/vendor/htmx.min.js" in text
+
+
+# --- .ci/run --------------------------------------------------------------------
+
+
+def test_ci_run_text_points_at_local_services_and_bin_test():
+    text = (ROOT / ".ci/run").read_text()
+    assert "DATABASE_URL=" in text and "postgres://postgres@127.0.0.1:5432/" in text
+    assert "REDIS_URL=" in text and "redis://127.0.0.1:6379/" in text
+    assert "CI=true" in text
+    assert "bin/test" in text
+
+
+def _fake_repo_with_stub_test(tmp_path: Path, exit_code: int) -> Path:
+    (tmp_path / ".ci").mkdir()
+    (tmp_path / "bin").mkdir()
+    shutil.copy(ROOT / ".ci/run", tmp_path / ".ci/run")
+    stub = tmp_path / "bin/test"
+    stub.write_text(
+        "#!/usr/bin/env bash\n"
+        'printf \'{"ci": "%s", "db": "%s", "redis": "%s", "args": "%s"}\\n\' '
+        '"$CI" "$DATABASE_URL" "$REDIS_URL" "$*"\n'
+        f"exit {exit_code}\n"
+    )
+    stub.chmod(0o755)
+    return tmp_path
+
+
+def _run_ci(repo: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if k not in ("CI", "DATABASE_URL", "REDIS_URL")}
+    return subprocess.run(
+        ["bash", str(repo / ".ci/run"), *args],
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_ci_run_exports_local_services_and_calls_bin_test(tmp_path):
+    repo = _fake_repo_with_stub_test(tmp_path, 0)
+    result = _run_ci(repo, "-k", "x")
+    assert result.returncode == 0, result.stderr
+    seen = json.loads(result.stdout.strip().splitlines()[-1])
+    assert seen == {
+        "ci": "true",
+        "db": "postgres://postgres@127.0.0.1:5432/contextsvc",
+        "redis": "redis://127.0.0.1:6379/0",
+        "args": "-k x",
+    }
+
+
+def test_ci_run_keeps_urls_already_set_and_passes_the_exit_code_through(tmp_path):
+    repo = _fake_repo_with_stub_test(tmp_path, 3)
+    result = _run_ci(
+        repo, DATABASE_URL="postgres://u@127.0.0.1:5433/x", REDIS_URL="redis://127.0.0.1:1/1"
+    )
+    assert result.returncode == 3
+    seen = json.loads(result.stdout.strip().splitlines()[-1])
+    assert seen["db"] == "postgres://u@127.0.0.1:5433/x"
+    assert seen["redis"] == "redis://127.0.0.1:1/1"
+
+
+# --- bin/* ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_scripts_are_strict_executable_bash(script):
+    path = ROOT / script
+    text = path.read_text()
+    assert text.startswith("#!/usr/bin/env bash\n")
+    assert "set -euo pipefail" in text
+    assert path.stat().st_mode & stat.S_IXUSR, f"{script} is not executable"
+    subprocess.run(["bash", "-n", str(path)], check=True)
+
+
+def test_setup_vendors_htmx_from_the_npm_package():
+    text = (ROOT / "bin/setup").read_text()
+    assert "npm ci" in text
+    assert "HTMX_SRC=node_modules/htmx.org/dist/htmx.min.js" in text
+    assert "HTMX_DST=static/vendor/htmx.min.js" in text
+    assert 'cp "$HTMX_SRC" "$HTMX_DST"' in text
+    package = json.loads((ROOT / "package.json").read_text())
+    assert package["dependencies"]["htmx.org"].lstrip("^~").startswith("2.")
+    lock = json.loads((ROOT / "package-lock.json").read_text())
+    assert lock["packages"]["node_modules/htmx.org"]["version"].startswith("2.")
+
+
+def test_vendored_htmx_is_never_committed():
+    ignored = (ROOT / ".gitignore").read_text().split()
+    assert "static/vendor/" in ignored
+    assert "node_modules/" in ignored
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    tracked = subprocess.run(
+        ["git", "ls-files", "--", "static/vendor", "node_modules"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert tracked == ""
+
+
+def test_test_script_never_downloads_browsers_and_fails_empty_runs_in_ci():
+    text = (ROOT / "bin/test").read_text()
+    assert "PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1" in text
+    assert "CONTEXTSVC_CHROMIUM" in text and "/usr/bin/chromium" in text
+    assert "playwright install" not in text
+    assert "rc == 5" in text
+    assert "python -m pytest" in text
