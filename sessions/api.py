@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import HttpRequest
-from ninja import Header, Query, Router, Schema
+from ninja import Header, Query, Router, Schema, Status
 from pydantic import Field
 
 from contextsvc.http import json_response
@@ -36,7 +36,7 @@ def create_session(request: HttpRequest, payload: SessionCreateIn):
     data = payload.model_dump(exclude_unset=True)
     data["policy"] = payload.policy.model_dump(exclude_unset=True)
     session = services.session_create(owner=_owner(request), data=data)
-    return 201, selectors.session_to_dict(session)
+    return Status(201, selectors.session_to_dict(session))
 
 
 @router.get("/sessions")
@@ -133,3 +133,24 @@ def post_usage(request: HttpRequest, sid: str, payload: UsageIn):
         "through_seq": report.through_seq,
         "budget": state.to_dict(),
     }
+
+
+# --- built-in tools -------------------------------------------------------------
+
+
+@router.get("/tools", tags=["tools"])
+def list_builtin_tools(request: HttpRequest):
+    from . import builtin_tools
+
+    defs = builtin_tools.definitions()
+    return {
+        "anthropic": [builtin_tools.as_format(t, "anthropic") for t in defs],
+        "openai": [builtin_tools.as_format(t, "openai") for t in defs],
+    }
+
+
+@router.post("/sessions/{sid}/tools/{name}/call", tags=["tools"])
+def call_builtin_tool(request: HttpRequest, sid: str, name: str, payload: dict[str, Any]):
+    from . import builtin_tools
+
+    return builtin_tools.call(_session(request, sid), name, payload)

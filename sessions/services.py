@@ -127,7 +127,8 @@ def session_update(*, session: Session, data: dict[str, Any]) -> Session:
             setattr(session, field, data[field])
     limit_fields = ("context_window", "max_output_tokens", "buffer_tokens", "tokenizer")
     if any(data.get(k) is not None for k in (*limit_fields, "model", "provider")):
-        explicit = {k: data.get(k) for k in limit_fields}
+        # Fields the patch leaves out keep their current values.
+        explicit = {k: data[k] if data.get(k) is not None else getattr(session, k) for k in limit_fields}
         limits = accounting.resolve_session_limits(
             provider=session.provider, model=session.model, explicit=explicit
         )
