@@ -143,7 +143,10 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
         "transaction_mode": "IMMEDIATE",
     }
 else:
-    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+    # A health check is one more round trip on every request (~7% of an append);
+    # without it a connection broken by a database restart fails one request,
+    # after which Django drops it. Turn on where the database restarts often.
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = env_bool("DB_CONN_HEALTH_CHECKS", False)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- celery -----------------------------------------------------------------
@@ -185,7 +188,15 @@ USE_I18N = False
 USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = VAR_DIR / "staticfiles"
+STATIC_ROOT = Path(env_str("STATIC_ROOT", str(VAR_DIR / "staticfiles")))
+try:  # whitenoise warns on every start when the folder is missing
+    STATIC_ROOT.mkdir(parents=True, exist_ok=True)
+except OSError:
+    pass
+# The quick start serves static/ straight from the source folders (no collectstatic);
+# production images run collectstatic and whitenoise serves STATIC_ROOT.
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = DEBUG
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
