@@ -1,0 +1,57 @@
+"""Management commands: keys and the quick-start demo."""
+
+from __future__ import annotations
+
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from sessions.models import AgentKey, Session, hash_key
+from tests.conftest import ApiClient
+
+pytestmark = pytest.mark.django_db
+
+
+def test_create_agent_key_prints_the_key_alone_on_the_last_line():
+    out, err = StringIO(), StringIO()
+    call_command("create_agent_key", "ci-bot", stdout=out, stderr=err)
+    raw = out.getvalue().strip().splitlines()[-1]
+    assert raw.startswith("cx_") and " " not in raw
+    key = AgentKey.objects.get(name="ci-bot")
+    assert key.key_hash == hash_key(raw)
+    assert raw not in {key.key_hash, key.prefix}  # never stored in clear
+    assert ApiClient(raw).get("sessions").status_code == 200
+
+
+def test_revoke_agent_key_by_id():
+    out = StringIO()
+    call_command("create_agent_key", "temp", stdout=out, stderr=StringIO())
+    raw = out.getvalue().strip().splitlines()[-1]
+    key = AgentKey.objects.get(name="temp")
+    call_command("revoke_agent_key", str(key.pk), stdout=StringIO())
+    assert ApiClient(raw).get("sessions").status_code == 401
+    with pytest.raises(CommandError):
+        call_command("revoke_agent_key", "999999", stdout=StringIO())
+
+
+def test_seed_demo_is_idempotent_and_prints_a_working_key(settings, tmp_path):
+    settings.VAR_DIR = tmp_path
+    first, second = StringIO(), StringIO()
+    call_command("seed_demo", stdout=first)
+    call_command("seed_demo", stdout=second)
+    key_line = [line for line in first.getvalue().splitlines() if "agent key" in line][0]
+    raw = key_line.split()[-1]
+    assert raw in second.getvalue()  # same key reused, not a new one per run
+    assert Session.objects.filter(external_id="demo").count() == 1
+    body = ApiClient(raw).get("sessions/demo/context", format="anthropic").json()
+    assert body["messages"][0]["role"] == "user"
+    assert body["budget"]["components"]["conversation"] > 0
+
+
+def test_openapi_schema_lists_the_contract_paths(client):
+    paths = client.get("/api/v1/openapi.json").json()["paths"]
+    for path in ("/api/v1/sessions", "/api/v1/sessions/{sid}/messages", "/api/v1/sessions/{sid}/context",
+                 "/api/v1/sessions/{sid}/budget", "/api/v1/sessions/{sid}/usage"):
+        assert path in paths
+    assert client.get("/api/v1/docs").status_code == 200
