@@ -17,6 +17,7 @@ from django.conf import settings
 from contextsvc.engine.budget import ContextBudget, Limits, Thresholds, resolve_limits
 from contextsvc.engine.guard import GuardCounters, GuardResult, Target, evaluate_guard
 from contextsvc.engine.tokens import EstimateConfig, Tokenizer, get_tokenizer
+from contextsvc.engine.views import resolve_view_config, tool_output_budget, trim_target
 
 from .models import ModelProfile, Session
 
@@ -110,6 +111,11 @@ class BudgetState:
     estimated: int
     calibrated: int | None
     reserved: int
+    # spec 001 toolBudgetExceeded / canExecuteTool and spec 000 §1.7's
+    # tool-output budget (issue 3).
+    tool_budget_exceeded: bool = False
+    can_execute_tool: bool = True
+    tool_outputs: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = self.budget.to_dict()
@@ -117,6 +123,9 @@ class BudgetState:
         out["estimated_tokens"] = self.estimated
         out["calibrated_tokens"] = self.calibrated
         out["reserved_tokens"] = self.reserved
+        out["tool_budget_exceeded"] = self.tool_budget_exceeded
+        out["can_execute_tool"] = self.can_execute_tool
+        out["tool_outputs"] = self.tool_outputs
         return out
 
 
@@ -154,4 +163,28 @@ def compute_budget(session: Session, *, extra: int = 0) -> BudgetState:
         budget.thresholds,
         log=_debug_log if settings.CONTEXT_DEBUG else None,
     )
-    return BudgetState(budget=budget, guard=guard, estimated=estimated, calibrated=calibrated, reserved=reserved)
+    exceeded = bool(getattr(session, "tool_budget_exceeded", False))
+    return BudgetState(
+        budget=budget,
+        guard=guard,
+        estimated=estimated,
+        calibrated=calibrated,
+        reserved=reserved,
+        tool_budget_exceeded=exceeded,
+        can_execute_tool=not exceeded
+        and guard.status != "final"
+        and session.status != Session.Status.FINAL,
+        tool_outputs=_tool_outputs(session),
+    )
+
+
+def _tool_outputs(session: Session) -> dict[str, Any]:
+    """spec 000 §1.7: untrimmed tool-output tokens in context against their budget."""
+    config = resolve_view_config((session.policy or {}).get("tool_output_cache"))
+    budget = tool_output_budget(config, session.context_window)
+    return {
+        "enabled": config.enabled,
+        "tokens": int(getattr(session, "tool_output_tokens", 0) or 0),
+        "budget": budget,
+        "trim_to": trim_target(budget, config.trim_hysteresis),
+    }

@@ -129,6 +129,22 @@ class Session(models.Model):
     # change since (appends, new sections, trims, compaction) without a re-read.
     estimated_at_report = models.PositiveIntegerField(null=True, blank=True)
 
+    # Tool output cache (issue 3). Untrimmed tool-output view tokens in the
+    # live window (spec 000 §1.7's total), so the trim decision never re-reads
+    # history; the seq of the newest trimmed tool message (trimming is oldest
+    # first, so everything at or before it is trimmed: candidates start after
+    # it); and the window start these were counted for (a compaction that
+    # moves the window makes the append path recount once).
+    tool_output_tokens = models.PositiveBigIntegerField(default=0)
+    tool_trim_seq = models.PositiveIntegerField(default=0)
+    tool_count_window_seq = models.PositiveIntegerField(default=1)
+    # spec 001 tool budget: reserved output tokens count as the guard's pending
+    # tokens until the tool result arrives ({tool_call_id or "~n": tokens}).
+    reserved_tokens = models.PositiveBigIntegerField(default=0)
+    tool_reservations = models.JSONField(default=dict, blank=True)
+    # spec 001 toolBudgetExceeded: once set, canExecuteTool is false.
+    tool_budget_exceeded = models.BooleanField(default=False)
+
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.ACTIVE)
     final_reason = models.CharField(max_length=50, blank=True, default="")
     guard_status = models.CharField(max_length=10, default="ok")
@@ -176,6 +192,10 @@ class Message(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["session", "seq"], name="uniq_message_session_seq")
         ]
+        indexes = [
+            # GC asks "does a live message still reference this output?".
+            models.Index(fields=["output_ref"], name="message_output_ref_idx"),
+        ]
         ordering = ["session", "seq"]
 
     def __str__(self) -> str:
@@ -213,3 +233,61 @@ class IdempotencyRecord(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["session", "key"], name="uniq_idempotency_session_key")
         ]
+
+
+class ToolOutput(models.Model):
+    """A tool output stored in full (spec 000 §1.5, spec 002 §2's tool_result_blobs).
+
+    The bytes live in ``ToolOutputChunk`` rows of whole lines, so a line range
+    or a grep reads only the chunks it needs. ``sha256`` is unique per session
+    (identical outputs are stored once); it stays null while a raw upload is
+    still streaming, inside its transaction.
+    """
+
+    ref = models.CharField(max_length=64, unique=True)
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="outputs")
+    tool_name = models.CharField(max_length=200, blank=True, default="")
+    byte_size = models.PositiveBigIntegerField(default=0)
+    line_count = models.PositiveBigIntegerField(default=0)
+    chunk_count = models.PositiveIntegerField(default=0)
+    sha256 = models.CharField(max_length=64, null=True, blank=True)
+    source = models.CharField(max_length=10, default="message")  # message / upload
+    created_at = models.DateTimeField(default=timezone.now)
+    # Touched whenever a message (re)uses the output; GC keeps anything used
+    # within the retention period even before the message is committed.
+    last_used_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["session", "sha256"], name="uniq_output_session_sha256")
+        ]
+        ordering = ["session", "id"]
+
+    def __str__(self) -> str:
+        return self.ref
+
+
+class ToolOutputChunk(models.Model):
+    """About 256 KiB of one output, cut after a newline where there is one.
+
+    ``first_line`` is the 1-based number of the line holding the chunk's first
+    byte (newlines before the chunk + 1); ``line_count`` counts the newlines in
+    it. The line L starts right after newline L-1, which lies in the chunk with
+    the greatest ``first_line < L`` — one indexed lookup, wherever L is.
+    """
+
+    output = models.ForeignKey(ToolOutput, on_delete=models.CASCADE, related_name="chunks")
+    index = models.PositiveIntegerField()
+    first_line = models.PositiveBigIntegerField()
+    line_count = models.PositiveIntegerField()
+    byte_offset = models.PositiveBigIntegerField()
+    data = models.BinaryField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["output", "index"], name="uniq_chunk_output_index")
+        ]
+        indexes = [
+            models.Index(fields=["output", "first_line", "index"], name="chunk_output_line_idx"),
+        ]
+        ordering = ["output", "index"]

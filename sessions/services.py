@@ -14,17 +14,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Sum
 from django.utils import timezone
 
 from contextsvc.engine.budget import Thresholds
 from contextsvc.engine.messages import Message as EngineMessage
-from contextsvc.engine.messages import PromptSection, ToolCall, ToolDef
+from contextsvc.engine.messages import PromptSection, ToolCall, ToolDef, content_text
 from contextsvc.engine.tokens import estimate_message, estimate_sections, estimate_tool_schemas, get_tokenizer
 from contextsvc.errors import Conflict, ValidationFailed
 
-from . import accounting
+from . import accounting, output_store
 from .models import AgentKey, IdempotencyRecord, Message, Session, UsageReport, hash_key
 
 # Hooks other apps register to run after a committed append/usage report
@@ -166,13 +168,67 @@ def _reject_duplicates(items: Sequence[dict[str, Any]], what: str) -> None:
         seen.add(item["name"])
 
 
+def _check_count(items: Sequence[dict[str, Any]], what: str, maximum: int, setting: str) -> None:
+    if len(items) > maximum:
+        first = items[maximum]
+        raise ValidationFailed(
+            f"At most {maximum} {what}s per session ({setting}); got {len(items)}:"
+            f" {what} {first.get('name')!r} at index {maximum} is over the limit",
+            details={"field": f"{what}s.{maximum}", "max": maximum, "count": len(items)},
+        )
+
+
+# Digests of input schemas already found valid: re-registering the same MCP
+# tools (every session of an agent does) skips the metaschema walk, which costs
+# milliseconds per schema.
+_VALID_SCHEMAS: dict[str, None] = {}
+_VALID_SCHEMAS_SIZE = 20_000
+
+
+def _check_json_schema(i: int, tool: dict[str, Any]) -> None:
+    """422 naming the tool when its input_schema is not valid JSON Schema.
+
+    Checked against the schema's own ``$schema`` dialect, draft 2020-12 when it
+    names none (what MCP and the Anthropic API take), as ``check_schema`` does.
+    """
+    import jsonschema
+    from jsonschema.validators import validator_for
+
+    schema = tool["input_schema"]
+    digest = hashlib.sha256(
+        orjson.dumps(schema, option=orjson.OPT_SORT_KEYS, default=str)
+    ).hexdigest()
+    if digest in _VALID_SCHEMAS:
+        return
+    try:
+        validator_for(schema, default=jsonschema.Draft202012Validator).check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        where = exc.json_path if hasattr(exc, "json_path") else "$"
+        raise ValidationFailed(
+            f"Tool {tool['name']!r} (tools[{i}]): input_schema is not valid JSON Schema:"
+            f" {exc.message} at {where}",
+            details={"field": f"tools.{i}.input_schema", "tool": tool["name"], "path": where},
+        ) from None
+    if len(_VALID_SCHEMAS) >= _VALID_SCHEMAS_SIZE:
+        _VALID_SCHEMAS.pop(next(iter(_VALID_SCHEMAS)))
+    _VALID_SCHEMAS[digest] = None
+
+
 @transaction.atomic
 def session_set_sections(*, session: Session, sections: list[dict[str, Any]]) -> Session:
-    """Replace the prompt sections; counted once here, never per request."""
+    """Replace the prompt sections; counted once here, never per request.
+
+    Everything is checked before anything is written (issue 6 "bad input").
+    """
+    from contextsvc.engine.prompt import check_kind
+
+    _check_count(sections, "section", settings.CONTEXTSVC_MAX_SECTIONS, "CONTEXTSVC_MAX_SECTIONS")
     _reject_duplicates(sections, "section")
+    parsed = [PromptSection(**s) for s in sections]
+    for i, section in enumerate(parsed):
+        check_kind(section, i)
     session = _locked(session)
     tokenizer = accounting.tokenizer_of(session)
-    parsed = [PromptSection(**s) for s in sections]
     session.sections = sections
     session.system_tokens = estimate_sections([s for s in parsed if s.kind != "skill"], tokenizer)
     session.skill_tokens = estimate_sections([s for s in parsed if s.kind == "skill"], tokenizer)
@@ -184,23 +240,67 @@ def session_set_sections(*, session: Session, sections: list[dict[str, Any]]) ->
 
 @transaction.atomic
 def session_set_tools(*, session: Session, tools: list[dict[str, Any]]) -> Session:
+    """Replace the tool definitions.
+
+    Validated first (count, duplicate names, the reserved ``tool_search``,
+    JSON Schema), nothing partially applied. ``tool_tokens`` is what will be
+    *sent*: with many tools, deferral (issue 6, spec 002 §5) holds some back.
+    """
+    from contextsvc.engine.deferral import TOOL_SEARCH_NAME
+
+    _check_count(tools, "tool", settings.CONTEXTSVC_MAX_TOOLS, "CONTEXTSVC_MAX_TOOLS")
     _reject_duplicates(tools, "tool")
     for i, tool in enumerate(tools):
-        if tool["input_schema"].get("type") != "object":
+        if tool["name"] == TOOL_SEARCH_NAME and tool.get("category", "builtin") != "builtin":
+            raise ValidationFailed(
+                f"Tool {tool['name']!r} (tools[{i}]): the name is reserved for the built-in"
+                " tool_search; register it with category 'builtin' or rename your tool",
+                details={"field": f"tools.{i}.name"},
+            )
+        if not isinstance(tool["input_schema"], dict) or tool["input_schema"].get("type") != "object":
             raise ValidationFailed(
                 f"Tool {tool['name']!r}: input_schema must be a JSON Schema of type 'object'",
                 details={"field": f"tools.{i}.input_schema"},
             )
+        _check_json_schema(i, tool)
+    parsed = [ToolDef(**t) for t in tools]
     session = _locked(session)
-    scale = accounting.estimate_config_of(session).tool_schema_scale
+    from prompting.services import tools_registered
+
+    sent = tools_registered(session=session, tools=parsed)
+    if sent is None:  # deferral failed (logged): count and send everything
+        scale = accounting.estimate_config_of(session).tool_schema_scale
+        sent = estimate_tool_schemas(parsed, accounting.tokenizer_of(session), scale=scale)
     session.tools = tools
-    session.tool_tokens = estimate_tool_schemas(
-        [ToolDef(**t) for t in tools], accounting.tokenizer_of(session), scale=scale
-    )
+    session.tool_tokens = sent
     _refresh_guard(session)
     session.updated_at = timezone.now()
     session.save()
     return session
+
+
+@transaction.atomic
+def session_set_sent_tool_tokens(*, session: Session, tokens: int) -> Session:
+    """The tool-description tokens actually sent, after deferral (issue 6).
+
+    The budget's ``tool_descriptions`` and the guard count what goes out, not
+    what is registered: 300 deferred MCP tools must not push a session to
+    ``final``. Copies the new figures onto the caller's object too.
+    """
+    qs = Session.objects.defer("tools")  # up to a megabyte of JSON, not needed here
+    if connection.features.has_select_for_no_key_update:
+        qs = qs.select_for_update(no_key=True)
+    else:
+        qs = qs.select_for_update()
+    locked = qs.get(pk=session.pk)
+    if locked.tool_tokens != tokens:
+        locked.tool_tokens = tokens
+        _refresh_guard(locked)
+        locked.save(update_fields=["tool_tokens", "guard_status", "used_tokens"])
+    session.tool_tokens = locked.tool_tokens
+    session.guard_status = locked.guard_status
+    session.used_tokens = locked.used_tokens
+    return locked
 
 
 # --- messages ---------------------------------------------------------------------
@@ -212,6 +312,11 @@ class Prepared:
 
     message: EngineMessage
     row: dict[str, Any]
+    # Tool results: the stored output (spec 000 §1.4 ToolOutputRef) and its info
+    # for a failure view decided under the lock.
+    ref: dict[str, Any] | None = None
+    info: Any = None
+    pending: Any = None  # a small output to insert under the lock
 
 
 def to_engine_message(data: dict[str, Any]) -> EngineMessage:
@@ -232,17 +337,52 @@ def to_engine_message(data: dict[str, Any]) -> EngineMessage:
 def prepare_messages(session: Session, messages: Sequence[dict[str, Any]]) -> list[Prepared]:
     tokenizer = accounting.tokenizer_of(session)
     config = accounting.estimate_config_of(session)
+    cache = output_store.cache_config(session)
+    # Tool names for outputs (the lock-side match fills Message.name the same way).
+    open_calls = dict(session.open_tool_calls or {})
+    pending: dict[str, output_store.PendingOutput] = {}
     prepared = []
-    for data in messages:
+    for i, data in enumerate(messages):
         msg = to_engine_message(data)
+        for call in msg.tool_calls:
+            open_calls[call.id] = call.name
+        stored = None
+        if msg.role == "tool" and (cache.enabled or msg.output_ref):
+            # spec 000 §1.5: store the full output, put its view in context.
+            # Only the view is tokenized; the blob is never (DESIGN.md).
+            if msg.output_ref and msg.text:
+                raise ValidationFailed(
+                    f"messages[{i}]: a tool message carries content or output_ref, not both",
+                    details={"field": f"messages.{i}.output_ref"},
+                )
+            stored = output_store.output_for_message(
+                session=session,
+                config=cache,
+                text=None if msg.output_ref else msg.text,
+                output_ref=msg.output_ref,
+                tool_name=msg.name or open_calls.get(msg.tool_call_id or "", ""),
+                field_name=f"messages.{i}.output_ref",
+                pending=pending,
+            )
+            msg.output_ref = stored.output.ref
+            msg.view = stored.view.text
+            msg.view_state = stored.view.state
+            if stored.content is not None:
+                msg.content = stored.content
         msg.token_count = estimate_message(msg, tokenizer, config)
-        content = data.get("content") or ""
+        content = msg.content
+        if stored is not None and msg.view is not None:
+            # The output lives in its ToolOutput; the row keeps only media parts.
+            media: list[dict[str, Any]] = []
+            if isinstance(content, list):
+                media = [part for part in content if part.get("type", "text") != "text"]
+            content = media or ""
         prepared.append(
             Prepared(
                 message=msg,
                 row={
                     "role": msg.role,
-                    "content": content if isinstance(content, str) else msg.text,
+                    "content": content if isinstance(content, str) else content_text(content),
                     "parts": content if isinstance(content, list) else None,
                     "tool_calls": [
                         {"id": c.id, "name": c.name, "arguments": c.arguments} for c in msg.tool_calls
@@ -255,6 +395,9 @@ def prepare_messages(session: Session, messages: Sequence[dict[str, Any]]) -> li
                     "view_state": msg.view_state,
                     "token_count": msg.token_count,
                 },
+                ref=output_store.ref_dict(stored.output) if stored else None,
+                info=output_store.output_info(stored.output, msg.name) if stored else None,
+                pending=stored.pending if stored else None,
             )
         )
     return prepared
@@ -323,6 +466,11 @@ def session_append_messages(
                 return replay
         session.open_tool_calls = _match_tool_calls(session.open_tool_calls or {}, prepared)
         first = session.last_seq + 1
+        output_store.save_pending_outputs(session, prepared)
+        # spec 000 §1.7 budget trim and spec 001 tool preflight, from cached counters.
+        tool_effects = output_store.apply_tool_outputs(session, prepared, first)
+        if tool_effects.budget_exceeded:
+            session_mark_final(session=session, reason="toolBudgetExceeded")
         now = timezone.now()
         rows = [
             Message(session=session, seq=first + i, created_at=now, **p.row)
@@ -340,6 +488,8 @@ def session_append_messages(
             update_fields=[
                 "open_tool_calls", "last_seq", "message_count", "live_message_count",
                 "conversation_tokens", "updated_at", "guard_status", "used_tokens",
+                "tool_output_tokens", "tool_trim_seq", "tool_count_window_seq",
+                "reserved_tokens", "tool_reservations", "tool_budget_exceeded",
             ]
         )
         response = {
@@ -351,9 +501,11 @@ def session_append_messages(
                     "token_count": row.token_count,
                     "output_ref": row.output_ref,
                     "view": row.view_state,
+                    "ref": p.ref,
                 }
-                for row in rows
+                for row, p in zip(rows, prepared, strict=True)
             ],
+            "trimmed_seqs": tool_effects.trimmed_seqs,
             "budget": state.to_dict(),
         }
         if idempotency_key:

@@ -1,0 +1,313 @@
+"""Tool output cache API (issue 3): raw upload, slices, grep, tool budget, built-in tools.
+
+Handlers stay thin: parse, call ``output_store``, return data. Refs are
+looked up through the caller's key, so another key's ref is a 404.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest, StreamingHttpResponse
+from ninja import Header, Query, Router, Schema
+from ninja.responses import Status
+from pydantic import ConfigDict, Field, ValidationError, model_validator
+
+from contextsvc.engine.messages import ToolDef
+from contextsvc.errors import ValidationFailed
+
+from . import builtin_tools, output_store, selectors
+from .models import Session
+
+router = Router(tags=["outputs"])
+
+MAX_SLICE_LINES = 100_000
+MAX_GREP_MATCHES = 1_000
+MAX_GREP_CONTEXT = 100
+
+
+def _session(request: HttpRequest, sid: str) -> Session:
+    return selectors.session_get(owner=request.auth, external_id=sid)
+
+
+def _output_dict(output, *, deduplicated: bool = False) -> dict[str, Any]:
+    return {
+        **output_store.ref_dict(output),
+        "ref": output.ref,
+        "tool_name": output.tool_name,
+        "sha256": output.sha256,
+        "source": output.source,
+        "created_at": output.created_at,
+        "deduplicated": deduplicated,
+    }
+
+
+# --- raw upload ---------------------------------------------------------------------
+
+
+@router.put("/sessions/{sid}/outputs", response={201: dict, 200: dict})
+def upload_output(
+    request: HttpRequest,
+    sid: str,
+    tool_name: str = Header("", alias="X-Tool-Name", max_length=200),
+):
+    """Upload a tool output too big for a JSON body; stream it, never hold it whole.
+
+    Reads ``request.read(n)`` (not ``request.body``, which Django caps at
+    DATA_UPLOAD_MAX_MEMORY_SIZE and holds in memory) up to
+    CONTEXTSVC_MAX_UPLOAD_BYTES. A tool message then carries ``output_ref``.
+    """
+    session = _session(request, sid)
+    length = request.META.get("CONTENT_LENGTH") or ""
+    if not length.isdigit() and "chunked" in request.META.get("HTTP_TRANSFER_ENCODING", ""):
+        # Django's WSGI request reads nothing without a length: refuse rather
+        # than store an empty output.
+        raise ValidationFailed(
+            "Send the upload with a Content-Length (chunked transfer encoding is not supported)",
+            details={"field": "Content-Length"},
+        )
+    output, deduplicated = output_store.output_upload(
+        session=session,
+        read=request.read,
+        tool_name=tool_name,
+        content_length=int(length) if length.isdigit() else None,
+    )
+    return Status(200 if deduplicated else 201, _output_dict(output, deduplicated=deduplicated))
+
+
+class OutputListQuery(Schema):
+    cursor: int | None = Field(None, ge=1)
+    limit: int = Field(50, ge=1, le=200)
+
+
+@router.get("/sessions/{sid}/outputs")
+def list_outputs(request: HttpRequest, sid: str, q: Query[OutputListQuery]):
+    session = _session(request, sid)
+    qs = session.outputs.filter(sha256__isnull=False).order_by("-id")
+    if q.cursor:
+        qs = qs.filter(id__lt=q.cursor)
+    page = list(qs[: q.limit + 1])
+    next_cursor = page[q.limit - 1].id if len(page) > q.limit else None
+    return {"items": [_output_dict(o) for o in page[: q.limit]], "next_cursor": next_cursor}
+
+
+# --- expansion and grep -----------------------------------------------------------------
+
+
+class SliceQuery(Schema):
+    # spec 000 §1.8 / DESIGN: offset is the 1-based first line (0 = from the start).
+    offset: int = Field(1, ge=0)
+    limit: int = Field(100, ge=1, le=MAX_SLICE_LINES)
+    max_line_length: int | None = Field(None, ge=1)
+
+
+class GrepQuery(Schema):
+    pattern: str = Field(..., min_length=1, max_length=10_000)
+    context: int = Field(0, ge=0, le=MAX_GREP_CONTEXT)
+    max_matches: int = Field(100, ge=1, le=MAX_GREP_MATCHES)
+    ignore_case: bool = False
+
+
+@router.get("/refs/{ref}")
+def get_ref(request: HttpRequest, ref: str, q: Query[SliceQuery]):
+    output = output_store.output_get(owner=request.auth, ref=ref)
+    return output_store.output_slice(
+        output, offset=q.offset, limit=q.limit, max_line_length=q.max_line_length
+    )
+
+
+@router.get("/refs/{ref}/grep")
+def grep_ref(request: HttpRequest, ref: str, q: Query[GrepQuery]):
+    output = output_store.output_get(owner=request.auth, ref=ref)
+    return output_store.output_grep(
+        output,
+        pattern=q.pattern,
+        context=q.context,
+        max_matches=q.max_matches,
+        ignore_case=q.ignore_case,
+    )
+
+
+@router.get("/refs/{ref}/raw")
+def download_ref(request: HttpRequest, ref: str):
+    """The stored bytes exactly as posted, streamed chunk by chunk."""
+    output = output_store.output_get(owner=request.auth, ref=ref)
+    response = StreamingHttpResponse(
+        output_store.output_iter_bytes(output), content_type="application/octet-stream"
+    )
+    response["Content-Length"] = str(output.byte_size)
+    response["Content-Disposition"] = f'attachment; filename="{output.ref}.txt"'
+    return response
+
+
+# --- tool budget (spec 001) ------------------------------------------------------------------
+
+
+class ToolCostIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    tool_call_id: str | None = Field(None, min_length=1, max_length=200)
+    bytes: int | None = Field(None, ge=0)
+    tokens: int | None = Field(None, ge=0)
+    text: str | None = None
+
+    @model_validator(mode="after")
+    def _one_size(self) -> ToolCostIn:
+        given = [k for k in ("bytes", "tokens", "text") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of bytes, tokens or text")
+        return self
+
+
+class ReleaseIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    tool_call_id: str | None = Field(None, min_length=1, max_length=200)
+
+
+@router.post("/sessions/{sid}/tools/preview", tags=["tools"])
+def preview_tool_output(request: HttpRequest, sid: str, payload: ToolCostIn):
+    """spec 001 previewToolOutput: the in-context cost of an output, reserving nothing."""
+    return output_store.tool_output_preview(
+        _session(request, sid), **payload.model_dump(exclude_none=True)
+    )
+
+
+@router.post("/sessions/{sid}/tools/reserve", tags=["tools"])
+def reserve_tool_output(request: HttpRequest, sid: str, payload: ToolCostIn):
+    """spec 001 reserveToolOutput: held as the guard's pending tokens until the result arrives."""
+    return output_store.session_reserve_tool_output(
+        session=_session(request, sid), **payload.model_dump(exclude_none=True)
+    )
+
+
+@router.post("/sessions/{sid}/tools/release", tags=["tools"])
+def release_tool_output(request: HttpRequest, sid: str, payload: ReleaseIn):
+    return output_store.session_release_tool_reservation(
+        session=_session(request, sid), tool_call_id=payload.tool_call_id
+    )
+
+
+# --- built-in tools: tool_output_cache, tool_output_cache_grep (spec 000 §1.8) ----------------
+
+
+class CacheReadArgs(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    ref_id: str = Field(..., min_length=1, max_length=64)
+    offset: int = Field(1, ge=0)
+    limit: int = Field(200, ge=1, le=MAX_SLICE_LINES)
+
+
+class CacheGrepArgs(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    ref_id: str = Field(..., min_length=1, max_length=64)
+    pattern: str = Field(..., min_length=1, max_length=10_000)
+    context: int = Field(0, ge=0, le=MAX_GREP_CONTEXT)
+    max_matches: int = Field(50, ge=1, le=MAX_GREP_MATCHES)
+    ignore_case: bool = False
+
+
+def _parse(model: type[Schema], arguments: dict[str, Any]) -> Any:
+    try:
+        return model.model_validate(arguments)
+    except ValidationError as exc:
+        errors = [
+            {"field": ".".join(str(p) for p in e["loc"]) or "arguments", "message": e["msg"]}
+            for e in exc.errors()
+        ]
+        summary = "; ".join(f"{e['field']}: {e['message']}" for e in errors[:5])
+        raise ValidationFailed(summary or "Invalid arguments", details=errors) from None
+
+
+def _call_read(session: Session, arguments: dict[str, Any]) -> dict[str, Any]:
+    args = _parse(CacheReadArgs, arguments)
+    output = output_store.output_get(owner=session.owner, ref=args.ref_id)
+    # Lines cut like the session's views, as a `read` tool cuts long lines.
+    max_line = output_store.cache_config(session).max_line_length
+    result = output_store.output_slice(
+        output, offset=args.offset, limit=args.limit, max_line_length=max_line
+    )
+    result["ref_id"] = result.pop("ref")
+    return result
+
+
+def _call_grep(session: Session, arguments: dict[str, Any]) -> dict[str, Any]:
+    args = _parse(CacheGrepArgs, arguments)
+    output = output_store.output_get(owner=session.owner, ref=args.ref_id)
+    result = output_store.output_grep(
+        output,
+        pattern=args.pattern,
+        context=args.context,
+        max_matches=args.max_matches,
+        ignore_case=args.ignore_case,
+    )
+    result["ref_id"] = result.pop("ref")
+    return result
+
+
+READ_TOOL = ToolDef(
+    name="tool_output_cache",
+    description=(
+        "Read lines of a stored tool output. Large or old tool results in the conversation "
+        "are cut or replaced by a note with a ref id (ref=out_…); this returns the stored "
+        "output's lines with 1-based line numbers, like a file read tool. Use offset/limit "
+        "to page through it; has_more and next_offset say whether more lines follow."
+    ),
+    input_schema={
+        "type": "object",
+        "properties": {
+            "ref_id": {"type": "string", "description": "The ref id from the note, e.g. out_3f2a…"},
+            "offset": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "1-based number of the first line to read (default 1)",
+            },
+            "limit": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": MAX_SLICE_LINES,
+                "description": "Number of lines to read (default 200)",
+            },
+        },
+        "required": ["ref_id"],
+        "additionalProperties": False,
+    },
+    category="builtin",
+)
+
+GREP_TOOL = ToolDef(
+    name="tool_output_cache_grep",
+    description=(
+        "Search a stored tool output (by its ref id) with a regular expression. Returns the "
+        "matching lines with 1-based line numbers and optional context lines, like grep -n; "
+        "then read around a match with tool_output_cache."
+    ),
+    input_schema={
+        "type": "object",
+        "properties": {
+            "ref_id": {"type": "string", "description": "The ref id from the note, e.g. out_3f2a…"},
+            "pattern": {"type": "string", "description": "Regular expression (Python syntax)"},
+            "context": {
+                "type": "integer",
+                "minimum": 0,
+                "maximum": MAX_GREP_CONTEXT,
+                "description": "Lines of context before and after each match (default 0)",
+            },
+            "max_matches": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": MAX_GREP_MATCHES,
+                "description": "Stop after this many matching lines (default 50)",
+            },
+            "ignore_case": {"type": "boolean", "description": "Case-insensitive (default false)"},
+        },
+        "required": ["ref_id", "pattern"],
+        "additionalProperties": False,
+    },
+    category="builtin",
+)
+
+builtin_tools.register(READ_TOOL, _call_read)
+builtin_tools.register(GREP_TOOL, _call_grep)

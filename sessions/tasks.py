@@ -1,0 +1,28 @@
+"""Celery tasks of the sessions app: thin, idempotent, safe to run twice."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import shared_task
+
+
+@shared_task(
+    name="sessions.gc_outputs",
+    acks_late=True,
+    reject_on_worker_lost=True,
+    autoretry_for=(Exception,),
+    retry_backoff=30,
+    max_retries=3,
+)
+def gc_outputs(older_than_days: int | None = None) -> dict[str, Any]:
+    """spec 000 §1.9: delete tool outputs nothing references (see ``outputs_gc``).
+
+    Idempotent: a second run finds nothing left to delete. Schedule it daily
+    (celery beat), or run ``manage.py gc_outputs`` from cron.
+    """
+    from .output_store import outputs_gc
+
+    result = outputs_gc(older_than_days=older_than_days)
+    # The per-output list can be long; the task result keeps the totals.
+    return {k: v for k, v in result.items() if k != "outputs"}
