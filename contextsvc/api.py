@@ -109,4 +109,5 @@ def on_http_error(request: HttpRequest, exc: HttpError):
 
 
 api.add_router("/", "sessions.api.router")
-
+api.add_router("/", "sessions.api_outputs.router")
+api.add_router("/", "compaction.api.router")

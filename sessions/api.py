@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import HttpRequest
-from ninja import Header, Query, Router, Schema, Status
+from ninja import Body, Header, Query, Router, Schema, Status
 from pydantic import Field
 
 from contextsvc.http import json_response
@@ -20,8 +20,8 @@ def _owner(request: HttpRequest):
     return request.auth
 
 
-def _session(request: HttpRequest, sid: str):
-    return selectors.session_get(owner=_owner(request), external_id=sid)
+def _session(request: HttpRequest, sid: str, *, defer_tools: bool = False):
+    return selectors.session_get(owner=_owner(request), external_id=sid, defer_tools=defer_tools)
 
 
 class ListFilters(Schema):
@@ -104,6 +104,10 @@ def get_budget(request: HttpRequest, sid: str, q: Query[BudgetQuery]):
     out["status"] = session.status
     out["final_reason"] = session.final_reason or None
     out["usage_reports"] = selectors.session_usage_reports(session)
+    # Issue 6: prompt-cache estimate vs reported usage, deferral, degradations.
+    out.update(selectors.prompt_budget_blocks(session))
+    # Issue 4: auto-compaction and its circuit breaker.
+    out.update(selectors.app_budget_blocks(session))
     return out
 
 
@@ -114,7 +118,7 @@ class ContextQuery(Schema):
 
 @router.get("/sessions/{sid}/context")
 def get_context(request: HttpRequest, sid: str, q: Query[ContextQuery]):
-    session = _session(request, sid)
+    session = _session(request, sid, defer_tools=True)
     body = selectors.session_context(session, q.format, extra=q.extra_tokens)
     if body["budget"]["guard"]["status"] == "final":
         services.session_mark_final(session=session, reason="context")
@@ -150,7 +154,7 @@ def list_builtin_tools(request: HttpRequest):
 
 
 @router.post("/sessions/{sid}/tools/{name}/call", tags=["tools"])
-def call_builtin_tool(request: HttpRequest, sid: str, name: str, payload: dict[str, Any]):
+def call_builtin_tool(request: HttpRequest, sid: str, name: str, payload: Body[dict[str, Any]]):
     from . import builtin_tools
 
-    return builtin_tools.call(_session(request, sid), name, payload)
+    return builtin_tools.call(_session(request, sid, defer_tools=True), name, payload)

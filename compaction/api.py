@@ -1,0 +1,118 @@
+"""Agent API for compaction: parse → call a service or selector → return data."""
+
+from __future__ import annotations
+
+from django.http import HttpRequest
+from ninja import Query, Router, Schema, Status
+from pydantic import Field
+
+from contextsvc.http import json_response
+from sessions import selectors as session_selectors
+from sessions import services as session_services
+
+from . import selectors, services
+from .schemas import CompactIn, OverflowIn
+
+router = Router(tags=["compaction"])
+
+
+def _session(request: HttpRequest, sid: str):
+    return session_selectors.session_get(owner=request.auth, external_id=sid)
+
+
+@router.post("/sessions/{sid}/compact", response={200: dict, 202: dict})
+def compact(request: HttpRequest, sid: str, payload: CompactIn):
+    """spec 002 §7 ``/compact``: a forced compaction; ``wait`` runs it in the request."""
+    session = _session(request, sid)
+    run, created = services.compaction_request(
+        session=session,
+        trigger="manual",
+        strategy=payload.strategy,
+        instructions=payload.instructions,
+        retain_last_turns=payload.retain_last_turns,
+        enqueue=not payload.wait,
+    )
+    if not payload.wait:
+        return Status(202, {"run_id": str(run.pk), "status": run.status, "joined": not created})
+    run = services.compaction_run_sync(run=run)
+    services.raise_for_failure(run)
+    status = 200 if run.is_finished else 202
+    return Status(
+        status,
+        {
+            "run_id": str(run.pk),
+            "status": run.status,
+            "joined": not created,
+            "result": selectors.compact_result(run),
+            "changed": run.changed,
+            "retention_score": run.retention_score,
+        },
+    )
+
+
+@router.get("/compactions/{run_id}")
+def get_compaction(request: HttpRequest, run_id: str):
+    return selectors.run_to_dict(selectors.run_get(owner=request.auth, run_id=run_id))
+
+
+class RunListQuery(Schema):
+    limit: int = Field(20, ge=1, le=200)
+
+
+@router.get("/sessions/{sid}/compactions")
+def list_compactions(request: HttpRequest, sid: str, q: Query[RunListQuery]):
+    session = _session(request, sid)
+    runs = selectors.run_list(session=session, limit=q.limit)
+    return {"items": [selectors.run_to_dict(r, detail=False) for r in runs]}
+
+
+@router.get("/sessions/{sid}/snapshot")
+def get_snapshot(request: HttpRequest, sid: str):
+    """spec 002 §6 resume: the newest snapshot plus the messages after it."""
+    return json_response(selectors.session_resume(_session(request, sid)))
+
+
+@router.get("/sessions/{sid}/snapshots")
+def list_snapshots(request: HttpRequest, sid: str):
+    return {"items": selectors.snapshot_list(session=_session(request, sid))}
+
+
+@router.post("/sessions/{sid}/snapshots/{snapshot_id}/restore")
+def restore_snapshot(request: HttpRequest, sid: str, snapshot_id: str):
+    """Make snapshot ``snapshot_id`` (or ``uncompacted``: the whole transcript) live again."""
+    session = _session(request, sid)
+    if snapshot_id == "uncompacted":
+        target = None
+    elif snapshot_id.isdigit():
+        target = int(snapshot_id)
+    else:
+        target = -1  # no such snapshot: a 404 from the service
+    snapshot = services.snapshot_restore(session=session, snapshot_id=target)
+    session.refresh_from_db()
+    return {
+        "snapshot": selectors.snapshot_to_dict(snapshot, with_messages=False),
+        "session": session_selectors.session_to_dict(session),
+    }
+
+
+class ContextFormat(Schema):
+    format: str = "anthropic"
+
+
+@router.post("/sessions/{sid}/overflow")
+def overflow(request: HttpRequest, sid: str, payload: OverflowIn, q: Query[ContextFormat]):
+    """spec 003 emergency compression: the provider said "context too long".
+
+    Drops the oldest turns now (synchronously) and answers with the new context.
+    """
+    session = _session(request, sid)
+    run = services.compaction_overflow(
+        session=session, detail=payload.detail, reported_tokens=payload.reported_tokens
+    )
+    services.raise_for_failure(run)
+    session.refresh_from_db()
+    body = session_selectors.session_context(session, q.format)
+    if body["budget"]["guard"]["status"] == "final":
+        session_services.session_mark_final(session=session, reason="context")
+    body["compaction"] = selectors.run_to_dict(run, detail=False)
+    return json_response(body)

@@ -1,0 +1,29 @@
+"""API schemas for compaction. Inputs forbid unknown fields."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from ninja import Schema
+from pydantic import ConfigDict, Field
+
+StrategyName = Literal["chain", "tool_clearing", "summarize", "sandwich", "drop_oldest_turns"]
+
+
+class In(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CompactIn(In):
+    strategy: StrategyName | None = None
+    # Appended to the summary prompt (spec 000 §2.6.3 style: a directive).
+    instructions: str = Field("", max_length=20_000)
+    retain_last_turns: int | None = Field(None, ge=0, le=10_000)
+    # True: run now, in the request, and answer with the result (200).
+    wait: bool = False
+
+
+class OverflowIn(In):
+    # What the provider said (kept in the run's log), and what it counted.
+    detail: str = Field("", max_length=10_000)
+    reported_tokens: int | None = Field(None, ge=0)

@@ -1,0 +1,248 @@
+"""Reads for compaction: windows to compact, runs, snapshots, the budget block.
+
+Every lookup for the API takes the owner, so another key's run or snapshot is
+a 404. Windows are loaded as *views*: a message whose view differs from its
+content (a cut, trimmed or cleared tool output) never has its content read —
+with issue 3 the full output lives in ``ToolOutput`` anyway, and nothing here
+reads that table, so compacting a session holding 200 MB of outputs costs what
+its views cost.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import orjson
+from django.db.models import Case, F, TextField, Value, When
+from django.db.models.functions import Cast
+
+from contextsvc.engine.build import message_to_dict
+from contextsvc.engine.messages import Message as EngineMessage
+from contextsvc.errors import NotFound
+from sessions.models import AgentKey, Message, Session
+from sessions.selectors import row_to_message
+
+from .models import CompactionRun, CompactionState, Snapshot
+
+BREAKER_THRESHOLD = 3
+
+
+def _view_fields() -> tuple[Any, ...]:
+    # content/parts only where there is no view: the view is what the model sees.
+    # JSON comes back as text and is parsed with orjson (a window is thousands of rows).
+    content = Case(
+        When(view__isnull=True, then=F("content")), default=Value(""), output_field=TextField()
+    )
+    parts = Case(
+        When(view__isnull=True, then=Cast("parts", TextField())),
+        default=Value(None, output_field=TextField()),
+        output_field=TextField(),
+    )
+    return (
+        "seq",
+        "role",
+        content,
+        parts,
+        Cast("tool_calls", TextField()),
+        "tool_call_id",
+        "name",
+        "reasoning",
+        "output_ref",
+        "view",
+        "view_state",
+        "token_count",
+    )
+
+
+def _json(text: str | None) -> Any:
+    return orjson.loads(text) if text else None
+
+
+def window_messages(
+    session: Session, *, start_seq: int, through_seq: int | None = None
+) -> list[EngineMessage]:
+    """Messages ``start_seq`` … ``through_seq`` (inclusive) as the engine sees them."""
+    qs = Message.objects.filter(session=session, seq__gte=start_seq)
+    if through_seq is not None:
+        qs = qs.filter(seq__lte=through_seq)
+    rows = qs.order_by("seq").values_list(*_view_fields())
+    return [
+        row_to_message((seq, role, content, _json(parts), _json(calls), *rest))
+        for seq, role, content, parts, calls, *rest in rows
+    ]
+
+
+def transcript_messages(session: Session, *, through_seq: int) -> list[EngineMessage]:
+    return window_messages(session, start_seq=1, through_seq=through_seq)
+
+
+# --- runs -----------------------------------------------------------------------------
+
+
+def run_get(*, owner: AgentKey, run_id: str) -> CompactionRun:
+    try:
+        pk = uuid.UUID(str(run_id))
+    except ValueError:
+        raise NotFound(f"Compaction run {run_id!r} not found") from None
+    run = (
+        CompactionRun.objects.select_related("session").filter(pk=pk, session__owner=owner).first()
+    )
+    if run is None:
+        raise NotFound(f"Compaction run {run_id!r} not found")
+    return run
+
+
+def run_list(*, session: Session, limit: int = 20) -> list[CompactionRun]:
+    return list(CompactionRun.objects.filter(session=session).order_by("-created_at")[:limit])
+
+
+def compact_result(run: CompactionRun) -> dict[str, Any] | None:
+    """spec 002 §7 CompactResult of a finished run."""
+    if run.before_tokens is None:
+        return None
+    return {
+        "before_tokens": run.before_tokens,
+        "after_tokens": run.after_tokens,
+        "before_msg_count": run.before_msg_count,
+        "after_msg_count": run.after_msg_count,
+        "strategies_run": run.strategies_run,
+    }
+
+
+def run_to_dict(run: CompactionRun, *, detail: bool = True) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "run_id": str(run.pk),
+        "session_id": run.session.external_id,
+        "trigger": run.trigger,
+        "status": run.status,
+        "strategy": run.strategy,
+        "chain": run.chain,
+        "forced": run.forced,
+        "changed": run.changed,
+        "result": compact_result(run),
+        "retention_score": run.retention_score,
+        "error": {"code": run.error_code, "message": run.error} if run.error_code else None,
+        "created_at": run.created_at,
+        "started_at": run.started_at,
+        "finished_at": run.finished_at,
+    }
+    snapshot_id = (
+        Snapshot.objects.filter(run=run).values_list("pk", flat=True).first() if detail else None
+    )
+    if detail:
+        out.update(
+            {
+                "instructions": run.instructions or None,
+                "retain_last_turns": run.retain_last_turns,
+                "before_used": run.before_used,
+                "after_used": run.after_used,
+                "target_tokens": run.target_tokens,
+                "through_seq": run.through_seq,
+                "model": run.model or None,
+                "summarizer": run.summarizer or None,
+                "reports": run.reports,
+                "retention": run.retention,
+                "attempts": run.attempts,
+                "timings": run.timings,
+                "snapshot_id": snapshot_id,
+            }
+        )
+    return out
+
+
+# --- snapshots --------------------------------------------------------------------------
+
+
+def snapshot_latest(session: Session) -> Snapshot | None:
+    return Snapshot.objects.filter(session=session).order_by("-id").first()
+
+
+def snapshot_get(*, session: Session, snapshot_id: int) -> Snapshot:
+    snapshot = Snapshot.objects.filter(session=session, pk=snapshot_id).first()
+    if snapshot is None:
+        raise NotFound(f"Snapshot {snapshot_id!r} not found")
+    return snapshot
+
+
+def snapshot_to_dict(snapshot: Snapshot, *, with_messages: bool = True) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "id": snapshot.pk,
+        "kind": snapshot.kind,
+        "run_id": str(snapshot.run_id) if snapshot.run_id else None,
+        "restored_from": snapshot.restored_from_id,
+        "uncompacted": snapshot.uncompacted,
+        "window_start_seq": snapshot.window_start_seq,
+        "through_seq": snapshot.through_seq,
+        "token_count": snapshot.token_count,
+        "message_count": snapshot.message_count,
+        "created_at": snapshot.created_at,
+    }
+    if with_messages:
+        out["retain"] = snapshot.retain
+        out["summary"] = snapshot.summary
+        out["messages"] = snapshot.messages
+    return out
+
+
+def snapshot_list(*, session: Session, limit: int = 50) -> list[dict[str, Any]]:
+    rows = Snapshot.objects.filter(session=session).order_by("-id").defer("messages")[:limit]
+    return [snapshot_to_dict(s, with_messages=False) for s in rows]
+
+
+def session_resume(session: Session) -> dict[str, Any]:
+    """spec 002 §6 resume: the newest snapshot plus the messages after it.
+
+    A never-compacted session has no snapshot: its whole live window comes back
+    (the fallback of spec 002 §6).
+    """
+    snapshot = snapshot_latest(session)
+    after = snapshot.through_seq + 1 if snapshot is not None else session.window_start_seq
+    later = [message_to_dict(m) for m in window_messages(session, start_seq=after)]
+    snap = snapshot_to_dict(snapshot) if snapshot is not None else None
+    return {
+        "session_id": session.external_id,
+        "snapshot": snap,
+        "later_messages": later,
+        # Convenience: what to load to resume, in order.
+        "retain": snap["retain"] if snap else session.retain,
+        "summary": snap["summary"] if snap else session.summary,
+        "messages": [*(snap["messages"] if snap else []), *later],
+        "last_seq": session.last_seq,
+    }
+
+
+# --- state and the budget block -------------------------------------------------------------
+
+
+def state_of(session: Session) -> CompactionState | None:
+    return CompactionState.objects.filter(session=session).first()
+
+
+def breaker_open(state: CompactionState | None) -> bool:
+    return state is not None and state.consecutive_failures >= BREAKER_THRESHOLD
+
+
+def budget_block(session: Session) -> dict[str, Any]:
+    """``compaction`` in GET budget / context: is auto-compaction on, the breaker."""
+    policy = (session.policy or {}).get("compaction") or {}
+    state = state_of(session)
+    is_open = breaker_open(state)
+    active = (
+        CompactionRun.objects.filter(session=session, status__in=CompactionRun.ACTIVE)
+        .values_list("pk", "status")
+        .first()
+    )
+    return {
+        "compaction": {
+            "enabled": policy.get("enabled", True),
+            "auto": policy.get("auto", True) and not is_open,
+            "circuit_breaker": {
+                "open": is_open,
+                "consecutive_failures": state.consecutive_failures if state else 0,
+                "threshold": BREAKER_THRESHOLD,
+                "opened_at": state.breaker_opened_at if state else None,
+            },
+            "active_run": {"run_id": str(active[0]), "status": active[1]} if active else None,
+        }
+    }

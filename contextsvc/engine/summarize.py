@@ -1,0 +1,497 @@
+"""Summary prompts, summary requests and the offline summariser (spec 000 §2.6, spec 004).
+
+Pure: messages in, a request or a text out. A summariser is anything with
+``complete(SummaryRequest) -> SummaryResult``; the one that calls the Anthropic
+API lives in ``compaction/summarizers.py`` (the engine never touches the
+network), the deterministic ``OfflineSummarizer`` lives here.
+
+Two request kinds:
+
+- ``retain_summary`` (spec 000 §2.6): the prepared messages, then the
+  interrupt — a user message asking for ``<retain>`` and ``<summary>`` — sent
+  without tools; neither the interrupt nor the raw answer stays in history.
+- ``compress`` (spec 004): one user message, the compression prompt with the
+  excerpt formatted as text.
+
+What goes to an LLM carries no ``tool_use`` / ``tool_result`` blocks at all:
+the API rejects tool blocks in a request that defines no tools, so calls and
+results are rendered as text (``render_for_llm``). Spec 000 §2.6.1's rule —
+a trailing assistant ``tool_calls`` message becomes content-only, or is
+dropped — is applied first (``strip_trailing_tool_calls``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, Protocol
+
+from contextsvc.engine.build import RETAIN_HEADER, SUMMARY_HEADER, ContextParts, build_request
+from contextsvc.engine.errors import EngineUnavailableError, EngineValidationError
+from contextsvc.engine.messages import Message
+from contextsvc.engine.retention import (
+    KeyFact,
+    decision_sentences,
+    extract_key_facts,
+    first_line,
+)
+from contextsvc.engine.tokens import compact_json
+
+SummaryKind = Literal["retain_summary", "compress"]
+
+# spec 000 §2.2 summaryPrompt: "default: Python版に準拠（<summary>タグ）".
+DEFAULT_SUMMARY_PROMPT = """\
+Your context window is nearly full, so the conversation above will be replaced by a summary. \
+Write that summary now: it is all you will have to continue the work.
+
+Inside <summary></summary> tags, cover:
+1. The user's requests and intent, in order, with their exact constraints.
+2. Key decisions, what was tried, and why it did or did not work.
+3. Files, functions and commands involved (exact paths).
+4. Errors met and how they were resolved, or that they are still open.
+5. The current state of the work and the next step.
+
+Do not call tools. Do not add greetings or filler."""
+
+# spec 000 §2.6.4: the retain section's instruction (<retain> tags).
+DEFAULT_RETAIN_PROMPT = """\
+Before the summary, inside <retain></retain> tags, list verbatim as bullets the facts that must \
+survive word for word: the user's explicit requests and constraints, exact file paths, exact error \
+messages, tool output refs (ref=...), and open TODOs."""
+
+# spec 004 "Compression Prompt".
+DEFAULT_COMPRESSION_PROMPT = """\
+Summarize this conversation excerpt concisely. Preserve:
+- Key facts and decisions made
+- Important context needed to continue the discussion
+- User preferences or requirements mentioned
+- Any commitments or action items
+
+Do not include greetings or filler. Focus on information density.
+
+Conversation:
+---
+{formatted_messages}
+---"""
+
+SUMMARY_SYSTEM = (
+    "You summarise an agent's conversation so that the agent can continue its work from the "
+    "summary alone. Answer with text only; never call tools."
+)
+
+# spec 004: the summary is shown as "[Earlier conversation summary: {summary}]".
+SANDWICH_SUMMARY_FORMAT = "[Earlier conversation summary: {summary}]"
+
+# Rendering limits for what an LLM (or the offline summariser) is shown.
+MAX_ARGUMENT_CHARS = 2_000
+_RETAIN_RE = re.compile(r"<retain>(.*?)(?:</retain>|$)", re.DOTALL | re.IGNORECASE)
+_SUMMARY_RE = re.compile(r"<summary>(.*?)(?:</summary>|$)", re.DOTALL | re.IGNORECASE)
+
+
+# --- prompts ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PromptConfig:
+    """spec 000 CompactionConfig's prompt fields, plus spec 004's compression prompt.
+
+    ``retain_prompt``: None means the default, "" disables the retain section.
+    ``instructions`` come from a manual request (``POST /compact``) and are
+    appended to the summary prompt after the policy's directives.
+    """
+
+    summary_prompt: str | None = None
+    summary_directives: tuple[str, ...] = ()
+    retain_prompt: str | None = None
+    retain_directives: tuple[str, ...] = ()
+    compression_prompt: str | None = None
+    instructions: str = ""
+
+    def __post_init__(self) -> None:
+        template = self.compression_prompt
+        if template is not None and "{formatted_messages}" not in template:
+            raise EngineValidationError(
+                "compression_prompt must contain {formatted_messages}",
+                field="policy.compaction.compression_prompt",
+            )
+
+
+def bullets(items: Sequence[str]) -> str:
+    """spec 000 §2.6.3: directives are appended as a bulleted list."""
+    return "\n".join(f"- {item.strip()}" for item in items if item and item.strip())
+
+
+def build_interrupt(config: PromptConfig) -> str:
+    """The interrupt message of spec 000 §2.6 step 2 (retain + summary instructions)."""
+    parts: list[str] = []
+    retain_prompt = DEFAULT_RETAIN_PROMPT if config.retain_prompt is None else config.retain_prompt
+    if retain_prompt.strip():
+        parts.append(retain_prompt.strip())
+        if config.retain_directives:
+            parts.append(bullets(config.retain_directives))
+    parts.append((config.summary_prompt or DEFAULT_SUMMARY_PROMPT).strip())
+    extra = [*config.summary_directives]
+    if config.instructions.strip():
+        extra.append(config.instructions.strip())
+    if extra:
+        # spec 000 §2.6.3: appended, never replacing the prompt.
+        parts.append("Additional instructions:\n" + bullets(extra))
+    return "\n\n".join(parts)
+
+
+def wants_retain(config: PromptConfig) -> bool:
+    prompt = DEFAULT_RETAIN_PROMPT if config.retain_prompt is None else config.retain_prompt
+    return bool(prompt.strip())
+
+
+def extract_retain_summary(text: str) -> tuple[str, str]:
+    """spec 000 §2.6 step 4: the text of ``<retain>`` and ``<summary>``.
+
+    A missing closing tag (an answer cut at max_tokens) takes the rest of the
+    text; a missing ``<summary>`` tag takes everything outside ``<retain>``.
+    """
+    retain_match = _RETAIN_RE.search(text)
+    retain = retain_match.group(1).strip() if retain_match else ""
+    summary_match = _SUMMARY_RE.search(text)
+    if summary_match:
+        summary = summary_match.group(1).strip()
+    else:
+        rest = text[: retain_match.start()] + text[retain_match.end() :] if retain_match else text
+        summary = rest.strip()
+    return retain, summary
+
+
+# --- preparing messages -------------------------------------------------------------
+
+
+def strip_trailing_tool_calls(messages: Sequence[Message]) -> list[Message]:
+    """spec 000 §2.6.1: a last assistant message with tool_calls becomes content-only,
+    or is dropped when it has no content (its results are not there: the pair
+    would be broken in the summary request)."""
+    out = list(messages)
+    if out and out[-1].role == "assistant" and out[-1].tool_calls:
+        last = out[-1]
+        if last.context_text.strip() or (isinstance(last.content, list) and last.media_count):
+            out[-1] = replace(last, tool_calls=(), token_count=None)
+        else:
+            out.pop()
+    return out
+
+
+def _call_text(message: Message) -> str:
+    lines = []
+    for call in message.tool_calls:
+        args = compact_json(call.arguments)
+        if len(args) > MAX_ARGUMENT_CHARS:
+            args = args[:MAX_ARGUMENT_CHARS] + "…"
+        lines.append(f"[tool call {call.name} id={call.id}: {args}]")
+    return "\n".join(lines)
+
+
+def _result_header(message: Message) -> str:
+    ref = f" ref={message.output_ref}" if message.output_ref else ""
+    return f"[tool result {message.name or 'tool'} id={message.tool_call_id}{ref}]"
+
+
+def _plain_text(message: Message) -> str:
+    if message.view is None and isinstance(message.content, list):
+        out = []
+        for part in message.content:
+            kind = part.get("type", "text")
+            out.append(str(part.get("text", "")) if kind == "text" else f"[{kind}]")
+        return "\n".join(p for p in out if p)
+    return message.context_text
+
+
+def render_for_llm(messages: Sequence[Message]) -> list[Message]:
+    """Messages as plain user/assistant text: tool calls and results become text.
+
+    A request without tools may not carry tool blocks, and provider rules
+    about call/result adjacency no longer apply to text. Leading assistant
+    text gets a user message before it (the first message must be a user's).
+    """
+    out: list[Message] = []
+    for msg in messages:
+        if msg.role == "tool":
+            text = f"{_result_header(msg)}\n{msg.context_text}".rstrip()
+            out.append(Message(role="user", content=text))
+            continue
+        text = _plain_text(msg)
+        if msg.role == "assistant" and msg.tool_calls:
+            text = f"{text}\n{_call_text(msg)}".strip()
+        if text.strip():
+            out.append(Message(role=msg.role, content=text))
+    if out and out[0].role != "user":
+        out.insert(0, Message(role="user", content="[The conversation continues from earlier.]"))
+    return out
+
+
+def format_messages(messages: Sequence[Message]) -> str:
+    """spec 004 {formatted_messages}: one ``role: text`` block per message."""
+    blocks = []
+    for msg in messages:
+        if msg.role == "tool":
+            blocks.append(f"tool: {_result_header(msg)}\n{msg.context_text}".rstrip())
+            continue
+        text = _plain_text(msg)
+        if msg.role == "assistant" and msg.tool_calls:
+            text = f"{text}\n{_call_text(msg)}".strip()
+        blocks.append(f"{msg.role}: {text}")
+    return "\n\n".join(blocks)
+
+
+def build_compression_prompt(messages: Sequence[Message], template: str | None = None) -> str:
+    # str.replace, not str.format: conversation text is full of braces.
+    return (template or DEFAULT_COMPRESSION_PROMPT).replace(
+        "{formatted_messages}", format_messages(messages)
+    )
+
+
+def preamble(retain: str, summary: str) -> list[Message]:
+    """Retain then summary as user messages (spec 000 §2.7), as ``engine.build`` sends them."""
+    out: list[Message] = []
+    if retain:
+        out.append(Message(role="user", content=f"{RETAIN_HEADER}\n{retain}"))
+    if summary:
+        out.append(Message(role="user", content=f"{SUMMARY_HEADER}\n{summary}"))
+    return out
+
+
+# --- requests and summarisers ---------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryRequest:
+    """What a summariser is asked. ``source`` are the messages being summarised
+    (already prepared), ``prompt`` the interrupt or the compression prompt."""
+
+    kind: SummaryKind
+    source: tuple[Message, ...]
+    prompt: str
+    model: str
+    max_tokens: int
+    system: str = SUMMARY_SYSTEM
+    want_retain: bool = True
+
+    def llm_messages(self) -> list[Message]:
+        """The conversation an LLM gets: text only, the prompt as the last user message."""
+        if self.kind == "compress":
+            return [Message(role="user", content=self.prompt)]
+        return [*render_for_llm(self.source), Message(role="user", content=self.prompt)]
+
+    def anthropic_body(self) -> dict[str, Any]:
+        """The Messages API body, built by the one assembler (``engine.build``), no tools."""
+        parts = ContextParts(
+            model=self.model, max_output_tokens=self.max_tokens, messages=self.llm_messages()
+        )
+        body = build_request("anthropic", parts)
+        body.pop("tools", None)
+        body["system"] = self.system
+        return body
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryResult:
+    text: str
+    model: str
+    summarizer: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+    duration_ms: float = 0.0
+
+
+class Summarizer(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    def complete(self, request: SummaryRequest) -> SummaryResult: ...
+
+
+class SummarizerError(EngineUnavailableError):
+    """The summariser could not answer (spec 004 CX-NT3 → SERVICE_UNAVAILABLE).
+
+    ``transient`` errors (429, 5xx, overloaded, timeouts, connection) are worth
+    retrying later; the others (a 400, a bad key) are not.
+    """
+
+    def __init__(self, message: str, *, transient: bool = False, status: int | None = None) -> None:
+        super().__init__(message)
+        self.transient = transient
+        self.status = status
+
+
+def make_retain_summary_request(
+    messages: Sequence[Message],
+    config: PromptConfig,
+    *,
+    model: str,
+    max_tokens: int,
+) -> SummaryRequest:
+    """spec 000 §2.6 steps 1-2: prepare the messages, add the interrupt."""
+    prepared = strip_trailing_tool_calls(messages)
+    if not prepared:
+        # spec 004 CX-NT2: nothing to summarise is a validation error, not an empty summary.
+        raise EngineValidationError("Conversation has no messages", field="messages")
+    return SummaryRequest(
+        kind="retain_summary",
+        source=tuple(prepared),
+        prompt=build_interrupt(config),
+        model=model,
+        max_tokens=max_tokens,
+        want_retain=wants_retain(config),
+    )
+
+
+def make_compress_request(
+    messages: Sequence[Message], config: PromptConfig, *, model: str, max_tokens: int
+) -> SummaryRequest:
+    """spec 004 "Compress Middle": format the messages into the compression prompt."""
+    if not messages:
+        raise EngineValidationError("Conversation has no messages", field="messages")
+    return SummaryRequest(
+        kind="compress",
+        source=tuple(messages),
+        prompt=build_compression_prompt(messages, config.compression_prompt),
+        model=model,
+        max_tokens=max_tokens,
+        want_retain=False,
+    )
+
+
+# --- the offline summariser -------------------------------------------------------------
+
+
+def _clip(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+@dataclass(frozen=True, slots=True)
+class OfflineSummarizer:
+    """A deterministic summariser: no network, same input → same text.
+
+    Keeps what a continuation needs and an LLM summary is asked to keep: the
+    user's requests and constraints, the assistant's decisions, file paths,
+    error messages, TODOs and output refs (the key facts of ``retention``), and
+    which tools ran. The answer is bounded by ``max_tokens`` (about 3.5
+    characters per token, below the 4 of the estimate, so it fits).
+    """
+
+    name: str = "offline"
+    request_chars: int = 300
+
+    def complete(self, request: SummaryRequest) -> SummaryResult:
+        # Never longer than a third of what it summarises (a summary must shrink
+        # the window), never more than max_tokens allows.
+        source_chars = sum(len(m.context_text) for m in request.source)
+        budget = min(int(request.max_tokens * 3.5), max(1600, source_chars // 3))
+        facts = extract_key_facts(request.source)
+        summary = self._summary(
+            request.source, facts, budget if request.kind == "compress" else budget * 2 // 3
+        )
+        if request.kind == "compress":
+            text = summary
+        else:
+            retain = self._retain(facts, budget // 3) if request.want_retain else ""
+            text = (
+                f"<retain>\n{retain}\n</retain>\n" if retain else ""
+            ) + f"<summary>\n{summary}\n</summary>"
+        return SummaryResult(text=text, model="offline", summarizer=self.name)
+
+    def _retain(self, facts: Sequence[KeyFact], budget: int) -> str:
+        order = {"constraint": 0, "request": 1, "error": 2, "path": 3, "ref": 4, "todo": 5}
+        labels = {
+            "constraint": "Constraint",
+            "request": "User request",
+            "error": "Error",
+            "path": "File",
+            "ref": "Output ref",
+            "todo": "TODO",
+        }
+        lines: list[str] = []
+        used = 0
+        for fact in sorted(facts, key=lambda f: (order.get(f.kind, 9), f.seq or 0)):
+            line = f"- {labels.get(fact.kind, fact.kind)}: {fact.text}"
+            if used + len(line) + 1 > budget:
+                break
+            lines.append(line)
+            used += len(line) + 1
+        return "\n".join(lines)
+
+    def _summary(self, source: Sequence[Message], facts: Sequence[KeyFact], budget: int) -> str:
+        requests: list[str] = []
+        decisions: list[str] = []
+        tools: Counter[str] = Counter()
+        for msg in source:
+            text = msg.context_text
+            if msg.role == "user":
+                if text.startswith((RETAIN_HEADER, SUMMARY_HEADER)):
+                    # An earlier compaction's retain/summary: carried over whole,
+                    # re-clipped below like everything else.
+                    body = text.split("\n", 1)[1] if "\n" in text else ""
+                    requests.append(f"(earlier) {_clip(body, self.request_chars * 3)}")
+                elif text.strip():
+                    requests.append(_clip(text, self.request_chars))
+            elif msg.role == "assistant":
+                for call in msg.tool_calls:
+                    tools[call.name] += 1
+                decisions.extend(decision_sentences(text))
+                if text.strip() and not msg.tool_calls:
+                    decisions.append(first_line(text, 200))
+        sections: list[tuple[str, list[str]]] = [
+            ("User requests", requests),
+            ("Decisions and findings", list(dict.fromkeys(_clip(d, 200) for d in decisions))),
+            ("Files", [f.text for f in facts if f.kind == "path"]),
+            ("Errors", [f.text for f in facts if f.kind == "error"]),
+            ("Output refs", [f.text for f in facts if f.kind == "ref"]),
+            ("Open TODOs", [f.text for f in facts if f.kind == "todo"]),
+            ("Tools used", [f"{name} ×{count}" for name, count in sorted(tools.items())]),
+        ]
+        header = f"Summary of {len(source)} earlier messages (offline summariser)."
+        out = [header]
+        used = len(header)
+        # Each section gets a fair share first, newest items kept when a list is long
+        # (the latest request and error matter most to continue).
+        share = max(200, budget // len(sections))
+        for title, items in sections:
+            if not items:
+                continue
+            lines = [f"{title}:"]
+            size = len(title) + 2
+            chosen: list[str] = []
+            room = max(40, share - size - 8)
+            for item in reversed(items):
+                # An item longer than the section's share is clipped, not dropped.
+                line = f"- {item if len(item) <= room else item[: room - 1].rstrip() + '…'}"
+                if size + len(line) + 1 > share or used + size + len(line) + 1 > budget:
+                    break
+                chosen.append(line)
+                size += len(line) + 1
+            if not chosen:
+                continue
+            skipped = len(items) - len(chosen)
+            if skipped:
+                lines.append(f"- ({skipped} earlier items omitted)")
+            lines.extend(reversed(chosen))
+            block = "\n".join(lines)
+            out.append(block)
+            used += len(block) + 2
+        return "\n\n".join(out)
+
+
+@dataclass(slots=True)
+class RecordingSummarizer:
+    """Wraps a summariser and keeps every request (tests and the bench)."""
+
+    inner: Summarizer
+    requests: list[SummaryRequest] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    def complete(self, request: SummaryRequest) -> SummaryResult:
+        self.requests.append(request)
+        return self.inner.complete(request)

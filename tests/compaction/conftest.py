@@ -1,0 +1,105 @@
+"""Fixtures for the compaction tests.
+
+No global eager mode (STYLE.md): tests call the services directly. Enqueueing
+is recorded instead of sent, except in the tests marked ``redis`` that run a
+real worker. The offline summariser is the default; ``fake_anthropic`` points
+the official SDK at a local fake Messages API.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.conftest import tool_turn
+from tests.fakes.anthropic_server import FakeAnthropic
+
+# A small window so a handful of messages reaches the compaction tier:
+# effective window 16,000 - 2,000 - 1,000 = 13,000; compact at 12,350.
+SMALL = {
+    "model": "claude-sonnet-4-5",
+    "context_window": 16_000,
+    "max_output_tokens": 2_000,
+    "buffer_tokens": 1_000,
+}
+LOG = "2026-11-22 12:00:00 INFO worker processed /srv/app/jobs/item.py ok\n" * 25
+
+
+@pytest.fixture(autouse=True)
+def _no_broker(request, monkeypatch, settings):
+    """Record enqueues instead of talking to a broker; offline summariser."""
+    settings.CONTEXTSVC_SUMMARIZER = "offline"
+    settings.ANTHROPIC_API_KEY = None
+    settings.ANTHROPIC_BASE_URL = None
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    sent: list[tuple[str, str | None]] = []
+    if request.node.get_closest_marker("redis") is None:
+        from compaction import services
+
+        monkeypatch.setattr(
+            services,
+            "enqueue_run",
+            lambda run_id, task_id=None: sent.append((str(run_id), task_id)),
+        )
+    return sent
+
+
+@pytest.fixture
+def enqueued(_no_broker) -> list[tuple[str, str | None]]:
+    return _no_broker
+
+
+@pytest.fixture
+def fake_anthropic(settings):
+    """A local Messages API; the Anthropic summariser is selected and pointed at it."""
+    with FakeAnthropic(api_key="test-key") as fake:
+        settings.CONTEXTSVC_SUMMARIZER = "auto"
+        settings.ANTHROPIC_API_KEY = "test-key"
+        settings.ANTHROPIC_BASE_URL = fake.base_url
+        settings.CONTEXTSVC_SUMMARIZER_MAX_RETRIES = 1
+        settings.CONTEXTSVC_SUMMARIZER_TIMEOUT = 10
+        yield fake
+
+
+def turn(
+    t: int, *, calls: int = 2, output: str = LOG, text_words: int = 300
+) -> list[dict[str, Any]]:
+    """One agent turn: a request, tool calls with results, a long final answer."""
+    msgs: list[dict[str, Any]] = [
+        {
+            "role": "user",
+            "content": f"Turn {t}: please fix src/app/mod{t}.py; you must keep the tests green.",
+        }
+    ]
+    for k in range(calls):
+        msgs.extend(
+            tool_turn(f"t{t}c{k}", f"ValueError: boom {t}.{k}\n{output}", command=f"pytest -k t{t}")
+        )
+    msgs.append(
+        {
+            "role": "assistant",
+            "content": f"Turn {t} done: the fix is a guard. " + "detail " * text_words,
+        }
+    )
+    return msgs
+
+
+@pytest.fixture
+def session_factory(alice_key, make_session):
+    """A Session row (owned by alice) created through the API, with ``turns`` turns appended."""
+    from sessions.models import Session
+    from sessions.services import session_append_messages
+
+    def _make(turns: int = 0, *, sid: str | None = None, **fields: Any) -> Session:
+        body = {**SMALL, **fields}
+        if sid:
+            body["id"] = sid
+        data = make_session(**body)
+        session = Session.objects.get(owner=alice_key[0], external_id=data["id"])
+        for t in range(turns):
+            session_append_messages(session=session, messages=turn(t))
+        session.refresh_from_db()
+        return session
+
+    return _make

@@ -1,0 +1,311 @@
+"""A small local HTTP server speaking the Anthropic Messages API (``POST /v1/messages``).
+
+For tests and the bench: the official SDK is pointed at it with ``base_url``.
+It checks requests the way the real API does where it matters to compaction,
+and answers ``400 invalid_request_error`` with the real API's wording when:
+
+- a ``tool_use`` block has no ``tool_result`` for it in the very next message
+  (spec 000 §3.4: summarising with a trailing assistant ``tool_calls``);
+- a ``tool_result`` answers no ``tool_use`` of the previous message;
+- a request carries ``tool_use`` / ``tool_result`` blocks but defines no tools;
+- the first message is not a user message, a message is empty, a text block
+  is empty, a role is unknown, ``model`` / ``max_tokens`` / ``messages`` are
+  missing.
+
+It accepts ``x-api-key`` or ``Authorization: Bearer`` (what SDK 2.x sends),
+requires ``anthropic-version``, records every request, and can be told to
+fail the next calls (429 / 500 / 529, with ``retry-after-ms`` so the SDK's own
+retries are quick) or to answer after a delay.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    529: "overloaded_error",
+}
+
+Responder = Callable[[dict[str, Any]], str]
+
+
+@dataclass
+class RecordedRequest:
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any] | None
+    status: int = 0
+    error: str | None = None
+
+
+class InvalidRequest(Exception):
+    pass
+
+
+def _blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
+    content = message.get("content")
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return content if isinstance(content, list) else []
+
+
+def validate(body: dict[str, Any]) -> None:
+    """Raise ``InvalidRequest`` with the real API's message for what it rejects."""
+    if not isinstance(body.get("model"), str) or not body["model"]:
+        raise InvalidRequest("model: Field required")
+    max_tokens = body.get("max_tokens")
+    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+        raise InvalidRequest("max_tokens: Field required")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise InvalidRequest("messages: at least one message is required")
+    if messages[0].get("role") != "user":
+        raise InvalidRequest('messages: first message must use the "user" role')
+    has_tools = bool(body.get("tools"))
+    uses_tools = False
+    for i, message in enumerate(messages):
+        role = message.get("role")
+        if role not in ("user", "assistant"):
+            raise InvalidRequest(f"messages.{i}.role: Input should be 'user' or 'assistant'")
+        blocks = _blocks(message)
+        final_assistant = i == len(messages) - 1 and role == "assistant"
+        if not blocks and not final_assistant:
+            raise InvalidRequest(
+                f"messages.{i}: all messages must have non-empty content except for the optional"
+                " final assistant message"
+            )
+        for j, block in enumerate(blocks):
+            kind = block.get("type")
+            if kind == "text" and not block.get("text"):
+                raise InvalidRequest(
+                    f"messages.{i}.content.{j}.text: text content blocks must be non-empty"
+                )
+            if kind in ("tool_use", "tool_result"):
+                uses_tools = True
+            if kind == "tool_use" and role != "assistant":
+                raise InvalidRequest(
+                    f"messages.{i}.content.{j}: tool_use blocks are only allowed in assistant"
+                    " messages"
+                )
+            if kind == "tool_result" and role != "user":
+                raise InvalidRequest(
+                    f"messages.{i}.content.{j}: tool_result blocks are only allowed in user"
+                    " messages"
+                )
+    if uses_tools and not has_tools:
+        raise InvalidRequest(
+            "Requests which include `tool_use` or `tool_result` blocks must define tools."
+        )
+    for i, message in enumerate(messages):
+        blocks = _blocks(message)
+        if message["role"] == "assistant":
+            use_ids = [b.get("id") for b in blocks if b.get("type") == "tool_use"]
+            if not use_ids:
+                continue
+            nxt = messages[i + 1] if i + 1 < len(messages) else None
+            answered = (
+                {b.get("tool_use_id") for b in _blocks(nxt) if b.get("type") == "tool_result"}
+                if nxt is not None and nxt.get("role") == "user"
+                else set()
+            )
+            missing = [u for u in use_ids if u not in answered]
+            if missing:
+                raise InvalidRequest(
+                    f"messages.{i + 1 if nxt is not None else i}: `tool_use` ids were found"
+                    " without `tool_result` blocks immediately after: "
+                    f"{', '.join(missing)}. Each `tool_use` block must have a corresponding"
+                    " `tool_result` block in the next message."
+                )
+        else:
+            prev = messages[i - 1] if i > 0 else None
+            use_ids = (
+                {b.get("id") for b in _blocks(prev) if b.get("type") == "tool_use"}
+                if prev is not None and prev.get("role") == "assistant"
+                else set()
+            )
+            for j, block in enumerate(blocks):
+                if block.get("type") == "tool_result" and block.get("tool_use_id") not in use_ids:
+                    raise InvalidRequest(
+                        f"messages.{i}.content.{j}: unexpected `tool_use_id` found in `tool_result`"
+                        f" blocks: {block.get('tool_use_id')}. Each `tool_result` block must have a"
+                        " corresponding `tool_use` block in the previous message."
+                    )
+
+
+def default_responder(body: dict[str, Any]) -> str:
+    """A deterministic answer: <retain>/<summary> for an interrupt, plain text otherwise."""
+    messages = body["messages"]
+    texts = [b.get("text", "") for m in messages for b in _blocks(m) if b.get("type") == "text"]
+    last = texts[-1] if texts else ""
+    first_user = next(
+        (
+            b.get("text", "")
+            for m in messages
+            if m["role"] == "user"
+            for b in _blocks(m)
+            if b.get("text")
+        ),
+        "",
+    )
+    headline = first_user.strip().splitlines()[0][:200] if first_user.strip() else ""
+    if "<summary>" in last:
+        return (
+            f"<retain>\n- First request: {headline}\n</retain>\n"
+            f"<summary>\nFake summary of {len(messages) - 1} messages."
+            f" First request: {headline}\n</summary>"
+        )
+    return f"Fake compressed summary. First request: {headline}"
+
+
+@dataclass
+class FakeAnthropic:
+    """Start with ``start()`` (or as a context manager); point the SDK at ``base_url``."""
+
+    api_key: str = "test-key"
+    responder: Responder = default_responder
+    delay: float = 0.0
+    requests: list[RecordedRequest] = field(default_factory=list)
+    _failures: deque[tuple[int, str]] = field(default_factory=deque)
+    _server: ThreadingHTTPServer | None = None
+    _thread: threading.Thread | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def base_url(self) -> str:
+        assert self._server is not None, "not started"
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def fail_next(self, status: int, count: int = 1, message: str = "") -> None:
+        with self._lock:
+            for _ in range(count):
+                self._failures.append((status, message or f"fake failure {status}"))
+
+    def messages_requests(self) -> list[RecordedRequest]:
+        return [r for r in self.requests if r.path.startswith("/v1/messages")]
+
+    def start(self) -> FakeAnthropic:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib name
+                return
+
+            def _send(
+                self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None
+            ) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.send_header("request-id", f"req_fake_{len(fake.requests)}")
+                for key, value in (headers or {}).items():
+                    self.send_header(key, value)
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _error(self, record: RecordedRequest, status: int, message: str) -> None:
+                record.status, record.error = status, message
+                headers = {"retry-after-ms": "1"} if status in (429, 500, 529) else {}
+                if status in (429, 500, 529):
+                    headers["x-should-retry"] = "true"
+                self._send(
+                    status,
+                    {
+                        "type": "error",
+                        "error": {"type": ERROR_TYPES.get(status, "api_error"), "message": message},
+                    },
+                    headers,
+                )
+
+            def do_POST(self) -> None:  # noqa: N802 - stdlib name
+                length = int(self.headers.get("content-length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                record = RecordedRequest(
+                    path=self.path,
+                    headers={k.lower(): v for k, v in self.headers.items()},
+                    body=None,
+                )
+                with fake._lock:
+                    fake.requests.append(record)
+                    failure = fake._failures.popleft() if fake._failures else None
+                if not self.path.startswith("/v1/messages"):
+                    return self._error(record, 404, f"Not found: {self.path}")
+                key = record.headers.get("x-api-key")
+                bearer = record.headers.get("authorization", "")
+                if key != fake.api_key and bearer != f"Bearer {fake.api_key}":
+                    return self._error(record, 401, "invalid x-api-key")
+                if not record.headers.get("anthropic-version"):
+                    return self._error(record, 400, "anthropic-version: header is required")
+                try:
+                    record.body = json.loads(raw or b"null")
+                except json.JSONDecodeError as exc:
+                    return self._error(record, 400, f"Invalid JSON: {exc}")
+                if not isinstance(record.body, dict):
+                    return self._error(record, 400, "Request body must be a JSON object")
+                if failure is not None:
+                    return self._error(record, failure[0], failure[1])
+                try:
+                    validate(record.body)
+                except InvalidRequest as exc:
+                    return self._error(record, 400, str(exc))
+                if fake.delay:
+                    time.sleep(fake.delay)
+                text = fake.responder(record.body)
+                record.status = 200
+                self._send(
+                    200,
+                    {
+                        "id": f"msg_fake_{len(fake.requests)}",
+                        "type": "message",
+                        "role": "assistant",
+                        "model": record.body["model"],
+                        "content": [{"type": "text", "text": text}],
+                        "stop_reason": "end_turn",
+                        "stop_sequence": None,
+                        "usage": {
+                            "input_tokens": max(1, len(raw) // 4),
+                            "output_tokens": max(1, len(text) // 4),
+                        },
+                    },
+                )
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(
+            # A short poll interval: shutdown() waits for one.
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.02},
+            name="fake-anthropic",
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def __enter__(self) -> FakeAnthropic:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
