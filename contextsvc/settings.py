@@ -92,6 +92,7 @@ INSTALLED_APPS = [
     "ninja",
     "sessions.apps.AgentSessionsConfig",
     "compaction.apps.CompactionConfig",
+    "prompting.apps.PromptingConfig",
 ]
 
 MIDDLEWARE = [
@@ -207,6 +208,12 @@ STORAGES = {
 CONTEXTSVC_MAX_JSON_BODY = env_int("CONTEXTSVC_MAX_JSON_BODY", 32 * 1024 * 1024, minimum=1024)
 CONTEXTSVC_MAX_UPLOAD_BYTES = env_int("CONTEXTSVC_MAX_UPLOAD_BYTES", 256 * 1024 * 1024, minimum=1)
 DATA_UPLOAD_MAX_MEMORY_SIZE = CONTEXTSVC_MAX_JSON_BODY
+# Tool output cache (issue 3): unreferenced outputs older than this are
+# collected (manage.py gc_outputs / sessions.tasks.gc_outputs); a slice's text
+# is capped at this many bytes; a grep gives up (422) after this long.
+CONTEXTSVC_OUTPUT_RETENTION_DAYS = env_int("CONTEXTSVC_OUTPUT_RETENTION_DAYS", 7, minimum=0)
+CONTEXTSVC_SLICE_MAX_BYTES = env_int("CONTEXTSVC_SLICE_MAX_BYTES", 1024 * 1024, minimum=1024)
+CONTEXTSVC_GREP_TIME_LIMIT_MS = env_int("CONTEXTSVC_GREP_TIME_LIMIT_MS", 10_000, minimum=1)
 
 # --- contextsvc defaults ----------------------------------------------------
 
@@ -216,6 +223,10 @@ CONTEXT_DEBUG = env_bool("CONTEXT_DEBUG", False)
 CONTEXTSVC_FINAL_REPORT_TOOL = env_str("CONTEXTSVC_FINAL_REPORT_TOOL", "final_report")
 CONTEXTSVC_IDEMPOTENCY_TTL_HOURS = env_int("CONTEXTSVC_IDEMPOTENCY_TTL_HOURS", 24, minimum=1)
 CONTEXTSVC_MAX_BATCH = env_int("CONTEXTSVC_MAX_BATCH", 1000, minimum=1)
+# Prompt sections and tool definitions per session (issue 6): more is a 422
+# naming the first item over the limit, and nothing is applied.
+CONTEXTSVC_MAX_SECTIONS = env_int("CONTEXTSVC_MAX_SECTIONS", 100, minimum=1)
+CONTEXTSVC_MAX_TOOLS = env_int("CONTEXTSVC_MAX_TOOLS", 1000, minimum=1)
 
 # --- logging ----------------------------------------------------------------
 

@@ -70,6 +70,20 @@ class EstimatePolicy(In):
     tool_schema_scale: float = Field(2.09, gt=0)
 
 
+class PromptCachePolicy(In):
+    """Prompt caching (issue 6, spec 002 §4): where ``cache_control`` markers go."""
+
+    enabled: bool = True
+    # Anthropic cache lifetimes: writes cost 1.25× input for 5 min, 2× for 1 h.
+    ttl: Literal["5m", "1h"] = "5m"
+    # The moving breakpoint on the newest history block.
+    history_breakpoint: bool = True
+    mark_tools: bool = True
+    max_breakpoints: int = Field(4, ge=1, le=4)
+    # Overrides the model profile's minimum cacheable prefix.
+    min_cacheable_tokens: int | None = Field(None, ge=1)
+
+
 class TargetIn(In):
     provider: str = Field(..., min_length=1)
     model: str = Field(..., min_length=1)
@@ -87,6 +101,7 @@ class PolicyIn(In):
     targets: list[TargetIn] | None = None
     final_report_tool: str | None = Field(None, pattern=TOOL_NAME_PATTERN)
     tool_deferral_threshold: float | None = Field(None, gt=0, le=1)
+    prompt_cache: PromptCachePolicy | None = None
 
 
 # --- sessions ---------------------------------------------------------------------
@@ -116,11 +131,27 @@ class SessionPatchIn(In):
     policy: PolicyIn | None = None
 
 
+def _named(data: Any, field: str, allowed: tuple[str, ...], what: str) -> None:
+    """Reject an unknown enum value with a message naming the item (issue 6 "bad input")."""
+    if isinstance(data, dict) and field in data and data[field] not in allowed:
+        raise ValueError(
+            f"{what} {data.get('name')!r}: unknown {field} {data[field]!r};"
+            f" expected one of {', '.join(allowed)}"
+        )
+
+
 class SectionIn(In):
     name: str = Field(..., min_length=1, max_length=100)
     content: str
     cacheable: bool = True
+    # spec 002 §4 order: base, rules (AGENT.md), memory, skill, scratchpad, status.
     kind: Literal["base", "rules", "memory", "skill", "scratchpad", "status"] = "base"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_kind(cls, data: Any) -> Any:
+        _named(data, "kind", SECTION_KINDS, "section")
+        return data
 
 
 class ToolDefIn(In):
@@ -128,6 +159,12 @@ class ToolDefIn(In):
     description: str = ""
     input_schema: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
     category: Literal["builtin", "mcp", "skill"] = "mcp"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_category(cls, data: Any) -> Any:
+        _named(data, "category", TOOL_CATEGORIES, "tool")
+        return data
 
 
 # --- messages ---------------------------------------------------------------------

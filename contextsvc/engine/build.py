@@ -3,6 +3,13 @@
 System sections, the retain/summary pair, the history views and the tool
 definitions go in; a provider request body comes out. Every format is built
 from the same ``ContextParts`` so the three can never disagree about content.
+
+Order is the cache order (spec 002 §4, ``engine.prompt``): tools, the system
+sections base … scratchpad, the history, and last the *tail* — ``status``
+sections and the service's notes — which changes on every call and so comes
+after every cache breakpoint. ``anthropic`` marks the breakpoints of
+``parts.cache`` with ``cache_control``; ``openai`` keeps the same order
+without markers (its cache is automatic, by prefix); ``raw`` reports the plan.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .messages import Message, PromptSection, ToolDef
+from .prompt import MAX_BREAKPOINTS, CachePlan, plain_concatenation, split_sections
 
 Format = Literal["anthropic", "openai", "raw"]
 FORMATS: tuple[str, ...] = ("anthropic", "openai", "raw")
@@ -31,11 +39,16 @@ class ContextParts:
     summary: str = ""
     messages: Sequence[Message] = ()
     tools: Sequence[ToolDef] = ()
-    # Non-cacheable system text placed after every cacheable section
-    # (context status, deferral note): it changes often, so it goes last.
+    # Text that changes from call to call (context status, the 80 % note, the
+    # deferral note): sent in the tail, after every cache breakpoint.
     notes: Sequence[str] = ()
     # Appended as the last user text (the forced-final instruction, spec 001).
     final_instruction: str | None = None
+    # Where the anthropic format puts cache_control markers; None: no markers.
+    cache: CachePlan | None = None
+    # spec 002 §8 degradation: the sections as one plain string, in the
+    # agent's order, no tail, no markers.
+    plain: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -59,11 +72,39 @@ def preamble_messages(parts: ContextParts) -> list[Message]:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """The system sections (cacheable prefix first) and the tail texts."""
+
+    system: list[PromptSection]
+    tail: list[str]
+
+
+def layout(parts: ContextParts) -> Layout:
+    if parts.plain:
+        text = plain_concatenation(parts.sections, parts.notes)
+        system = [PromptSection(name="system", content=text, cacheable=False)] if text else []
+        return Layout(system=system, tail=[])
+    system, tail_sections = split_sections(parts.sections)
+    tail = [s.content for s in tail_sections]
+    tail.extend(note for note in parts.notes if note)
+    return Layout(system=system, tail=tail)
+
+
 def system_blocks(parts: ContextParts) -> list[tuple[str, bool]]:
-    """(text, cacheable) per system block, sections first, notes last."""
-    blocks = [(s.content, s.cacheable) for s in parts.sections if s.content]
-    blocks.extend((note, False) for note in parts.notes if note)
+    """(text, cacheable) per system block in order, the tail last."""
+    lay = layout(parts)
+    blocks = [(s.content, s.cacheable) for s in lay.system]
+    blocks.extend((text, False) for text in lay.tail)
     return blocks
+
+
+def _plan(parts: ContextParts) -> CachePlan | None:
+    plan = None if parts.plain else parts.cache
+    if plan is not None and plan.count > MAX_BREAKPOINTS:
+        # Anthropic rejects a request with more than 4; the planner never makes one.
+        raise ValueError(f"{plan.count} cache breakpoints; at most {MAX_BREAKPOINTS} are allowed")
+    return plan
 
 
 # --- anthropic ---------------------------------------------------------------
@@ -93,11 +134,15 @@ def _anthropic_content(msg: Message) -> list[dict[str, Any]]:
         # calls tools carries tool_use blocks alone.
         blocks.append({"type": "text", "text": msg.context_text})
     for call in msg.tool_calls:
-        blocks.append({"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments})
+        blocks.append(
+            {"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments}
+        )
     return blocks
 
 
 def _anthropic(parts: ContextParts) -> dict[str, Any]:
+    lay = layout(parts)
+    plan = _plan(parts)
     messages: list[dict[str, Any]] = []
     for msg in [*preamble_messages(parts), *parts.messages]:
         role = "assistant" if msg.role == "assistant" else "user"
@@ -110,23 +155,44 @@ def _anthropic(parts: ContextParts) -> dict[str, Any]:
             messages[-1]["content"].extend(content)
         else:
             messages.append({"role": role, "content": content})
-    if parts.final_instruction:
-        block = {"type": "text", "text": parts.final_instruction}
+    if plan is not None and plan.history and messages:
+        # The moving breakpoint: the newest history block, before the tail.
+        messages[-1]["content"][-1]["cache_control"] = plan.cache_control()
+    system: list[dict[str, Any]] = []
+    for i, section in enumerate(lay.system):
+        block: dict[str, Any] = {"type": "text", "text": section.content}
+        if plan is not None and i in plan.system:
+            block["cache_control"] = plan.cache_control()
+        system.append(block)
+    if lay.tail:
+        tail = [{"type": "text", "text": text} for text in lay.tail]
         if messages and messages[-1]["role"] == "user":
-            messages[-1]["content"].append(block)
+            # After the moving breakpoint; text may follow tool_result blocks.
+            messages[-1]["content"].extend(tail)
         else:
-            messages.append({"role": "user", "content": [block]})
+            # No user turn to carry it (empty history, or an assistant prefill
+            # last): after the system breakpoints instead.
+            system.extend(tail)
+    if parts.final_instruction:
+        final = {"type": "text", "text": parts.final_instruction}
+        if messages and messages[-1]["role"] == "user":
+            messages[-1]["content"].append(final)
+        else:
+            messages.append({"role": "user", "content": [final]})
     body: dict[str, Any] = {
         "model": parts.model,
         "max_tokens": parts.max_output_tokens,
-        "system": [{"type": "text", "text": text} for text, _ in system_blocks(parts)],
+        "system": system,
         "messages": messages,
     }
     if parts.tools:
-        body["tools"] = [
+        tools = [
             {"name": t.name, "description": t.description, "input_schema": t.input_schema}
             for t in parts.tools
         ]
+        if plan is not None and plan.tools:
+            tools[-1]["cache_control"] = plan.cache_control()
+        body["tools"] = tools
     return body
 
 
@@ -161,11 +227,22 @@ def _openai_message(msg: Message) -> dict[str, Any]:
 
 
 def _openai(parts: ContextParts) -> dict[str, Any]:
+    lay = layout(parts)
     messages: list[dict[str, Any]] = []
-    system_text = "\n\n".join(text for text, _ in system_blocks(parts))
+    history = [_openai_message(m) for m in [*preamble_messages(parts), *parts.messages]]
+    system_texts = [s.content for s in lay.system]
+    tail_text = "\n\n".join(lay.tail)
+    if tail_text and not history:
+        system_texts.append(tail_text)
+        tail_text = ""
+    system_text = "\n\n".join(system_texts)
     if system_text:
         messages.append({"role": "system", "content": system_text})
-    messages.extend(_openai_message(m) for m in [*preamble_messages(parts), *parts.messages])
+    messages.extend(history)
+    if tail_text:
+        # Same order as anthropic: the changing text after the history, so
+        # OpenAI's automatic prefix cache covers everything before it.
+        messages.append({"role": "system", "content": tail_text})
     if parts.final_instruction:
         messages.append({"role": "user", "content": parts.final_instruction})
     body: dict[str, Any] = {
@@ -192,7 +269,8 @@ def _openai(parts: ContextParts) -> dict[str, Any]:
 
 
 def message_to_dict(msg: Message) -> dict[str, Any]:
-    out: dict[str, Any] = {"role": msg.role, "content": msg.context_text if msg.view is not None else msg.content}
+    content = msg.context_text if msg.view is not None else msg.content
+    out: dict[str, Any] = {"role": msg.role, "content": content}
     if msg.seq is not None:
         out["seq"] = msg.seq
     if msg.tool_calls:
@@ -210,6 +288,7 @@ def message_to_dict(msg: Message) -> dict[str, Any]:
 
 
 def _raw(parts: ContextParts) -> dict[str, Any]:
+    plan = _plan(parts)
     return {
         "model": parts.model,
         "max_tokens": parts.max_output_tokens,
@@ -218,6 +297,8 @@ def _raw(parts: ContextParts) -> dict[str, Any]:
             for s in parts.sections
         ],
         "notes": list(parts.notes),
+        "plain": parts.plain,
+        "cache_breakpoints": plan.to_dict() if plan is not None else None,
         "retain": parts.retain,
         "summary": parts.summary,
         "messages": [message_to_dict(m) for m in parts.messages],
