@@ -1,0 +1,302 @@
+"""Dashboard benchmark (issue 5). Prints figures; asserts nothing.
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/contextsvc python bench/bench_dashboard.py
+
+Uses its own database (<name>_dashbench, created and migrated here). Seeds an
+inspector's worst case: one session of 10,000 messages with 300 tool outputs
+(text and outputs from the recorded trajectories in ../shared/workloads when
+present), never compacted, so the whole transcript is the live window; plus
+500 other sessions for the list. Then times each page and htmx partial as the
+server sees it (Django's test client in-process: view + templates + queries,
+no network), median and p95 of 15 runs after a warm-up, with the number of
+SQL queries. Targets: first page ≤ 150 ms, each htmx partial ≤ 50 ms.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlparse, urlunparse
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+WORKLOADS = ROOT.parent / "shared" / "workloads" / "real"
+MESSAGES = 10_000
+TOOL_OUTPUTS = 300
+RUNS = 15
+
+
+def bench_database_url() -> str:
+    url = os.environ.get("DATABASE_URL", "")
+    if not url.startswith("postgres"):
+        sys.exit("Set DATABASE_URL=postgres://... (the figures are for PostgreSQL)")
+    parts = urlparse(url)
+    name = (parts.path.lstrip("/") or "contextsvc") + "_dashbench"
+    admin = urlunparse(parts._replace(path="/postgres"))
+    import psycopg
+
+    with psycopg.connect(admin.replace("postgres://", "postgresql://", 1), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return urlunparse(parts._replace(path=f"/{name}"))
+
+
+def workload_texts() -> tuple[list[str], list[str]]:
+    """(conversation texts, tool outputs) from the recorded runs."""
+    texts, outputs = [], []
+    for path in sorted(WORKLOADS.glob("*/*.jsonl")):
+        for line in path.read_text().splitlines():
+            msg = json.loads(line)
+            content = msg.get("content")
+            if not isinstance(content, str) or not content:
+                continue
+            if msg.get("role") == "tool":
+                if len(content) >= 500:
+                    outputs.append(content)
+            elif msg.get("role") in ("user", "assistant") and 50 <= len(content) <= 3000:
+                texts.append(content)
+    if not texts:
+        texts = ["Let me look at the handler and run the tests again. " * 6]
+    if not outputs:
+        outputs = ["\n".join(f"src/module_{i}.py:{i}: ok" for i in range(2000))]
+    return texts, outputs
+
+
+def seed(owner, texts: list[str], outputs: list[str]):
+    from sessions.models import Session
+    from sessions.services import session_append_messages, session_create, session_record_usage
+
+    session = session_create(
+        owner=owner,
+        data={
+            "id": "big",
+            "agent": "bench",
+            "model": "claude-sonnet-4-5",
+            "context_window": 1_000_000,
+            "max_output_tokens": 32_000,
+            "buffer_tokens": 8_192,
+        },
+    )
+    # 300 call/result pairs spread over the transcript; text messages between.
+    every = (MESSAGES - 2 * TOOL_OUTPUTS) // TOOL_OUTPUTS
+    batch: list[dict] = []
+    n = calls = t = 0
+    while n < MESSAGES:
+        if calls < TOOL_OUTPUTS and n % (every + 2) == every and n + 2 <= MESSAGES:
+            call_id = f"call_{calls}"
+            batch.append(
+                {
+                    "role": "assistant",
+                    "content": "",
+                    "tool_calls": [
+                        {
+                            "id": call_id,
+                            "name": "bash",
+                            "arguments": {"command": f"run step {calls}"},
+                        }
+                    ],
+                }
+            )
+            batch.append(
+                {"role": "tool", "tool_call_id": call_id, "content": outputs[calls % len(outputs)]}
+            )
+            calls += 1
+            n += 2
+        else:
+            # a user turn every 8 text messages, as an agent loop posts them
+            role = "user" if t % 8 == 0 else "assistant"
+            batch.append({"role": role, "content": texts[t % len(texts)]})
+            t += 1
+            n += 1
+        if len(batch) >= 200 and batch[-1]["role"] != "assistant" or len(batch) >= 400:
+            session_append_messages(session=session, messages=batch)
+            batch = []
+            session.refresh_from_db()
+            session_record_usage(
+                session=session,
+                usage={
+                    "input_tokens": session.used_tokens,
+                    "output_tokens": 200,
+                    "cache_read_tokens": session.used_tokens // 2,
+                    "cache_creation_tokens": 1_000,
+                },
+            )
+    if batch:
+        session_append_messages(session=session, messages=batch)
+    return Session.objects.get(pk=session.pk)
+
+
+def timed(client, url: str, headers: dict | None = None) -> tuple[float, float, int, int]:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    for _ in range(2):  # warm-up (template compilation, tokenizer, connections)
+        response = client.get(url, headers=headers or {})
+        assert response.status_code in (200, 286), (url, response.status_code)
+    times = []
+    for _ in range(RUNS):
+        start = time.perf_counter()
+        response = client.get(url, headers=headers or {})
+        if hasattr(response, "streaming_content"):
+            b"".join(response.streaming_content)
+        times.append((time.perf_counter() - start) * 1000)
+    with CaptureQueriesContext(connection) as queries:
+        response = client.get(url, headers=headers or {})
+    size = len(response.content) if not hasattr(response, "streaming_content") else 0
+    return statistics.median(times), sorted(times)[int(0.95 * (len(times) - 1))], len(queries), size
+
+
+def main() -> None:
+    db_url = bench_database_url()
+    os.environ["DATABASE_URL"] = db_url
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "contextsvc.settings")
+    os.environ.setdefault("LOG_LEVEL", "WARNING")
+    import django
+
+    django.setup()
+    from django.conf import settings
+    from django.core.management import call_command
+
+    settings.ALLOWED_HOSTS = ["*"]
+    call_command("migrate", verbosity=0)
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+    from django.urls import reverse
+
+    from sessions.models import Message, Session
+    from sessions.services import agent_key_create, session_create
+
+    texts, outputs = workload_texts()
+    key, _ = agent_key_create(name="bench")
+    print(
+        f"seeding {MESSAGES:,} messages with {TOOL_OUTPUTS} tool outputs "
+        f"({len(texts)} texts, {len(outputs)} outputs from workloads)…",
+        flush=True,
+    )
+    start = time.perf_counter()
+    session = seed(key, texts, outputs)
+    for i in range(500):
+        session_create(owner=key, data={"id": f"other-{i}", "model": "gpt-4o"})
+    print(
+        f"seeded in {time.perf_counter() - start:.0f} s: {session.message_count:,} messages, "
+        f"{Message.objects.filter(session=session, role='tool').count()} tool outputs, "
+        f"{session.used_tokens:,} tokens in the window, guard {session.guard_status}",
+        flush=True,
+    )
+
+    # What autovacuum does within a minute of a bulk load; the timeline's range
+    # scan does not depend on it, but other plans (counts) do.
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+
+    user = get_user_model().objects.create_user(username="bench-op", password="x", is_staff=True)
+    client = Client()
+    client.force_login(user)
+    hx = {"HX-Request": "true"}
+    pk = session.pk
+    tool = Message.objects.filter(session=session, role="tool").order_by("-seq").first()
+    big_output = (
+        Message.objects.filter(session=session, role="tool")
+        .exclude(output_ref=None)
+        .order_by("-token_count")
+        .first()
+    )
+    ref = big_output.output_ref if big_output else tool.output_ref
+    from sessions.models import ToolOutput
+
+    stored = ToolOutput.objects.get(ref=ref)
+    middle = max(1, stored.line_count // 2)
+    first_page_before = None
+    from sessions import selectors_dashboard as sel
+
+    first_page_before = sel.timeline_page(Session.objects.get(pk=pk)).before
+
+    def url(name: str, *args: object, query: str = "") -> str:
+        return reverse(f"dashboard:{name}", args=args) + query
+
+    page, part = ("first page", None, 150), ("partial", hx, 50)
+    rows = [
+        ("GET /sessions/<pk>/ (inspector)", url("session_detail", pk), page),
+        ("GET / (sessions list, 501 sessions)", url("session_list"), page),
+        ("budget (polled every 10 s)", url("session_budget", pk), part),
+        ("usage over turns (SVG)", url("session_usage", pk), part),
+        ("timeline, newest turns", url("session_timeline", pk), part),
+        (
+            "timeline, older page (revealed)",
+            url("session_timeline", pk, query=f"?before={first_page_before}"),
+            part,
+        ),
+        ("sessions list rows (polled every 5 s)", url("session_list"), part),
+        ("output viewer, first 200 lines", url("output_view", pk, ref, query="?m=1"), part),
+        (
+            f"output, jump to line {middle:,} of {stored.line_count:,}",
+            url("output_view", pk, ref, query=f"?m=1&part=lines&line={middle}"),
+            part,
+        ),
+        (
+            "output grep 'error' ±2",
+            url("output_grep", pk, ref, query="?m=1&pattern=error&i=1&context=2"),
+            part,
+        ),
+        ("full message text", url("message_full", pk, 2), part),
+        ("compaction history", url("compaction_history", pk), part),
+        (
+            "context tab anthropic (10,000-message window)",
+            url("session_context", pk, query="?format=anthropic"),
+            part,
+        ),
+        (
+            "context tab openai (10,000-message window)",
+            url("session_context", pk, query="?format=openai"),
+            part,
+        ),
+    ]
+    print(f"\n{'':11}{'page / partial':48}{'median':>9}{'p95':>9}{'queries':>9}{'KB':>8}  target")
+    report(client, rows)
+
+    # The same inspector after one compaction (the usual shape of a long session).
+    from compaction.services import compaction_execute, compaction_request
+
+    run, _ = compaction_request(session=session, trigger="manual", enqueue=False)
+    start = time.perf_counter()
+    run = compaction_execute(run_id=run.pk)
+    elapsed = time.perf_counter() - start
+    print(
+        f"\ncompaction ({run.status}, {'/'.join(run.strategies_run)}): "
+        f"{run.before_tokens:,} → {run.after_tokens:,} tokens in {elapsed:.1f} s"
+    )
+    snapshot = url("snapshot_detail", pk, run.snapshot.pk) if run.changed else None
+    report(
+        client,
+        [
+            ("GET /sessions/<pk>/ after compaction", url("session_detail", pk), page),
+            ("compaction status poll (286)", url("compaction_status", pk, run.pk), part),
+            ("snapshot before/after", snapshot or url("compaction_history", pk), part),
+            (
+                "context tab anthropic (compacted window)",
+                url("session_context", pk, query="?format=anthropic"),
+                part,
+            ),
+        ],
+    )
+
+
+def report(client, rows) -> None:
+    for label, path, (kind, headers, target) in rows:
+        median, p95, queries, size = timed(client, path, headers)
+        flag = "ok" if median <= target else "OVER"
+        print(
+            f"{kind:11}{label:48}{median:8.1f} {p95:8.1f} {queries:8d} {size / 1024:7.0f}"
+            f"  ≤ {target} ms {flag}",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""Input parsing for the dashboard: query strings and the few forms."""
+
+from __future__ import annotations
+
+from django import forms
+
+from sessions.selectors_dashboard import GUARD_STATUSES, SORTS, SessionFilters
+
+SORT_CHOICES = [
+    ("activity", "Last activity"),
+    ("usage", "Usage"),
+    ("messages", "Messages"),
+    ("created", "Newest"),
+    ("id", "Session id"),
+]
+assert {k for k, _ in SORT_CHOICES} == set(SORTS)
+
+
+class SessionFilterForm(forms.Form):
+    q = forms.CharField(required=False, max_length=128, strip=True)
+    agent = forms.CharField(required=False, max_length=100)
+    status = forms.ChoiceField(
+        required=False, choices=[("", "Any status"), *[(s, s) for s in GUARD_STATUSES]]
+    )
+    sort = forms.ChoiceField(required=False, choices=SORT_CHOICES)
+    page = forms.IntegerField(required=False, min_value=1)
+    key = forms.IntegerField(required=False, min_value=1)
+
+    def filters(self) -> SessionFilters:
+        """Valid fields are used; an invalid one falls back to its default."""
+        self.is_valid()
+        data = getattr(self, "cleaned_data", {})
+        return SessionFilters(
+            q=data.get("q") or "",
+            agent=data.get("agent") or "",
+            status=data.get("status") or "",
+            sort=data.get("sort") or "activity",
+            page=data.get("page") or 1,
+            key=data.get("key"),
+        )
+
+
+class AgentKeyForm(forms.Form):
+    name = forms.CharField(max_length=100, strip=True, label="Key name")
+
+
+def int_param(value: str | None, *, default: int | None = None, minimum: int = 0) -> int | None:
+    """A non-negative integer query parameter; anything else is the default."""
+    try:
+        number = int(value) if value not in (None, "") else default
+    except (TypeError, ValueError):
+        return default
+    if number is None or number < minimum:
+        return default
+    return number
+
+
+class CompactForm(forms.Form):
+    """A manual compaction (issue 4's POST /compact fields)."""
+
+    strategy = forms.ChoiceField(choices=[], initial="chain")
+    instructions = forms.CharField(
+        required=False,
+        max_length=20_000,
+        strip=True,
+        widget=forms.Textarea(attrs={"rows": 3}),
+    )
+    retain_last_turns = forms.IntegerField(required=False, min_value=0, max_value=10_000)
+
+    def __init__(self, *args, **kwargs):
+        from sessions.selectors_dashboard import STRATEGY_LABELS
+
+        super().__init__(*args, **kwargs)
+        self.fields["strategy"].choices = list(STRATEGY_LABELS.items())

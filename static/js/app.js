@@ -1,0 +1,113 @@
+// contextsvc dashboard: the little behaviour htmx does not cover.
+// Tooltips for [data-tip], tab selection with arrow keys, copy buttons.
+// Everything is delegated from document, so content swapped in by htmx works as is.
+(function () {
+  "use strict";
+
+  // ---- tooltips ---------------------------------------------------------
+  var tip = null;
+  var current = null;
+
+  function tooltip() {
+    if (!tip) tip = document.getElementById("tooltip");
+    return tip;
+  }
+
+  function place(x, y) {
+    var t = tooltip();
+    var pad = 14;
+    var w = t.offsetWidth, h = t.offsetHeight;
+    var left = Math.min(x + pad, window.innerWidth - w - 8);
+    var top = y + pad + h > window.innerHeight ? y - h - pad : y + pad;
+    t.style.left = Math.max(8, left) + "px";
+    t.style.top = Math.max(8, top) + "px";
+  }
+
+  function show(el, x, y) {
+    var t = tooltip();
+    if (!t) return;
+    current = el;
+    t.textContent = el.getAttribute("data-tip");
+    t.hidden = false;
+    if (x === undefined) {
+      var r = el.getBoundingClientRect();
+      x = r.left + r.width / 2;
+      y = r.bottom;
+    }
+    place(x, y);
+  }
+
+  function hide() {
+    var t = tooltip();
+    if (t) t.hidden = true;
+    current = null;
+  }
+
+  document.addEventListener("mousemove", function (e) {
+    var el = e.target.closest && e.target.closest("[data-tip]");
+    if (!el) {
+      if (current) hide();
+      return;
+    }
+    if (el !== current) show(el, e.clientX, e.clientY);
+    else place(e.clientX, e.clientY);
+  });
+  document.addEventListener("focusin", function (e) {
+    var el = e.target.closest && e.target.closest("[data-tip]");
+    if (el) show(el);
+  });
+  document.addEventListener("focusout", hide);
+  document.addEventListener("keydown", function (e) {
+    if (e.key === "Escape") hide();
+  });
+  // A swap may remove the element under the pointer.
+  document.addEventListener("htmx:beforeSwap", hide);
+
+  // ---- tabs ---------------------------------------------------------------
+  function select(tab) {
+    var list = tab.closest("[role=tablist]");
+    list.querySelectorAll("[role=tab]").forEach(function (t) {
+      var on = t === tab;
+      t.setAttribute("aria-selected", on ? "true" : "false");
+      t.tabIndex = on ? 0 : -1;
+    });
+    var panel = document.getElementById(tab.getAttribute("aria-controls"));
+    if (panel) panel.setAttribute("aria-labelledby", tab.id);
+  }
+
+  document.addEventListener("click", function (e) {
+    var tab = e.target.closest && e.target.closest("[role=tab]");
+    if (tab) select(tab);
+
+    var copy = e.target.closest && e.target.closest("[data-copy]");
+    if (copy) {
+      var field = document.querySelector(copy.getAttribute("data-copy"));
+      if (!field) return;
+      field.select();
+      var done = function () {
+        copy.textContent = "Copied";
+        setTimeout(function () { copy.textContent = "Copy"; }, 1600);
+      };
+      if (navigator.clipboard && window.isSecureContext) {
+        navigator.clipboard.writeText(field.value).then(done, function () { document.execCommand("copy"); done(); });
+      } else {
+        document.execCommand("copy");
+        done();
+      }
+    }
+  });
+
+  document.addEventListener("keydown", function (e) {
+    var tab = e.target.closest && e.target.closest("[role=tab]");
+    if (!tab || (e.key !== "ArrowRight" && e.key !== "ArrowLeft" && e.key !== "Home" && e.key !== "End")) return;
+    var tabs = Array.prototype.slice.call(tab.closest("[role=tablist]").querySelectorAll("[role=tab]"));
+    var i = tabs.indexOf(tab);
+    if (e.key === "ArrowRight") i = (i + 1) % tabs.length;
+    else if (e.key === "ArrowLeft") i = (i - 1 + tabs.length) % tabs.length;
+    else if (e.key === "Home") i = 0;
+    else i = tabs.length - 1;
+    e.preventDefault();
+    tabs[i].focus();
+    tabs[i].click();
+  });
+})();
