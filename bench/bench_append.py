@@ -94,16 +94,34 @@ def main() -> None:
     from contextsvc.engine.tokens import estimate_message
     from sessions import accounting
     from sessions.models import Message, Session
-    from sessions.services import agent_key_create, session_append_messages, session_create, to_engine_message
+    from sessions.services import (
+        agent_key_create,
+        session_append_messages,
+        session_create,
+        to_engine_message,
+    )
 
     texts = sample_texts()
     key, raw = agent_key_create(name="bench")
 
     def seed(sid: str, n: int, *, window: int = 1_000_000) -> Session:
-        session = session_create(owner=key, data={"model": "claude-sonnet-4-5", "id": sid, "context_window": window, "max_output_tokens": 8_000})
+        session = session_create(
+            owner=key,
+            data={
+                "model": "claude-sonnet-4-5",
+                "id": sid,
+                "context_window": window,
+                "max_output_tokens": 8_000,
+            },
+        )
         for start in range(0, n, 200):
-            batch = [{"role": "user" if (start + i) % 2 == 0 else "assistant", "content": texts[(start + i) % len(texts)]}
-                     for i in range(min(200, n - start))]
+            batch = [
+                {
+                    "role": "user" if (start + i) % 2 == 0 else "assistant",
+                    "content": texts[(start + i) % len(texts)],
+                }
+                for i in range(min(200, n - start))
+            ]
             session_append_messages(session=session, messages=batch)
         return Session.objects.get(pk=session.pk)
 
@@ -114,8 +132,16 @@ def main() -> None:
     # ~150 tokens each: 1,000 messages ≈ 150k tokens in the live window
     per = [t for t in texts if 500 <= len(t) <= 700] or texts
     for start in range(0, 1000, 200):
-        session_append_messages(session=ctx, messages=[
-            {"role": "user" if i % 2 == 0 else "assistant", "content": per[(start + i) % len(per)]} for i in range(200)])
+        session_append_messages(
+            session=ctx,
+            messages=[
+                {
+                    "role": "user" if i % 2 == 0 else "assistant",
+                    "content": per[(start + i) % len(per)],
+                }
+                for i in range(200)
+            ],
+        )
     ctx.refresh_from_db()
     for n in range(40):
         seed(f"load{n}", 0)
@@ -123,9 +149,20 @@ def main() -> None:
     port = free_port()
     env = {**os.environ, "DATABASE_URL": db_url, "DEBUG": "false", "LOG_LEVEL": "WARNING"}
     server = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "contextsvc.wsgi:application", "-b", f"127.0.0.1:{port}",
-         "-w", "4", "--log-level", "warning"],
-        cwd=ROOT, env=env,
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "contextsvc.wsgi:application",
+            "-b",
+            f"127.0.0.1:{port}",
+            "-w",
+            "4",
+            "--log-level",
+            "warning",
+        ],
+        cwd=ROOT,
+        env=env,
     )
     try:
         for _ in range(100):
@@ -141,23 +178,29 @@ def main() -> None:
 
     # Naive way: each append re-counts the whole history (what we never do).
     tokenizer = accounting.get_tokenizer("tiktoken:cl100k_base")
+
     def naive_cost(sid: str) -> float:
         rows = Message.objects.filter(session__external_id=sid).values_list("role", "content")
         start = time.perf_counter()
         for role, content in rows:
             estimate_message(to_engine_message({"role": role, "content": content}), tokenizer)
         return (time.perf_counter() - start) * 1000
+
     naive_short, naive_long = naive_cost("short"), naive_cost("long")
-    print(f"naive re-count per append: {naive_short:.1f} ms at 100 prior, {naive_long:.1f} ms at 10,000 prior "
-          f"→ ratio {naive_long / max(naive_short, 1e-6):.1f}x (plus the append itself)")
+    print(
+        f"naive re-count per append: {naive_short:.1f} ms at 100 prior, {naive_long:.1f} ms at 10,000 prior "
+        f"→ ratio {naive_long / max(naive_short, 1e-6):.1f}x (plus the append itself)"
+    )
 
 
 def run_http(port: int, raw: str, texts: list[str], ctx) -> None:
-    batch = lambda i: {"messages": [  # noqa: E731
-        {"role": "user", "content": texts[i % len(texts)]},
-        {"role": "assistant", "content": texts[(i + 1) % len(texts)]},
-        {"role": "user", "content": texts[(i + 2) % len(texts)]},
-    ]}
+    batch = lambda i: {
+        "messages": [  # noqa: E731
+            {"role": "user", "content": texts[i % len(texts)]},
+            {"role": "assistant", "content": texts[(i + 1) % len(texts)]},
+            {"role": "user", "content": texts[(i + 2) % len(texts)]},
+        ]
+    }
     # warm up every worker (tokenizer load, connections)
     for i in range(40):
         Http(port, raw).call("POST", f"sessions/load{i % 40}/messages", batch(i))
@@ -171,7 +214,9 @@ def run_http(port: int, raw: str, texts: list[str], ctx) -> None:
         http_ = Http(port, raw)
         mine = []
         for i in range(per_client):
-            status, _, ms = http_.call("POST", f"sessions/load{n * 10 + i % 10}/messages", batch(i + n))
+            status, _, ms = http_.call(
+                "POST", f"sessions/load{n * 10 + i % 10}/messages", batch(i + n)
+            )
             assert status == 200, status
             mine.append(ms)
         with lock:
@@ -184,9 +229,11 @@ def run_http(port: int, raw: str, texts: list[str], ctx) -> None:
     for t in threads:
         t.join()
     elapsed = time.perf_counter() - start
-    print(f"append 3-message batch, gunicorn -w 4, 4 concurrent clients, {len(latencies)} requests: "
-          f"p50 {pct(latencies, 0.5):.1f} ms, p99 {pct(latencies, 0.99):.1f} ms, "
-          f"{len(latencies) / elapsed:.0f} req/s  (targets: p50 ≤ 15, p99 ≤ 60)")
+    print(
+        f"append 3-message batch, gunicorn -w 4, 4 concurrent clients, {len(latencies)} requests: "
+        f"p50 {pct(latencies, 0.5):.1f} ms, p99 {pct(latencies, 0.99):.1f} ms, "
+        f"{len(latencies) / elapsed:.0f} req/s  (targets: p50 ≤ 15, p99 ≤ 60)"
+    )
 
     # 2. flat cost in session length (one client, alternating to share noise)
     http_ = Http(port, raw)
@@ -197,8 +244,10 @@ def run_http(port: int, raw: str, texts: list[str], ctx) -> None:
             assert status == 200
             bucket.append(ms)
     m_short, m_long = statistics.mean(short), statistics.mean(long_)
-    print(f"mean append: {m_short:.2f} ms at 100 prior, {m_long:.2f} ms at 10,000 prior "
-          f"→ ratio {m_long / m_short:.2f}x (target ≤ 1.5x)")
+    print(
+        f"mean append: {m_short:.2f} ms at 100 prior, {m_long:.2f} ms at 10,000 prior "
+        f"→ ratio {m_long / m_short:.2f}x (target ≤ 1.5x)"
+    )
 
     # 3. context for a 1,000-message live window
     ctx_times = []
@@ -209,9 +258,11 @@ def run_http(port: int, raw: str, texts: list[str], ctx) -> None:
         size = len(payload)
         ctx_times.append(ms)
     ctx_times = ctx_times[5:]
-    print(f"GET context, {ctx.live_message_count} messages / {ctx.conversation_tokens:,} tokens "
-          f"({size / 1e6:.2f} MB body): p50 {pct(ctx_times, 0.5):.1f} ms, p99 {pct(ctx_times, 0.99):.1f} ms "
-          f"(target p50 ≤ 60)")
+    print(
+        f"GET context, {ctx.live_message_count} messages / {ctx.conversation_tokens:,} tokens "
+        f"({size / 1e6:.2f} MB body): p50 {pct(ctx_times, 0.5):.1f} ms, p99 {pct(ctx_times, 0.99):.1f} ms "
+        f"(target p50 ≤ 60)"
+    )
 
 
 if __name__ == "__main__":

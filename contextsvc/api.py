@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 from django.core.exceptions import RequestDataTooBig
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
@@ -75,7 +75,9 @@ def on_engine_unavailable(request: HttpRequest, exc: EngineUnavailableError):
 
 @api.exception_handler(AuthenticationError)
 def on_auth_error(request: HttpRequest, exc: AuthenticationError):
-    return _error(request, 401, "UNAUTHORIZED", "Missing or invalid agent key (Authorization: Bearer <key>)")
+    return _error(
+        request, 401, "UNAUTHORIZED", "Missing or invalid agent key (Authorization: Bearer <key>)"
+    )
 
 
 @api.exception_handler(Http404)
@@ -100,10 +102,18 @@ def on_too_big(request: HttpRequest, exc: RequestDataTooBig):
 def on_http_error(request: HttpRequest, exc: HttpError):
     cause = exc.__cause__
     if isinstance(cause, (orjson.JSONDecodeError, json.JSONDecodeError, ValueError)):
-        return _error(request, 422, "VALIDATION_ERROR", f"Malformed JSON body: {cause}", {"field": "body"})
+        return _error(
+            request, 422, "VALIDATION_ERROR", f"Malformed JSON body: {cause}", {"field": "body"}
+        )
     if isinstance(cause, RequestDataTooBig):
         return on_too_big(request, cause)
-    codes = {400: "VALIDATION_ERROR", 401: "UNAUTHORIZED", 404: "NOT_FOUND", 409: "CONFLICT", 413: "PAYLOAD_TOO_LARGE"}
+    codes = {
+        400: "VALIDATION_ERROR",
+        401: "UNAUTHORIZED",
+        404: "NOT_FOUND",
+        409: "CONFLICT",
+        413: "PAYLOAD_TOO_LARGE",
+    }
     status = 422 if exc.status_code == 400 else exc.status_code
     return _error(request, status, codes.get(exc.status_code, "VALIDATION_ERROR"), str(exc))
 

@@ -246,8 +246,14 @@ def state_for(session: Session) -> PromptState:
 
 
 # Columns only context builds read: tool_search and PUT tools lock the row without them.
-BUILD_ONLY_FIELDS = ("last_chain", "last_build", "last_cached", "cache_totals", "degraded_log",
-                     "last_deferral")
+BUILD_ONLY_FIELDS = (
+    "last_chain",
+    "last_build",
+    "last_cached",
+    "cache_totals",
+    "degraded_log",
+    "last_deferral",
+)
 
 
 def locked_state(session: Session, *, defer: Sequence[str] = ()) -> PromptState:
@@ -735,9 +741,7 @@ def account(
     return record
 
 
-def deferral_block(
-    state: PromptState | None, tool_plan: ToolPlan | None = None
-) -> dict[str, Any]:
+def deferral_block(state: PromptState | None, tool_plan: ToolPlan | None = None) -> dict[str, Any]:
     """The budget's ``deferral`` block: live from a build, else the last build's."""
     if tool_plan is not None and tool_plan.selection is not None:
         sel = tool_plan.selection
@@ -765,13 +769,17 @@ def deferral_block(
             "tokens_saved": 0,
         }
     else:
-        base = dict(state.last_deferral) if state is not None and state.last_deferral else {
-            "active": False,
-            "deferred_count": 0,
-            "deferred": [],
-            "loaded": [],
-            "tokens_saved": 0,
-        }
+        base = (
+            dict(state.last_deferral)
+            if state is not None and state.last_deferral
+            else {
+                "active": False,
+                "deferred_count": 0,
+                "deferred": [],
+                "loaded": [],
+                "tokens_saved": 0,
+            }
+        )
     if state is not None:
         base["tokens_saved_total"] = state.tokens_saved_total
         base["search_count"] = state.search_count
@@ -814,8 +822,14 @@ def finish_build(
             last_deferral = {
                 k: v
                 for k, v in deferral_info.items()
-                if k not in ("searched", "loaded_total", "recent_searches", "search_count",
-                             "tokens_saved_total")
+                if k
+                not in (
+                    "searched",
+                    "loaded_total",
+                    "recent_searches",
+                    "search_count",
+                    "tokens_saved_total",
+                )
             }
             if last_deferral != (state.last_deferral or {}):
                 update["last_deferral"] = state.last_deferral = last_deferral
@@ -872,7 +886,8 @@ def _reported(session: Session, prices: caching.Prices | None, ttl: str) -> dict
     )
     totals = {k: int(v or 0) for k, v in totals.items()}
     totals_input = (
-        totals["input_tokens"] + totals["cache_creation_input_tokens"]
+        totals["input_tokens"]
+        + totals["cache_creation_input_tokens"]
         + totals["cache_read_input_tokens"]
     )
     totals["cache_read_ratio"] = (

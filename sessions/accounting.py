@@ -51,9 +51,7 @@ def infer_provider(model: str) -> str:
     return ""
 
 
-def resolve_session_limits(
-    *, provider: str, model: str, explicit: Mapping[str, Any]
-) -> Limits:
+def resolve_session_limits(*, provider: str, model: str, explicit: Mapping[str, Any]) -> Limits:
     model_limits, provider_limits = profile_limits(provider, model)
     return resolve_limits(explicit=explicit, model=model_limits, provider=provider_limits)
 
@@ -86,7 +84,9 @@ def final_tool_name(session: Session) -> str:
 
 
 def targets_of(session: Session) -> list[Target]:
-    targets = [Target(provider=session.provider or "", model=session.model, limits=limits_of(session))]
+    targets = [
+        Target(provider=session.provider or "", model=session.model, limits=limits_of(session))
+    ]
     for t in (session.policy or {}).get("targets") or []:
         # Limits were resolved when the policy was saved (services.session_*).
         targets.append(

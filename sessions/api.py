@@ -21,6 +21,9 @@ def _owner(request: HttpRequest):
 
 
 def _session(request: HttpRequest, sid: str, *, defer_tools: bool = False):
+    cached = getattr(request, "contextsvc_session", None)  # loaded by AgentKeyAuth
+    if cached is not None and cached.external_id == sid:
+        return cached
     return selectors.session_get(owner=_owner(request), external_id=sid, defer_tools=defer_tools)
 
 
@@ -72,7 +75,10 @@ def put_tools(request: HttpRequest, sid: str, payload: list[ToolDefIn]):
     session = services.session_set_tools(
         session=_session(request, sid), tools=[t.model_dump() for t in payload]
     )
-    return {"tools": [t["name"] for t in session.tools], "budget": selectors.session_to_dict(session)["budget"]}
+    return {
+        "tools": [t["name"] for t in session.tools],
+        "budget": selectors.session_to_dict(session)["budget"],
+    }
 
 
 @router.post("/sessions/{sid}/messages")

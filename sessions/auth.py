@@ -8,6 +8,7 @@ from django.http import HttpRequest
 from django.utils import timezone
 from ninja.security import HttpBearer
 
+from .hotpath import session_for_key
 from .models import AgentKey, hash_key
 
 # Touch last_used_at at most this often: one write per request would double
@@ -19,7 +20,20 @@ class AgentKeyAuth(HttpBearer):
     def authenticate(self, request: HttpRequest, token: str) -> AgentKey | None:
         if not token:
             return None
-        key = AgentKey.objects.filter(key_hash=hash_key(token), revoked_at__isnull=True).first()
+        digest = hash_key(token)
+        key = None
+        match = request.resolver_match
+        sid = match.kwargs.get("sid") if match else None
+        if sid:
+            # Nearly every call names a session: fetch it with its owner in the
+            # same query as the key check. A miss falls back to the key alone,
+            # so a bad key stays a 401 and an unknown session a 404.
+            session = session_for_key(sid, digest)
+            if session is not None:
+                key = session.owner
+                request.contextsvc_session = session
+        if key is None:
+            key = AgentKey.objects.filter(key_hash=digest, revoked_at__isnull=True).first()
         if key is None:
             return None
         now = timezone.now()

@@ -42,7 +42,11 @@ def as_format(tool: ToolDef, fmt: str) -> dict[str, Any]:
     if fmt == "openai":
         return {
             "type": "function",
-            "function": {"name": tool.name, "description": tool.description, "parameters": tool.input_schema},
+            "function": {
+                "name": tool.name,
+                "description": tool.description,
+                "parameters": tool.input_schema,
+            },
         }
     return {"name": tool.name, "description": tool.description, "input_schema": tool.input_schema}
 

@@ -67,7 +67,9 @@ class ModelProfile(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["provider", "model"], name="uniq_profile_provider_model")
+            models.UniqueConstraint(
+                fields=["provider", "model"], name="uniq_profile_provider_model"
+            )
         ]
         ordering = ["provider", "model"]
 
@@ -102,7 +104,9 @@ class Session(models.Model):
     policy = models.JSONField(default=dict, blank=True)
 
     sections = models.JSONField(default=list, blank=True)  # [{name, content, cacheable, kind}]
-    tools = models.JSONField(default=list, blank=True)  # [{name, description, input_schema, category}]
+    tools = models.JSONField(
+        default=list, blank=True
+    )  # [{name, description, input_schema, category}]
     summary = models.TextField(blank=True, default="")
     retain = models.TextField(blank=True, default="")
     # First seq of the live window: messages before it are kept for audit only.
@@ -218,6 +222,9 @@ class UsageReport(models.Model):
     class Meta:
         ordering = ["session", "id"]
 
+    def __str__(self) -> str:
+        return f"{self.session_id}@{self.through_seq}: {self.total_tokens} reported"
+
 
 class IdempotencyRecord(models.Model):
     """First response to a POST carrying an Idempotency-Key, replayed on retry."""
@@ -233,6 +240,9 @@ class IdempotencyRecord(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["session", "key"], name="uniq_idempotency_session_key")
         ]
+
+    def __str__(self) -> str:
+        return f"{self.session_id}:{self.key}"
 
 
 class ToolOutput(models.Model):
@@ -291,3 +301,6 @@ class ToolOutputChunk(models.Model):
             models.Index(fields=["output", "first_line", "index"], name="chunk_output_line_idx"),
         ]
         ordering = ["output", "index"]
+
+    def __str__(self) -> str:
+        return f"{self.output_id}[{self.index}] from line {self.first_line}"

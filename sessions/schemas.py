@@ -157,7 +157,9 @@ class SectionIn(In):
 class ToolDefIn(In):
     name: str = Field(..., pattern=TOOL_NAME_PATTERN)
     description: str = ""
-    input_schema: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    input_schema: dict[str, Any] = Field(
+        default_factory=lambda: {"type": "object", "properties": {}}
+    )
     category: Literal["builtin", "mcp", "skill"] = "mcp"
 
     @model_validator(mode="before")
@@ -232,7 +234,9 @@ class UsageIn(In):
     input_tokens: int = Field(0, ge=0)
     output_tokens: int = Field(0, ge=0)
     cache_creation_tokens: int = Field(
-        0, ge=0, validation_alias=AliasChoices("cache_creation_tokens", "cache_creation_input_tokens")
+        0,
+        ge=0,
+        validation_alias=AliasChoices("cache_creation_tokens", "cache_creation_input_tokens"),
     )
     cache_read_tokens: int = Field(
         0, ge=0, validation_alias=AliasChoices("cache_read_tokens", "cache_read_input_tokens")

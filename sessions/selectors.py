@@ -42,8 +42,18 @@ def app_budget_blocks(session: Session) -> dict[str, Any]:
 
 
 MESSAGE_FIELDS = (
-    "seq", "role", "content", "parts", "tool_calls", "tool_call_id", "name",
-    "reasoning", "output_ref", "view", "view_state", "token_count",
+    "seq",
+    "role",
+    "content",
+    "parts",
+    "tool_calls",
+    "tool_call_id",
+    "name",
+    "reasoning",
+    "output_ref",
+    "view",
+    "view_state",
+    "token_count",
 )
 
 
@@ -81,8 +91,20 @@ def session_list(
 
 
 def row_to_message(row: tuple) -> EngineMessage:
-    (seq, role, content, parts, tool_calls, tool_call_id, name, reasoning,
-     output_ref, view, view_state, token_count) = row
+    (
+        seq,
+        role,
+        content,
+        parts,
+        tool_calls,
+        tool_call_id,
+        name,
+        reasoning,
+        output_ref,
+        view,
+        view_state,
+        token_count,
+    ) = row
     # Compaction's tool clearing (issue 4) marks an assistant message "cleared"
     # when its call inputs were cleared: the stored arguments stay for audit,
     # the context sends none (token_count was recounted that way).
@@ -345,7 +367,9 @@ def session_usage_reports(session: Session, *, limit: int = 20) -> list[dict[str
     ]
 
 
-def session_to_dict(session: Session, *, state: accounting.BudgetState | None = None) -> dict[str, Any]:
+def session_to_dict(
+    session: Session, *, state: accounting.BudgetState | None = None
+) -> dict[str, Any]:
     state = state or accounting.compute_budget(session)
     return {
         "id": session.external_id,

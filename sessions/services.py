@@ -23,10 +23,15 @@ from django.utils import timezone
 from contextsvc.engine.budget import Thresholds
 from contextsvc.engine.messages import Message as EngineMessage
 from contextsvc.engine.messages import PromptSection, ToolCall, ToolDef, content_text
-from contextsvc.engine.tokens import estimate_message, estimate_sections, estimate_tool_schemas, get_tokenizer
+from contextsvc.engine.tokens import (
+    estimate_message,
+    estimate_sections,
+    estimate_tool_schemas,
+    get_tokenizer,
+)
 from contextsvc.errors import Conflict, ValidationFailed
 
-from . import accounting, output_store
+from . import accounting, hotpath, output_store
 from .models import AgentKey, IdempotencyRecord, Message, Session, UsageReport, hash_key
 
 # Hooks other apps register to run after a committed append/usage report
@@ -57,8 +62,8 @@ def agent_key_revoke(*, key: AgentKey) -> AgentKey:
 # --- sessions ---------------------------------------------------------------------
 
 
-def _locked(session: Session) -> Session:
-    qs = Session.objects
+def _locked(session: Session, *, defer: tuple[str, ...] = ()) -> Session:
+    qs = Session.objects.defer(*defer) if defer else Session.objects
     if connection.features.has_select_for_no_key_update:
         # NO KEY UPDATE: appends must not block inserts of child rows (messages
         # reference the session by foreign key).
@@ -75,11 +80,17 @@ def _normalise_policy(policy: dict[str, Any], *, tokenizer: str) -> dict[str, An
     targets = []
     for i, target in enumerate(policy.get("targets") or []):
         provider = target["provider"]
-        explicit = {k: target.get(k) for k in ("context_window", "max_output_tokens", "buffer_tokens")}
+        explicit = {
+            k: target.get(k) for k in ("context_window", "max_output_tokens", "buffer_tokens")
+        }
         try:
-            limits = accounting.resolve_session_limits(provider=provider, model=target["model"], explicit=explicit)
+            limits = accounting.resolve_session_limits(
+                provider=provider, model=target["model"], explicit=explicit
+            )
         except ValueError as exc:
-            raise ValidationFailed(f"policy.targets[{i}]: {exc}", details={"field": f"policy.targets.{i}"}) from exc
+            raise ValidationFailed(
+                f"policy.targets[{i}]: {exc}", details={"field": f"policy.targets.{i}"}
+            ) from exc
         targets.append(
             {
                 "provider": provider,
@@ -98,7 +109,10 @@ def _normalise_policy(policy: dict[str, Any], *, tokenizer: str) -> dict[str, An
 def session_create(*, owner: AgentKey, data: dict[str, Any]) -> Session:
     model = data["model"]
     provider = data.get("provider") or accounting.infer_provider(model)
-    explicit = {k: data.get(k) for k in ("context_window", "max_output_tokens", "buffer_tokens", "tokenizer")}
+    explicit = {
+        k: data.get(k)
+        for k in ("context_window", "max_output_tokens", "buffer_tokens", "tokenizer")
+    }
     limits = accounting.resolve_session_limits(provider=provider, model=model, explicit=explicit)
     get_tokenizer(limits.tokenizer)  # an unknown tokenizer is a 422 now, not at first append
     policy = _normalise_policy(data.get("policy") or {}, tokenizer=limits.tokenizer)
@@ -130,7 +144,9 @@ def session_update(*, session: Session, data: dict[str, Any]) -> Session:
     limit_fields = ("context_window", "max_output_tokens", "buffer_tokens", "tokenizer")
     if any(data.get(k) is not None for k in (*limit_fields, "model", "provider")):
         # Fields the patch leaves out keep their current values.
-        explicit = {k: data[k] if data.get(k) is not None else getattr(session, k) for k in limit_fields}
+        explicit = {
+            k: data[k] if data.get(k) is not None else getattr(session, k) for k in limit_fields
+        }
         limits = accounting.resolve_session_limits(
             provider=session.provider, model=session.model, explicit=explicit
         )
@@ -257,7 +273,10 @@ def session_set_tools(*, session: Session, tools: list[dict[str, Any]]) -> Sessi
                 " tool_search; register it with category 'builtin' or rename your tool",
                 details={"field": f"tools.{i}.name"},
             )
-        if not isinstance(tool["input_schema"], dict) or tool["input_schema"].get("type") != "object":
+        if (
+            not isinstance(tool["input_schema"], dict)
+            or tool["input_schema"].get("type") != "object"
+        ):
             raise ValidationFailed(
                 f"Tool {tool['name']!r}: input_schema must be a JSON Schema of type 'object'",
                 details={"field": f"tools.{i}.input_schema"},
@@ -385,7 +404,8 @@ def prepare_messages(session: Session, messages: Sequence[dict[str, Any]]) -> li
                     "content": content if isinstance(content, str) else content_text(content),
                     "parts": content if isinstance(content, list) else None,
                     "tool_calls": [
-                        {"id": c.id, "name": c.name, "arguments": c.arguments} for c in msg.tool_calls
+                        {"id": c.id, "name": c.name, "arguments": c.arguments}
+                        for c in msg.tool_calls
                     ],
                     "tool_call_id": msg.tool_call_id,
                     "name": msg.name,
@@ -440,6 +460,25 @@ def _replay(session: Session, key: str, fingerprint: str) -> dict[str, Any] | No
     return record.response
 
 
+# What an append changes on the session row (one precompiled UPDATE).
+APPEND_FIELDS = (
+    "open_tool_calls",
+    "last_seq",
+    "message_count",
+    "live_message_count",
+    "conversation_tokens",
+    "updated_at",
+    "guard_status",
+    "used_tokens",
+    "tool_output_tokens",
+    "tool_trim_seq",
+    "tool_count_window_seq",
+    "reserved_tokens",
+    "tool_reservations",
+    "tool_budget_exceeded",
+)
+
+
 def session_append_messages(
     *,
     session: Session,
@@ -458,7 +497,7 @@ def session_append_messages(
     # Tokenizing is the slow part: do it before taking the row lock.
     prepared = (prepare or prepare_messages)(session, messages)
     with transaction.atomic():
-        session = _locked(session)
+        session = hotpath.lock_session(session.pk)
         if idempotency_key:
             # A concurrent retry may have committed while we tokenized.
             replay = _replay(session, idempotency_key, fingerprint)
@@ -484,14 +523,7 @@ def session_append_messages(
         session.conversation_tokens += added
         session.updated_at = now
         state = _refresh_guard(session)
-        session.save(
-            update_fields=[
-                "open_tool_calls", "last_seq", "message_count", "live_message_count",
-                "conversation_tokens", "updated_at", "guard_status", "used_tokens",
-                "tool_output_tokens", "tool_trim_seq", "tool_count_window_seq",
-                "reserved_tokens", "tool_reservations", "tool_budget_exceeded",
-            ]
-        )
+        hotpath.save_fields(session, APPEND_FIELDS)
         response = {
             "session_id": session.external_id,
             "messages": [
@@ -510,8 +542,11 @@ def session_append_messages(
         }
         if idempotency_key:
             IdempotencyRecord.objects.create(
-                session=session, key=idempotency_key, request_hash=fingerprint,
-                status_code=200, response=response,
+                session=session,
+                key=idempotency_key,
+                request_hash=fingerprint,
+                status_code=200,
+                response=response,
             )
         last_role = rows[-1].role
         for hook in after_append_hooks:
@@ -523,7 +558,9 @@ def session_append_messages(
 
 
 @transaction.atomic
-def session_record_usage(*, session: Session, usage: dict[str, Any]) -> tuple[UsageReport, accounting.BudgetState]:
+def session_record_usage(
+    *, session: Session, usage: dict[str, Any]
+) -> tuple[UsageReport, accounting.BudgetState]:
     session = _locked(session)
     through = usage.get("through_seq")
     if through is None:

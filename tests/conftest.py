@@ -19,7 +19,9 @@ def pytest_collection_modifyitems(config, items):
         return
     for item in items:
         for mark in item.iter_markers("skip"):
-            raise pytest.UsageError(f"{item.nodeid} is marked skip in CI: {mark.kwargs.get('reason')}")
+            raise pytest.UsageError(
+                f"{item.nodeid} is marked skip in CI: {mark.kwargs.get('reason')}"
+            )
 
 
 class ApiClient:
@@ -36,8 +38,16 @@ class ApiClient:
         headers.update(extra or {})
         return headers
 
-    def request(self, method: str, path: str, body: Any = None, *, raw: bytes | str | None = None,
-                headers: dict[str, str] | None = None, **query: Any):
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        raw: bytes | str | None = None,
+        headers: dict[str, str] | None = None,
+        **query: Any,
+    ):
         url = path if path.startswith("/") else f"/api/v1/{path}"
         data = raw if raw is not None else (json.dumps(body) if body is not None else None)
         fn = getattr(self.client, method.lower())
@@ -101,8 +111,13 @@ def make_session(alice):
     """Create a session through the API; returns its JSON."""
 
     def _make(client: ApiClient | None = None, **fields: Any) -> dict:
-        body = {"model": "claude-sonnet-4-5", "context_window": 32_000, "max_output_tokens": 4_096,
-                "buffer_tokens": 2_048, **fields}
+        body = {
+            "model": "claude-sonnet-4-5",
+            "context_window": 32_000,
+            "max_output_tokens": 4_096,
+            "buffer_tokens": 2_048,
+            **fields,
+        }
         response = (client or alice).post("sessions", body)
         assert response.status_code == 201, response.content
         return response.json()
@@ -113,6 +128,10 @@ def make_session(alice):
 def tool_turn(call_id: str, output: str, *, name: str = "bash", command: str = "ls") -> list[dict]:
     """An assistant tool call and its result, as an agent posts them."""
     return [
-        {"role": "assistant", "content": "", "tool_calls": [{"id": call_id, "name": name, "arguments": {"command": command}}]},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"id": call_id, "name": name, "arguments": {"command": command}}],
+        },
         {"role": "tool", "tool_call_id": call_id, "content": output},
     ]

@@ -190,9 +190,7 @@ def plan_breakpoints(system: Sequence[PromptSection], data: PlanInput) -> CacheP
     run = cacheable_run(system)
     if run:
         candidates.append(("system", run - 1, cumulative[run - 1]))
-        static_end = max(
-            (i for i in range(run) if system[i].kind in STATIC_KINDS), default=None
-        )
+        static_end = max((i for i in range(run) if system[i].kind in STATIC_KINDS), default=None)
         if static_end is not None and static_end < run - 1:
             candidates.append(("system", static_end, cumulative[static_end]))
     if data.mark_tools and tools:

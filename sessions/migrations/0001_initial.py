@@ -6,151 +6,241 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='AgentKey',
+            name="AgentKey",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=100)),
-                ('prefix', models.CharField(help_text='First characters, to recognise a key', max_length=12)),
-                ('key_hash', models.CharField(max_length=64, unique=True)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('revoked_at', models.DateTimeField(blank=True, null=True)),
-                ('last_used_at', models.DateTimeField(blank=True, null=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=100)),
+                (
+                    "prefix",
+                    models.CharField(
+                        help_text="First characters, to recognise a key", max_length=12
+                    ),
+                ),
+                ("key_hash", models.CharField(max_length=64, unique=True)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("revoked_at", models.DateTimeField(blank=True, null=True)),
+                ("last_used_at", models.DateTimeField(blank=True, null=True)),
             ],
             options={
-                'ordering': ['name', 'id'],
+                "ordering": ["name", "id"],
             },
         ),
         migrations.CreateModel(
-            name='ModelProfile',
+            name="ModelProfile",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('provider', models.CharField(max_length=50)),
-                ('model', models.CharField(blank=True, default='', max_length=200)),
-                ('context_window', models.PositiveIntegerField(blank=True, null=True)),
-                ('max_output_tokens', models.PositiveIntegerField(blank=True, null=True)),
-                ('buffer_tokens', models.PositiveIntegerField(blank=True, null=True)),
-                ('tokenizer', models.CharField(blank=True, default='', max_length=100)),
-                ('min_cacheable_tokens', models.PositiveIntegerField(blank=True, null=True)),
-                ('prices', models.JSONField(blank=True, default=dict)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("provider", models.CharField(max_length=50)),
+                ("model", models.CharField(blank=True, default="", max_length=200)),
+                ("context_window", models.PositiveIntegerField(blank=True, null=True)),
+                ("max_output_tokens", models.PositiveIntegerField(blank=True, null=True)),
+                ("buffer_tokens", models.PositiveIntegerField(blank=True, null=True)),
+                ("tokenizer", models.CharField(blank=True, default="", max_length=100)),
+                ("min_cacheable_tokens", models.PositiveIntegerField(blank=True, null=True)),
+                ("prices", models.JSONField(blank=True, default=dict)),
             ],
             options={
-                'ordering': ['provider', 'model'],
-                'constraints': [models.UniqueConstraint(fields=('provider', 'model'), name='uniq_profile_provider_model')],
+                "ordering": ["provider", "model"],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("provider", "model"), name="uniq_profile_provider_model"
+                    )
+                ],
             },
         ),
         migrations.CreateModel(
-            name='Session',
+            name="Session",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('external_id', models.CharField(max_length=128)),
-                ('agent', models.CharField(blank=True, default='', max_length=100)),
-                ('model', models.CharField(max_length=200)),
-                ('provider', models.CharField(blank=True, default='', max_length=50)),
-                ('context_window', models.PositiveIntegerField()),
-                ('max_output_tokens', models.PositiveIntegerField()),
-                ('buffer_tokens', models.PositiveIntegerField()),
-                ('tokenizer', models.CharField(max_length=100)),
-                ('policy', models.JSONField(blank=True, default=dict)),
-                ('sections', models.JSONField(blank=True, default=list)),
-                ('tools', models.JSONField(blank=True, default=list)),
-                ('summary', models.TextField(blank=True, default='')),
-                ('retain', models.TextField(blank=True, default='')),
-                ('window_start_seq', models.PositiveIntegerField(default=1)),
-                ('last_seq', models.PositiveIntegerField(default=0)),
-                ('message_count', models.PositiveIntegerField(default=0)),
-                ('live_message_count', models.PositiveIntegerField(default=0)),
-                ('system_tokens', models.PositiveIntegerField(default=0)),
-                ('skill_tokens', models.PositiveIntegerField(default=0)),
-                ('tool_tokens', models.PositiveIntegerField(default=0)),
-                ('summary_tokens', models.PositiveIntegerField(default=0)),
-                ('conversation_tokens', models.PositiveIntegerField(default=0)),
-                ('open_tool_calls', models.JSONField(blank=True, default=dict)),
-                ('reported_total', models.PositiveIntegerField(blank=True, null=True)),
-                ('reported_through_seq', models.PositiveIntegerField(blank=True, null=True)),
-                ('estimated_at_report', models.PositiveIntegerField(blank=True, null=True)),
-                ('status', models.CharField(choices=[('active', 'Active'), ('final', 'Final')], default='active', max_length=10)),
-                ('final_reason', models.CharField(blank=True, default='', max_length=50)),
-                ('guard_status', models.CharField(default='ok', max_length=10)),
-                ('used_tokens', models.PositiveIntegerField(default=0)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('updated_at', models.DateTimeField(db_index=True, default=django.utils.timezone.now)),
-                ('owner', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='sessions', to='agent_sessions.agentkey')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("external_id", models.CharField(max_length=128)),
+                ("agent", models.CharField(blank=True, default="", max_length=100)),
+                ("model", models.CharField(max_length=200)),
+                ("provider", models.CharField(blank=True, default="", max_length=50)),
+                ("context_window", models.PositiveIntegerField()),
+                ("max_output_tokens", models.PositiveIntegerField()),
+                ("buffer_tokens", models.PositiveIntegerField()),
+                ("tokenizer", models.CharField(max_length=100)),
+                ("policy", models.JSONField(blank=True, default=dict)),
+                ("sections", models.JSONField(blank=True, default=list)),
+                ("tools", models.JSONField(blank=True, default=list)),
+                ("summary", models.TextField(blank=True, default="")),
+                ("retain", models.TextField(blank=True, default="")),
+                ("window_start_seq", models.PositiveIntegerField(default=1)),
+                ("last_seq", models.PositiveIntegerField(default=0)),
+                ("message_count", models.PositiveIntegerField(default=0)),
+                ("live_message_count", models.PositiveIntegerField(default=0)),
+                ("system_tokens", models.PositiveIntegerField(default=0)),
+                ("skill_tokens", models.PositiveIntegerField(default=0)),
+                ("tool_tokens", models.PositiveIntegerField(default=0)),
+                ("summary_tokens", models.PositiveIntegerField(default=0)),
+                ("conversation_tokens", models.PositiveIntegerField(default=0)),
+                ("open_tool_calls", models.JSONField(blank=True, default=dict)),
+                ("reported_total", models.PositiveIntegerField(blank=True, null=True)),
+                ("reported_through_seq", models.PositiveIntegerField(blank=True, null=True)),
+                ("estimated_at_report", models.PositiveIntegerField(blank=True, null=True)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[("active", "Active"), ("final", "Final")],
+                        default="active",
+                        max_length=10,
+                    ),
+                ),
+                ("final_reason", models.CharField(blank=True, default="", max_length=50)),
+                ("guard_status", models.CharField(default="ok", max_length=10)),
+                ("used_tokens", models.PositiveIntegerField(default=0)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "updated_at",
+                    models.DateTimeField(db_index=True, default=django.utils.timezone.now),
+                ),
+                (
+                    "owner",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="sessions",
+                        to="agent_sessions.agentkey",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-updated_at', '-id'],
+                "ordering": ["-updated_at", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='Message',
+            name="Message",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('seq', models.PositiveIntegerField()),
-                ('role', models.CharField(choices=[('user', 'User'), ('assistant', 'Assistant'), ('tool', 'Tool')], max_length=10)),
-                ('content', models.TextField(blank=True, default='')),
-                ('parts', models.JSONField(blank=True, null=True)),
-                ('tool_calls', models.JSONField(blank=True, default=list)),
-                ('tool_call_id', models.CharField(blank=True, max_length=200, null=True)),
-                ('name', models.CharField(blank=True, max_length=200, null=True)),
-                ('reasoning', models.TextField(blank=True, null=True)),
-                ('output_ref', models.CharField(blank=True, max_length=64, null=True)),
-                ('view', models.TextField(blank=True, null=True)),
-                ('view_state', models.CharField(default='full', max_length=10)),
-                ('token_count', models.PositiveIntegerField()),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('session', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='messages', to='agent_sessions.session')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("seq", models.PositiveIntegerField()),
+                (
+                    "role",
+                    models.CharField(
+                        choices=[("user", "User"), ("assistant", "Assistant"), ("tool", "Tool")],
+                        max_length=10,
+                    ),
+                ),
+                ("content", models.TextField(blank=True, default="")),
+                ("parts", models.JSONField(blank=True, null=True)),
+                ("tool_calls", models.JSONField(blank=True, default=list)),
+                ("tool_call_id", models.CharField(blank=True, max_length=200, null=True)),
+                ("name", models.CharField(blank=True, max_length=200, null=True)),
+                ("reasoning", models.TextField(blank=True, null=True)),
+                ("output_ref", models.CharField(blank=True, max_length=64, null=True)),
+                ("view", models.TextField(blank=True, null=True)),
+                ("view_state", models.CharField(default="full", max_length=10)),
+                ("token_count", models.PositiveIntegerField()),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "session",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="messages",
+                        to="agent_sessions.session",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['session', 'seq'],
+                "ordering": ["session", "seq"],
             },
         ),
         migrations.CreateModel(
-            name='IdempotencyRecord',
+            name="IdempotencyRecord",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('key', models.CharField(max_length=200)),
-                ('request_hash', models.CharField(max_length=64)),
-                ('status_code', models.PositiveSmallIntegerField()),
-                ('response', models.JSONField()),
-                ('created_at', models.DateTimeField(db_index=True, default=django.utils.timezone.now)),
-                ('session', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='agent_sessions.session')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("key", models.CharField(max_length=200)),
+                ("request_hash", models.CharField(max_length=64)),
+                ("status_code", models.PositiveSmallIntegerField()),
+                ("response", models.JSONField()),
+                (
+                    "created_at",
+                    models.DateTimeField(db_index=True, default=django.utils.timezone.now),
+                ),
+                (
+                    "session",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="agent_sessions.session",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='UsageReport',
+            name="UsageReport",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('through_seq', models.PositiveIntegerField()),
-                ('input_tokens', models.PositiveIntegerField(default=0)),
-                ('output_tokens', models.PositiveIntegerField(default=0)),
-                ('cache_creation_tokens', models.PositiveIntegerField(default=0)),
-                ('cache_read_tokens', models.PositiveIntegerField(default=0)),
-                ('total_tokens', models.PositiveIntegerField()),
-                ('estimated_tokens', models.PositiveIntegerField()),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('session', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='usage_reports', to='agent_sessions.session')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("through_seq", models.PositiveIntegerField()),
+                ("input_tokens", models.PositiveIntegerField(default=0)),
+                ("output_tokens", models.PositiveIntegerField(default=0)),
+                ("cache_creation_tokens", models.PositiveIntegerField(default=0)),
+                ("cache_read_tokens", models.PositiveIntegerField(default=0)),
+                ("total_tokens", models.PositiveIntegerField()),
+                ("estimated_tokens", models.PositiveIntegerField()),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "session",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="usage_reports",
+                        to="agent_sessions.session",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['session', 'id'],
+                "ordering": ["session", "id"],
             },
         ),
         migrations.AddConstraint(
-            model_name='session',
-            constraint=models.UniqueConstraint(fields=('owner', 'external_id'), name='uniq_session_owner_id'),
+            model_name="session",
+            constraint=models.UniqueConstraint(
+                fields=("owner", "external_id"), name="uniq_session_owner_id"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='message',
-            constraint=models.UniqueConstraint(fields=('session', 'seq'), name='uniq_message_session_seq'),
+            model_name="message",
+            constraint=models.UniqueConstraint(
+                fields=("session", "seq"), name="uniq_message_session_seq"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='idempotencyrecord',
-            constraint=models.UniqueConstraint(fields=('session', 'key'), name='uniq_idempotency_session_key'),
+            model_name="idempotencyrecord",
+            constraint=models.UniqueConstraint(
+                fields=("session", "key"), name="uniq_idempotency_session_key"
+            ),
         ),
     ]

@@ -6,98 +6,124 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('agent_sessions', '0002_seed_model_profiles'),
+        ("agent_sessions", "0002_seed_model_profiles"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='ToolOutput',
+            name="ToolOutput",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('ref', models.CharField(max_length=64, unique=True)),
-                ('tool_name', models.CharField(blank=True, default='', max_length=200)),
-                ('byte_size', models.PositiveBigIntegerField(default=0)),
-                ('line_count', models.PositiveBigIntegerField(default=0)),
-                ('chunk_count', models.PositiveIntegerField(default=0)),
-                ('sha256', models.CharField(blank=True, max_length=64, null=True)),
-                ('source', models.CharField(default='message', max_length=10)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('last_used_at', models.DateTimeField(db_index=True, default=django.utils.timezone.now)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("ref", models.CharField(max_length=64, unique=True)),
+                ("tool_name", models.CharField(blank=True, default="", max_length=200)),
+                ("byte_size", models.PositiveBigIntegerField(default=0)),
+                ("line_count", models.PositiveBigIntegerField(default=0)),
+                ("chunk_count", models.PositiveIntegerField(default=0)),
+                ("sha256", models.CharField(blank=True, max_length=64, null=True)),
+                ("source", models.CharField(default="message", max_length=10)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "last_used_at",
+                    models.DateTimeField(db_index=True, default=django.utils.timezone.now),
+                ),
             ],
             options={
-                'ordering': ['session', 'id'],
+                "ordering": ["session", "id"],
             },
         ),
         migrations.CreateModel(
-            name='ToolOutputChunk',
+            name="ToolOutputChunk",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('index', models.PositiveIntegerField()),
-                ('first_line', models.PositiveBigIntegerField()),
-                ('line_count', models.PositiveIntegerField()),
-                ('byte_offset', models.PositiveBigIntegerField()),
-                ('data', models.BinaryField()),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("index", models.PositiveIntegerField()),
+                ("first_line", models.PositiveBigIntegerField()),
+                ("line_count", models.PositiveIntegerField()),
+                ("byte_offset", models.PositiveBigIntegerField()),
+                ("data", models.BinaryField()),
             ],
             options={
-                'ordering': ['output', 'index'],
+                "ordering": ["output", "index"],
             },
         ),
         migrations.AddField(
-            model_name='session',
-            name='reserved_tokens',
+            model_name="session",
+            name="reserved_tokens",
             field=models.PositiveBigIntegerField(default=0),
         ),
         migrations.AddField(
-            model_name='session',
-            name='tool_budget_exceeded',
+            model_name="session",
+            name="tool_budget_exceeded",
             field=models.BooleanField(default=False),
         ),
         migrations.AddField(
-            model_name='session',
-            name='tool_count_window_seq',
+            model_name="session",
+            name="tool_count_window_seq",
             field=models.PositiveIntegerField(default=1),
         ),
         migrations.AddField(
-            model_name='session',
-            name='tool_output_tokens',
+            model_name="session",
+            name="tool_output_tokens",
             field=models.PositiveBigIntegerField(default=0),
         ),
         migrations.AddField(
-            model_name='session',
-            name='tool_reservations',
+            model_name="session",
+            name="tool_reservations",
             field=models.JSONField(blank=True, default=dict),
         ),
         migrations.AddField(
-            model_name='session',
-            name='tool_trim_seq',
+            model_name="session",
+            name="tool_trim_seq",
             field=models.PositiveIntegerField(default=0),
         ),
         migrations.AddIndex(
-            model_name='message',
-            index=models.Index(fields=['output_ref'], name='message_output_ref_idx'),
+            model_name="message",
+            index=models.Index(fields=["output_ref"], name="message_output_ref_idx"),
         ),
         migrations.AddField(
-            model_name='tooloutput',
-            name='session',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='outputs', to='agent_sessions.session'),
+            model_name="tooloutput",
+            name="session",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="outputs",
+                to="agent_sessions.session",
+            ),
         ),
         migrations.AddField(
-            model_name='tooloutputchunk',
-            name='output',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='chunks', to='agent_sessions.tooloutput'),
+            model_name="tooloutputchunk",
+            name="output",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="chunks",
+                to="agent_sessions.tooloutput",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='tooloutput',
-            constraint=models.UniqueConstraint(fields=('session', 'sha256'), name='uniq_output_session_sha256'),
+            model_name="tooloutput",
+            constraint=models.UniqueConstraint(
+                fields=("session", "sha256"), name="uniq_output_session_sha256"
+            ),
         ),
         migrations.AddIndex(
-            model_name='tooloutputchunk',
-            index=models.Index(fields=['output', 'first_line', 'index'], name='chunk_output_line_idx'),
+            model_name="tooloutputchunk",
+            index=models.Index(
+                fields=["output", "first_line", "index"], name="chunk_output_line_idx"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='tooloutputchunk',
-            constraint=models.UniqueConstraint(fields=('output', 'index'), name='uniq_chunk_output_index'),
+            model_name="tooloutputchunk",
+            constraint=models.UniqueConstraint(
+                fields=("output", "index"), name="uniq_chunk_output_index"
+            ),
         ),
     ]

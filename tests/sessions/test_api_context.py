@@ -8,31 +8,52 @@ import logging
 import pytest
 
 from sessions.models import Session
-from tests.conftest import tool_turn
 
 pytestmark = pytest.mark.django_db
 
-TOOL = {"name": "bash", "description": "Run a command", "category": "builtin",
-        "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}}}
+TOOL = {
+    "name": "bash",
+    "description": "Run a command",
+    "category": "builtin",
+    "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}},
+}
 
 
 @pytest.fixture
 def conversation(alice, make_session):
     sid = make_session(id="ctx")["id"]
-    alice.put(f"sessions/{sid}/system", [
-        {"name": "scratch", "content": "notes: none yet", "kind": "scratchpad", "cacheable": False},
-        {"name": "base", "content": "You are a coding agent.", "kind": "base"},
-    ])
+    alice.put(
+        f"sessions/{sid}/system",
+        [
+            {
+                "name": "scratch",
+                "content": "notes: none yet",
+                "kind": "scratchpad",
+                "cacheable": False,
+            },
+            {"name": "base", "content": "You are a coding agent.", "kind": "base"},
+        ],
+    )
     alice.put(f"sessions/{sid}/tools", [TOOL])
-    alice.post(f"sessions/{sid}/messages", {"messages": [
-        {"role": "user", "content": "Fix the bug"},
-        {"role": "assistant", "content": "Looking.", "tool_calls": [
-            {"id": "t1", "name": "bash", "arguments": {"command": "ls"}},
-            {"id": "t2", "name": "bash", "arguments": {"command": "cat x"}}]},
-        {"role": "tool", "tool_call_id": "t1", "content": "x"},
-        {"role": "tool", "tool_call_id": "t2", "content": "bug here"},
-        {"role": "assistant", "content": "Fixed."},
-    ]})
+    alice.post(
+        f"sessions/{sid}/messages",
+        {
+            "messages": [
+                {"role": "user", "content": "Fix the bug"},
+                {
+                    "role": "assistant",
+                    "content": "Looking.",
+                    "tool_calls": [
+                        {"id": "t1", "name": "bash", "arguments": {"command": "ls"}},
+                        {"id": "t2", "name": "bash", "arguments": {"command": "cat x"}},
+                    ],
+                },
+                {"role": "tool", "tool_call_id": "t1", "content": "x"},
+                {"role": "tool", "tool_call_id": "t2", "content": "bug here"},
+                {"role": "assistant", "content": "Fixed."},
+            ]
+        },
+    )
     return sid
 
 
@@ -44,10 +65,15 @@ def test_anthropic_format(alice, conversation):
     roles = [m["role"] for m in body["messages"]]
     assert roles == ["user", "assistant", "user", "assistant"]  # strict alternation
     results = body["messages"][2]["content"]
-    assert [(b["type"], b["tool_use_id"]) for b in results] == [("tool_result", "t1"), ("tool_result", "t2")]
+    assert [(b["type"], b["tool_use_id"]) for b in results] == [
+        ("tool_result", "t1"),
+        ("tool_result", "t2"),
+    ]
     uses = [b for b in body["messages"][1]["content"] if b["type"] == "tool_use"]
     assert [u["input"] for u in uses] == [{"command": "ls"}, {"command": "cat x"}]
-    assert body["tools"] == [{"name": "bash", "description": "Run a command", "input_schema": TOOL["input_schema"]}]
+    assert body["tools"] == [
+        {"name": "bash", "description": "Run a command", "input_schema": TOOL["input_schema"]}
+    ]
     assert body["budget"]["guard"]["status"] == "ok"
 
 
@@ -64,7 +90,10 @@ def test_openai_format(alice, conversation):
 def test_raw_format_carries_seq_and_token_counts(alice, conversation):
     body = alice.get(f"sessions/{conversation}/context", format="raw").json()
     assert [m["seq"] for m in body["messages"]] == [1, 2, 3, 4, 5]
-    assert sum(m["token_count"] for m in body["messages"]) == body["budget"]["components"]["conversation"]
+    assert (
+        sum(m["token_count"] for m in body["messages"])
+        == body["budget"]["components"]["conversation"]
+    )
 
 
 def test_unknown_format_is_422(alice, conversation):
@@ -86,17 +115,24 @@ def test_budget_components_and_thresholds_spec002(alice, conversation):
 
 def _fill(alice, sid, tokens_wanted):
     """Post one user message of roughly the wanted size (chars/4 dominates for 'x ')."""
-    return alice.post(f"sessions/{sid}/messages", {"messages": [{"role": "user", "content": "x " * (tokens_wanted * 2)}]})
+    return alice.post(
+        f"sessions/{sid}/messages",
+        {"messages": [{"role": "user", "content": "x " * (tokens_wanted * 2)}]},
+    )
 
 
 def test_guard_tiers_ok_compact_block_final(alice, make_session):
-    sid = make_session(id="tiers", context_window=10_000, max_output_tokens=1_000, buffer_tokens=0)["id"]
+    sid = make_session(id="tiers", context_window=10_000, max_output_tokens=1_000, buffer_tokens=0)[
+        "id"
+    ]
     limit = 9_000
     statuses = []
     budget = alice.get(f"sessions/{sid}/budget").json()
     statuses.append(budget["guard"]["status"])
     for extra in (int(limit * 0.96), int(limit * 0.99), limit + 10):
-        statuses.append(alice.get(f"sessions/{sid}/budget", extra_tokens=extra).json()["guard"]["status"])
+        statuses.append(
+            alice.get(f"sessions/{sid}/budget", extra_tokens=extra).json()["guard"]["status"]
+        )
     assert statuses == ["ok", "compact", "block", "final"]
 
 
@@ -115,8 +151,13 @@ def test_final_restricts_tools_injects_instruction_and_marks_session_spec001(ali
 
 
 def test_final_report_tool_name_is_configurable(alice, make_session):
-    sid = make_session(id="fin2", context_window=4_000, max_output_tokens=500, buffer_tokens=0,
-                       policy={"final_report_tool": "submit"})["id"]
+    sid = make_session(
+        id="fin2",
+        context_window=4_000,
+        max_output_tokens=500,
+        buffer_tokens=0,
+        policy={"final_report_tool": "submit"},
+    )["id"]
     _fill(alice, sid, 3_600)
     body = alice.get(f"sessions/{sid}/context", format="openai").json()
     assert [t["function"]["name"] for t in body["tools"]] == ["submit"]
@@ -124,8 +165,13 @@ def test_final_report_tool_name_is_configurable(alice, make_session):
 
 
 def test_skip_when_fallback_target_fits_spec001(alice, make_session):
-    sid = make_session(id="targets", context_window=4_000, max_output_tokens=500, buffer_tokens=0,
-                       policy={"targets": [{"provider": "anthropic", "model": "claude-sonnet-4-5"}]})["id"]
+    sid = make_session(
+        id="targets",
+        context_window=4_000,
+        max_output_tokens=500,
+        buffer_tokens=0,
+        policy={"targets": [{"provider": "anthropic", "model": "claude-sonnet-4-5"}]},
+    )["id"]
     _fill(alice, sid, 3_600)
     guard = alice.get(f"sessions/{sid}/budget").json()["guard"]
     assert [t["status"] for t in guard["targets"]] == ["skip", "ok"]
@@ -134,7 +180,9 @@ def test_skip_when_fallback_target_fits_spec001(alice, make_session):
 
 
 def test_schema_only_overflow_is_ok_spec001(alice, make_session):
-    sid = make_session(id="schema", context_window=3_000, max_output_tokens=500, buffer_tokens=0)["id"]
+    sid = make_session(id="schema", context_window=3_000, max_output_tokens=500, buffer_tokens=0)[
+        "id"
+    ]
     big_tool = {**TOOL, "description": "word " * 1_100}
     alice.put(f"sessions/{sid}/tools", [big_tool])
     budget = alice.get(f"sessions/{sid}/budget").json()
@@ -147,19 +195,28 @@ def test_schema_only_overflow_is_ok_spec001(alice, make_session):
 
 def test_usage_total_and_calibration_spec000(alice, make_session):
     sid = make_session(id="usage")["id"]
-    alice.post(f"sessions/{sid}/messages", {"messages": [{"role": "user", "content": "hello there"}]})
+    alice.post(
+        f"sessions/{sid}/messages", {"messages": [{"role": "user", "content": "hello there"}]}
+    )
     estimate = alice.get(f"sessions/{sid}/budget").json()["used"]
-    response = alice.post(f"sessions/{sid}/usage", {
-        "input_tokens": 1000, "output_tokens": 50,
-        "cache_creation_input_tokens": 200, "cache_read_input_tokens": 300,
-    })
+    response = alice.post(
+        f"sessions/{sid}/usage",
+        {
+            "input_tokens": 1000,
+            "output_tokens": 50,
+            "cache_creation_input_tokens": 200,
+            "cache_read_input_tokens": 300,
+        },
+    )
     assert response.status_code == 200, response.content
     assert response.json()["total_tokens"] == 1550  # input + cache_creation + cache_read + output
     budget = alice.get(f"sessions/{sid}/budget").json()
     assert budget["calibrated_tokens"] == 1550
     assert budget["guard"]["projected"] == 1550  # the provider's count wins for its prefix
     assert budget["estimated_tokens"] == estimate
-    appended = alice.post(f"sessions/{sid}/messages", {"messages": [{"role": "assistant", "content": "more"}]}).json()
+    appended = alice.post(
+        f"sessions/{sid}/messages", {"messages": [{"role": "assistant", "content": "more"}]}
+    ).json()
     added = appended["messages"][0]["token_count"]
     budget = alice.get(f"sessions/{sid}/budget").json()
     assert budget["guard"]["projected"] == 1550 + added
@@ -178,7 +235,9 @@ def test_context_debug_logs_guard_topics_spec001(alice, make_session, settings, 
     sid = make_session(id="dbg")["id"]
     with caplog.at_level(logging.DEBUG, logger="contextsvc.guard"):
         alice.get(f"sessions/{sid}/budget")
-    topics = [json.loads(r.getMessage())["topic"] for r in caplog.records if r.name == "contextsvc.guard"]
+    topics = [
+        json.loads(r.getMessage())["topic"] for r in caplog.records if r.name == "contextsvc.guard"
+    ]
     assert "context-guard/evaluate" in topics
     assert "context-guard/evaluate-target" in topics
     assert "context-guard/provider-eval" in topics

@@ -27,15 +27,27 @@ def test_unknown_model_gets_spec001_defaults(alice):
 
 
 def test_window_defaults_to_four_times_max_tokens_spec003(alice):
-    body = alice.post("sessions", {"model": "local-llama", "provider": "ollama", "max_output_tokens": 8_000}).json()
+    body = alice.post(
+        "sessions", {"model": "local-llama", "provider": "ollama", "max_output_tokens": 8_000}
+    ).json()
     assert body["context_window"] == 32_000
 
 
 def test_explicit_limits_beat_profile_spec001(alice):
     body = alice.post(
-        "sessions", {"model": "gpt-4o", "context_window": 50_000, "max_output_tokens": 1_000, "buffer_tokens": 0}
+        "sessions",
+        {
+            "model": "gpt-4o",
+            "context_window": 50_000,
+            "max_output_tokens": 1_000,
+            "buffer_tokens": 0,
+        },
     ).json()
-    assert (body["context_window"], body["max_output_tokens"], body["buffer_tokens"]) == (50_000, 1_000, 0)
+    assert (body["context_window"], body["max_output_tokens"], body["buffer_tokens"]) == (
+        50_000,
+        1_000,
+        0,
+    )
     assert body["budget"]["effective_window"] == 49_000
 
 
@@ -67,7 +79,9 @@ def test_stranger_gets_404_for_every_session_path(alice, bob, make_session):
         response = bob.get(f"sessions/{sid}{path}")
         assert response.status_code == 404, path
         assert response.json()["error"]["code"] == "NOT_FOUND"
-    response = bob.post(f"sessions/{sid}/messages", {"messages": [{"role": "user", "content": "hi"}]})
+    response = bob.post(
+        f"sessions/{sid}/messages", {"messages": [{"role": "user", "content": "hi"}]}
+    )
     assert response.status_code == 404
     assert alice.get(f"sessions/{sid}").status_code == 200
 
@@ -101,7 +115,10 @@ def test_unknown_tokenizer_is_422(alice):
 
 
 def test_thresholds_must_be_ordered(alice):
-    response = alice.post("sessions", {"model": "gpt-4o", "policy": {"thresholds": {"compact_at": 0.9, "block_at": 0.8}}})
+    response = alice.post(
+        "sessions",
+        {"model": "gpt-4o", "policy": {"thresholds": {"compact_at": 0.9, "block_at": 0.8}}},
+    )
     assert response.status_code == 422
     assert response.json()["error"]["code"] == "VALIDATION_ERROR"
 
@@ -122,7 +139,10 @@ def test_list_is_scoped_filtered_and_paginated(alice, bob, make_session):
 
 def test_patch_changes_limits_and_policy(alice, make_session):
     sid = make_session(id="p")["id"]
-    response = alice.patch(f"sessions/{sid}", {"context_window": 64_000, "policy": {"thresholds": {"compact_at": 0.8, "block_at": 0.9}}})
+    response = alice.patch(
+        f"sessions/{sid}",
+        {"context_window": 64_000, "policy": {"thresholds": {"compact_at": 0.8, "block_at": 0.9}}},
+    )
     assert response.status_code == 200, response.content
     body = response.json()
     assert body["context_window"] == 64_000
@@ -144,7 +164,11 @@ def test_put_system_and_tools_count_components(alice, make_session):
     components = response.json()["budget"]["components"]
     assert components["system_prompt"] > 0 and components["skill_prompts"] > 0
     assert components["system_prompt"] > components["skill_prompts"]
-    tool = {"name": "grep", "description": "Search files", "input_schema": {"type": "object", "properties": {"pattern": {"type": "string"}}}}
+    tool = {
+        "name": "grep",
+        "description": "Search files",
+        "input_schema": {"type": "object", "properties": {"pattern": {"type": "string"}}},
+    }
     response = alice.put(f"sessions/{sid}/tools", [tool])
     assert response.status_code == 200
     tool_tokens = response.json()["budget"]["components"]["tool_descriptions"]
@@ -165,5 +189,7 @@ def test_duplicate_tool_names_rejected_and_nothing_applied(alice, make_session):
 
 def test_unknown_section_kind_is_422(alice, make_session):
     sid = make_session(id="k")["id"]
-    response = alice.put(f"sessions/{sid}/system", [{"name": "x", "content": "y", "kind": "secret"}])
+    response = alice.put(
+        f"sessions/{sid}/system", [{"name": "x", "content": "y", "kind": "secret"}]
+    )
     assert response.status_code == 422

@@ -51,7 +51,12 @@ def test_seed_demo_is_idempotent_and_prints_a_working_key(settings, tmp_path):
 
 def test_openapi_schema_lists_the_contract_paths(client):
     paths = client.get("/api/v1/openapi.json").json()["paths"]
-    for path in ("/api/v1/sessions", "/api/v1/sessions/{sid}/messages", "/api/v1/sessions/{sid}/context",
-                 "/api/v1/sessions/{sid}/budget", "/api/v1/sessions/{sid}/usage"):
+    for path in (
+        "/api/v1/sessions",
+        "/api/v1/sessions/{sid}/messages",
+        "/api/v1/sessions/{sid}/context",
+        "/api/v1/sessions/{sid}/budget",
+        "/api/v1/sessions/{sid}/usage",
+    ):
         assert path in paths
     assert client.get("/api/v1/docs").status_code == 200

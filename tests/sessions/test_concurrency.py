@@ -36,7 +36,9 @@ def test_parallel_writers_get_consecutive_seqs_and_exact_counters():
             for b in range(batches):
                 session_append_messages(
                     session=session,
-                    messages=[{"role": "user", "content": f"w{n} b{b} m{i}"} for i in range(per_batch)],
+                    messages=[
+                        {"role": "user", "content": f"w{n} b{b} m{i}"} for i in range(per_batch)
+                    ],
                 )
         except BaseException as exc:  # noqa: BLE001 - surfaced below
             errors.append(exc)
@@ -50,17 +52,23 @@ def test_parallel_writers_get_consecutive_seqs_and_exact_counters():
         t.join()
     assert not errors, errors
     total = writers * batches * per_batch
-    seqs = list(Message.objects.filter(session=session).order_by("seq").values_list("seq", flat=True))
+    seqs = list(
+        Message.objects.filter(session=session).order_by("seq").values_list("seq", flat=True)
+    )
     assert seqs == list(range(1, total + 1))
     session = Session.objects.get(pk=session.pk)
     assert session.last_seq == total and session.message_count == total
-    stored_tokens = sum(Message.objects.filter(session=session).values_list("token_count", flat=True))
+    stored_tokens = sum(
+        Message.objects.filter(session=session).values_list("token_count", flat=True)
+    )
     assert session.conversation_tokens == stored_tokens
     # Each batch's three messages are contiguous: a batch is one transaction.
-    contents = list(Message.objects.filter(session=session).order_by("seq").values_list("content", flat=True))
+    contents = list(
+        Message.objects.filter(session=session).order_by("seq").values_list("content", flat=True)
+    )
     for start in range(0, total, per_batch):
-        prefixes = {c.rsplit(" ", 1)[0] for c in contents[start:start + per_batch]}
-        assert len(prefixes) == 1, contents[start:start + per_batch]
+        prefixes = {c.rsplit(" ", 1)[0] for c in contents[start : start + per_batch]}
+        assert len(prefixes) == 1, contents[start : start + per_batch]
 
 
 def test_parallel_retries_with_one_idempotency_key_store_once():
@@ -72,10 +80,14 @@ def test_parallel_retries_with_one_idempotency_key_store_once():
     def retry() -> None:
         try:
             barrier.wait()
-            responses.append(session_append_messages(
-                session=session, messages=[{"role": "user", "content": "same"}],
-                idempotency_key="retry-1", fingerprint="f",
-            ))
+            responses.append(
+                session_append_messages(
+                    session=session,
+                    messages=[{"role": "user", "content": "same"}],
+                    idempotency_key="retry-1",
+                    fingerprint="f",
+                )
+            )
         except BaseException as exc:  # noqa: BLE001
             errors.append(exc)
         finally:

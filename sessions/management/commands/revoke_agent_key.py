@@ -11,7 +11,11 @@ class Command(BaseCommand):
         parser.add_argument("key", help="Key id or prefix, as listed by the dashboard")
 
     def handle(self, *args, key: str, **options):
-        qs = AgentKey.objects.filter(pk=int(key)) if key.isdigit() else AgentKey.objects.filter(prefix=key[:10])
+        qs = (
+            AgentKey.objects.filter(pk=int(key))
+            if key.isdigit()
+            else AgentKey.objects.filter(prefix=key[:10])
+        )
         found = list(qs[:2])
         if len(found) != 1:
             raise CommandError(f"{key!r} matches {len(found) or 'no'} keys; give the id instead")

@@ -29,15 +29,23 @@ def demo_conversation() -> list[list[dict]]:
     """Batches as an agent loop would post them: one LLM call per batch."""
     listing = "\n".join(f"src/module_{i:02d}.py" for i in range(40))
     log = "\n".join(
-        f"tests/test_parser.py::test_case_{i} {'FAILED' if i % 7 == 0 else 'PASSED'}" for i in range(300)
+        f"tests/test_parser.py::test_case_{i} {'FAILED' if i % 7 == 0 else 'PASSED'}"
+        for i in range(300)
     )
     return [
-        [{"role": "user", "content": "The parser tests fail on Python 3.11. Find out why and fix it."}],
+        [
+            {
+                "role": "user",
+                "content": "The parser tests fail on Python 3.11. Find out why and fix it.",
+            }
+        ],
         [
             {
                 "role": "assistant",
                 "content": "I'll look at the repository layout first.",
-                "tool_calls": [{"id": "call_ls", "name": "bash", "arguments": {"command": "ls src"}}],
+                "tool_calls": [
+                    {"id": "call_ls", "name": "bash", "arguments": {"command": "ls src"}}
+                ],
             },
             {"role": "tool", "tool_call_id": "call_ls", "content": listing},
         ],
@@ -46,7 +54,11 @@ def demo_conversation() -> list[list[dict]]:
                 "role": "assistant",
                 "content": "Now the failing tests.",
                 "tool_calls": [
-                    {"id": "call_pytest", "name": "bash", "arguments": {"command": "pytest tests -q"}}
+                    {
+                        "id": "call_pytest",
+                        "name": "bash",
+                        "arguments": {"command": "pytest tests -q"},
+                    }
                 ],
             },
             {"role": "tool", "tool_call_id": "call_pytest", "content": log},
@@ -75,7 +87,11 @@ class Command(BaseCommand):
 
         key_file = settings.VAR_DIR / "demo_key.txt"
         raw = key_file.read_text().strip() if key_file.exists() else ""
-        key = AgentKey.objects.filter(key_hash=hash_key(raw), revoked_at__isnull=True).first() if raw else None
+        key = (
+            AgentKey.objects.filter(key_hash=hash_key(raw), revoked_at__isnull=True).first()
+            if raw
+            else None
+        )
         if key is None:
             key, raw = agent_key_create(name="demo-agent")
             key_file.parent.mkdir(parents=True, exist_ok=True)
@@ -85,25 +101,46 @@ class Command(BaseCommand):
         if not Session.objects.filter(owner=key, external_id=DEMO_SESSION).exists():
             session = session_create(
                 owner=key,
-                data={"id": DEMO_SESSION, "agent": "demo-agent", "model": "claude-sonnet-4-5",
-                      "context_window": 32_000, "max_output_tokens": 4_096, "buffer_tokens": 2_048},
+                data={
+                    "id": DEMO_SESSION,
+                    "agent": "demo-agent",
+                    "model": "claude-sonnet-4-5",
+                    "context_window": 32_000,
+                    "max_output_tokens": 4_096,
+                    "buffer_tokens": 2_048,
+                },
             )
             session = session_set_sections(
                 session=session,
                 sections=[
-                    {"name": "base", "kind": "base", "cacheable": True,
-                     "content": "You are a careful software engineer. Work in small verified steps."},
-                    {"name": "AGENT.md", "kind": "rules", "cacheable": True,
-                     "content": "Run the tests before and after every change. Never push to main."},
+                    {
+                        "name": "base",
+                        "kind": "base",
+                        "cacheable": True,
+                        "content": "You are a careful software engineer. Work in small verified steps.",
+                    },
+                    {
+                        "name": "AGENT.md",
+                        "kind": "rules",
+                        "cacheable": True,
+                        "content": "Run the tests before and after every change. Never push to main.",
+                    },
                 ],
             )
             session = session_set_tools(
                 session=session,
-                tools=[{"name": "bash", "description": "Run a shell command and return its output.",
+                tools=[
+                    {
+                        "name": "bash",
+                        "description": "Run a shell command and return its output.",
                         "category": "builtin",
-                        "input_schema": {"type": "object",
-                                         "properties": {"command": {"type": "string"}},
-                                         "required": ["command"]}}],
+                        "input_schema": {
+                            "type": "object",
+                            "properties": {"command": {"type": "string"}},
+                            "required": ["command"],
+                        },
+                    }
+                ],
             )
             for batch in demo_conversation():
                 session_append_messages(session=session, messages=batch)
