@@ -194,13 +194,14 @@ def main() -> None:
 
 
 def run_http(port: int, raw: str, texts: list[str], ctx) -> None:
-    batch = lambda i: {
-        "messages": [  # noqa: E731
-            {"role": "user", "content": texts[i % len(texts)]},
-            {"role": "assistant", "content": texts[(i + 1) % len(texts)]},
-            {"role": "user", "content": texts[(i + 2) % len(texts)]},
-        ]
-    }
+    def batch(i: int) -> dict:
+        roles = ("user", "assistant", "user")
+        return {
+            "messages": [
+                {"role": role, "content": texts[(i + k) % len(texts)]} for k, role in enumerate(roles)
+            ]
+        }
+
     # warm up every worker (tokenizer load, connections)
     for i in range(40):
         Http(port, raw).call("POST", f"sessions/load{i % 40}/messages", batch(i))

@@ -10,7 +10,7 @@ class CompactionConfig(AppConfig):
         # Registered here so that sessions never imports compaction (issue 4):
         # the auto-trigger after appends/usage (spec 000 §2.8), the 80 % note
         # (spec 002 §7), the budget's compaction block, and compact_context.
-        from sessions import builtin_tools
+        from sessions import builtin_tools, output_store
         from sessions import selectors as session_selectors
         from sessions import services as session_services
 
@@ -20,6 +20,7 @@ class CompactionConfig(AppConfig):
             (session_services.after_append_hooks, services.on_session_activity),
             (session_selectors.context_note_hooks, services.context_note),
             (session_selectors.budget_block_hooks, selectors.budget_block),
+            (output_store.compaction_available_checks, services.can_make_room),
         ):
             if hook not in hooks:
                 hooks.append(hook)

@@ -185,16 +185,29 @@ def on_session_activity(session: Session, state: accounting.BudgetState, last_ro
     message (an LLM call ended), after tool results, and on reported usage.
     Never raises: the append already succeeded.
     """
-    if last_role not in ("assistant", "tool", "usage"):
+    if last_role not in ("assistant", "tool", "usage", "tool_overflow"):
         return
     if not setting_bool("CONTEXTSVC_AUTO_COMPACT", True):
         return
     try:
         chain = resolve_chain(session, None)
-        if should_auto_compact(session, state, chain):
+        # A tool output that could not fit (shown trimmed) makes compaction due
+        # at once, whatever the tier (sessions.output_store preflight).
+        if last_role == "tool_overflow" or should_auto_compact(session, state, chain):
             compaction_auto_request(session=session)
     except Exception:  # noqa: BLE001 - the append must not fail because of this
         logger.exception("auto-compaction trigger failed for session %s", session.pk)
+
+
+def can_make_room(session: Session) -> bool:
+    """``sessions.output_store.compaction_available_checks``: may an automatic
+    compaction still run for this session?"""
+    policy = compaction_policy(session)
+    if not policy.get("enabled", True) or not policy.get("auto", True):
+        return False
+    if session.status != Session.Status.ACTIVE or not setting_bool("CONTEXTSVC_AUTO_COMPACT", True):
+        return False
+    return not selectors.breaker_open(selectors.state_of(session))
 
 
 def context_note(session: Session, state: accounting.BudgetState) -> str | None:

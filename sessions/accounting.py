@@ -181,7 +181,7 @@ def compute_budget(session: Session, *, extra: int = 0) -> BudgetState:
 def _tool_outputs(session: Session) -> dict[str, Any]:
     """spec 000 §1.7: untrimmed tool-output tokens in context against their budget."""
     config = resolve_view_config((session.policy or {}).get("tool_output_cache"))
-    budget = tool_output_budget(config, session.context_window)
+    budget = tool_output_budget(config, session.context_window, limits_of(session).limit)
     return {
         "enabled": config.enabled,
         "tokens": int(getattr(session, "tool_output_tokens", 0) or 0),

@@ -1136,8 +1136,16 @@ def cache_config(session: Session) -> ViewConfig:
     return resolve_view_config((session.policy or {}).get("tool_output_cache"))
 
 
+def _effective_window(session: Session) -> int:
+    from . import accounting
+
+    return accounting.limits_of(session).limit
+
+
 def session_tool_output_budget(session: Session) -> int:
-    return tool_output_budget(cache_config(session), session.context_window)
+    return tool_output_budget(
+        cache_config(session), session.context_window, _effective_window(session)
+    )
 
 
 def session_recount_tool_outputs(session: Session) -> None:
@@ -1183,12 +1191,26 @@ def _stored_candidates(session: Session) -> Iterator[TrimCandidate]:
         after = rows[-1][1]
 
 
+# Whether compaction can still make room in a session. The compaction app
+# registers one (enabled, auto, breaker closed); with none registered, spec
+# 001's tool preflight applies as written (failure view, session final).
+CompactionCheck = Callable[[Session], bool]
+compaction_available_checks: list[CompactionCheck] = []
+
+
+def _compaction_can_help(session: Session) -> bool:
+    return any(check(session) for check in compaction_available_checks)
+
+
 @dataclass(slots=True)
 class ToolEffects:
     """What the tool-output rules did to one appended batch."""
 
     trimmed_seqs: list[int] = field(default_factory=list)
     failed_seqs: list[int] = field(default_factory=list)
+    # Outputs that would have overflowed the limit while compaction could still
+    # make room: shown as trimmed placeholders, and compaction is due now.
+    overflow_seqs: list[int] = field(default_factory=list)
     conversation_delta: int = 0  # change to stored rows' tokens (negative: freed)
 
     @property
@@ -1262,7 +1284,7 @@ def apply_tool_outputs(session: Session, prepared: Sequence[Any], first_seq: int
     # 2. budget trim
     added = sum(p.row["token_count"] for _, p in batch)
     total = session.tool_output_tokens + added
-    budget = tool_output_budget(config, session.context_window)
+    budget = tool_output_budget(config, session.context_window, _effective_window(session))
     if total > budget:
         fresh = (TrimCandidate(key=("batch", i), tokens=p.row["token_count"]) for i, p in batch)
         plan = plan_trim(
@@ -1313,6 +1335,19 @@ def apply_tool_outputs(session: Session, prepared: Sequence[Any], first_seq: int
             if not over:
                 session.conversation_tokens = base + running + tokens
                 over = accounting.compute_budget(session).guard.status == "final"
+                if over and _compaction_can_help(session):
+                    # With compaction available, ending the session would throw
+                    # away a run that a summary can save: the output becomes a
+                    # trimmed placeholder (spec 000 §1.7, stored in full,
+                    # expandable) and the caller asks for compaction at once.
+                    # spec 001's final stays for when compaction cannot help.
+                    view = trimmed_view(row["output_ref"])
+                    tokens = _placeholder_tokens(view, row["tool_call_id"], row["name"], session)
+                    row.update(view=view, view_state="trimmed", token_count=tokens)
+                    effects.overflow_seqs.append(first_seq + i)
+                    effects.trimmed_seqs.append(first_seq + i)
+                    running += tokens
+                    continue
             if over:
                 info = p.info
                 view = (

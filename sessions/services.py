@@ -548,7 +548,8 @@ def session_append_messages(
                 status_code=200,
                 response=response,
             )
-        last_role = rows[-1].role
+        # "tool_overflow": an output did not fit, compaction is due whatever the tier.
+        last_role = "tool_overflow" if tool_effects.overflow_seqs else rows[-1].role
         for hook in after_append_hooks:
             transaction.on_commit(lambda hook=hook: hook(session, state, last_role))
     return response

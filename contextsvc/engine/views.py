@@ -127,11 +127,22 @@ def resolve_view_config(policy: Mapping[str, Any] | None) -> ViewConfig:
     return ViewConfig(**values)
 
 
-def tool_output_budget(config: ViewConfig, context_window: int) -> int:
-    """spec 000 §1.3: the explicit budget, else clamp(window × 0.25, 20 000, 60 000)."""
+def tool_output_budget(
+    config: ViewConfig, context_window: int, effective_window: int | None = None
+) -> int:
+    """spec 000 §1.3: the explicit budget, else clamp(window × 0.25, 20 000, 60 000).
+
+    The clamp's 20,000 floor is sized for large windows: in a 16k-32k window
+    it is more than the whole effective window, and trimming would never run.
+    So the derived budget is also capped at half the effective window, which
+    leaves every window of 128k and up exactly at the spec's figure.
+    """
     if config.context_budget_tokens is not None:
         return config.context_budget_tokens
-    return int(min(max(context_window * BUDGET_RATIO, BUDGET_MIN), BUDGET_MAX))
+    budget = int(min(max(context_window * BUDGET_RATIO, BUDGET_MIN), BUDGET_MAX))
+    if effective_window is not None:
+        budget = min(budget, max(1, effective_window // 2))
+    return budget
 
 
 def trim_target(budget: int, hysteresis: float) -> int:

@@ -23,6 +23,9 @@ SMALL = {
     "max_output_tokens": 2_000,
     "buffer_tokens": 1_000,
 }
+# These tests are about compaction: keep the tool-output trim (issue 3) out of
+# the way with an explicit budget above what the small window can hold.
+NO_TRIM = {"tool_output_cache": {"context_budget_tokens": 20_000}}
 LOG = "2026-11-22 12:00:00 INFO worker processed /srv/app/jobs/item.py ok\n" * 25
 
 
@@ -93,6 +96,7 @@ def session_factory(alice_key, make_session):
 
     def _make(turns: int = 0, *, sid: str | None = None, **fields: Any) -> Session:
         body = {**SMALL, **fields}
+        body["policy"] = {**NO_TRIM, **(fields.get("policy") or {})}
         if sid:
             body["id"] = sid
         data = make_session(**body)

@@ -407,3 +407,13 @@ def test_hysteresis_moves_the_prefix_less_often():
     without, _ = _replay(outputs, 3000, 0.0)
     assert without > 150  # every turn once the budget is reached
     assert with_h < without / 3
+
+
+def test_derived_trim_budget_is_capped_at_half_the_effective_window():
+    """spec 000's clamp floor (20,000) exceeds a 16k window's effective window;
+    capped at half of it, trimming can run. Large windows keep the spec figure."""
+    assert tool_output_budget(ViewConfig(), 16_000, 13_000) == 6_500
+    assert tool_output_budget(ViewConfig(), 200_000, 200_000 - 64_000 - 8_192) == 50_000
+    assert tool_output_budget(ViewConfig(), 128_000, 128_000 - 32_000 - 8_192) == 32_000
+    # an explicit budget is taken as given
+    assert tool_output_budget(ViewConfig(context_budget_tokens=30_000), 16_000, 13_000) == 30_000

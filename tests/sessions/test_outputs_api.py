@@ -579,7 +579,8 @@ def test_reservation_that_does_not_fit_sets_tool_budget_exceeded(alice, make_ses
 def test_output_over_the_limit_is_stored_but_replaced_by_a_failure_view_spec001(
     alice, make_session
 ):
-    sid = make_session(**SMALL)["id"]
+    # spec 001 as written applies when compaction cannot make room.
+    sid = make_session(**SMALL, policy={"compaction": {"auto": False}})["id"]
     post(alice, sid, [{"role": "user", "content": "read the log"}])
     text = big_text(400)  # ~44 KB: a ~11k-token view, over the 7,000 limit
     body = post(alice, sid, tool_turn("c1", text))
@@ -601,6 +602,40 @@ def test_output_over_the_limit_is_stored_but_replaced_by_a_failure_view_spec001(
     # Tools that still run after that get the failure view too.
     later = post(alice, sid, tool_turn("c2", "small\n"))["messages"][-1]
     assert later["view"] == "failed"
+
+
+def test_overflowing_output_is_trimmed_and_compaction_requested_when_it_can_help(
+    alice, make_session, monkeypatch, django_capture_on_commit_callbacks
+):
+    """With auto-compaction on, an output that cannot fit does not end the
+    session: it is stored, shown as spec 000's trimmed placeholder, and an
+    automatic compaction is requested at once, whatever the guard tier."""
+    from compaction import services as compaction_services
+    from compaction.models import CompactionRun
+
+    sent = []
+    monkeypatch.setattr(
+        compaction_services, "enqueue_run", lambda run_id, task_id=None: sent.append(run_id)
+    )
+    sid = make_session(**SMALL)["id"]
+    post(alice, sid, [{"role": "user", "content": "read the log"}])
+    text = big_text(400)  # ~11k tokens: over the 7,000 limit
+    with django_capture_on_commit_callbacks(execute=True):
+        result = post(alice, sid, tool_turn("c1", text))["messages"][-1]
+    assert result["view"] == "trimmed"
+    assert result["ref"]["byte_size"] == len(text)
+    budget = alice.get(f"sessions/{sid}/budget").json()
+    assert budget["status"] == "active" and not budget["tool_budget_exceeded"]
+    assert budget["guard"]["status"] != "final"
+    ctx = context(alice, sid)
+    assert ctx["messages"][-1]["content"] == f"[tool output trimmed; ref={result['output_ref']}]"
+    assert "final_report" not in [t["name"] for t in ctx.get("tools", [])]
+    runs = CompactionRun.objects.filter(session__external_id=sid, trigger="auto")
+    assert runs.count() == 1
+    assert sent == [runs.get().pk]  # sent to a worker once the append committed
+    # The model can still read it in full through the expansion tool.
+    page = alice.get(f"refs/{result['output_ref']}", offset=1, limit=2).json()
+    assert page["total_lines"] == 400
 
 
 def test_output_that_fits_is_not_failed(alice, make_session):
