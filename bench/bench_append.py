@@ -198,7 +198,8 @@ def run_http(port: int, raw: str, texts: list[str], ctx) -> None:
         roles = ("user", "assistant", "user")
         return {
             "messages": [
-                {"role": role, "content": texts[(i + k) % len(texts)]} for k, role in enumerate(roles)
+                {"role": role, "content": texts[(i + k) % len(texts)]}
+                for k, role in enumerate(roles)
             ]
         }
 
