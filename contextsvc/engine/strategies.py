@@ -494,6 +494,38 @@ def summary_cut(messages: Sequence[Message], retain_last_turns: int) -> int:
     return snap_cut(messages, start, ceiling=open_call_floor(messages))
 
 
+def iteration_cut(
+    messages: Sequence[Message], start: int, keep_tokens: int, counter: TokenCounter
+) -> int:
+    """A cut inside the kept turns so that what follows fits ``keep_tokens``.
+
+    An agent that works through one task is one long turn (one user message,
+    hundreds of tool iterations): keeping "the last turn" keeps everything, and
+    a summary could never free anything. spec 003 allows breaking turn
+    atomicity as the last resort; here it is broken at an iteration boundary
+    (an assistant message where no call is separated from its results, never
+    past a call still waiting), keeping as many recent iterations as fit.
+    ``start`` when no such cut exists.
+    """
+    n = len(messages)
+    unsafe = _unsafe_cuts(messages)
+    floor = open_call_floor(messages)
+    candidates = [
+        i
+        for i in range(start + 1, min(floor, n - 1) + 1)
+        if messages[i].role == "assistant" and not unsafe[i]
+    ]
+    if not candidates:
+        return start
+    suffix = [0] * (n + 1)
+    for i in range(n - 1, -1, -1):
+        suffix[i] = suffix[i + 1] + counter.message(messages[i])
+    for i in candidates:
+        if suffix[i] <= keep_tokens:
+            return i
+    return candidates[-1]  # even the newest iteration alone is over: keep just it
+
+
 def fit_summary_input(
     messages: Sequence[Message], budget: int | None, counter: TokenCounter
 ) -> tuple[list[Message], dict[str, int]]:
@@ -549,8 +581,19 @@ def summarize(window: Window, ctx: StrategyContext) -> StrategyOutcome:
     cfg = ctx.config
     msgs = window.messages
     cut = summary_cut(msgs, cfg.retain_last_turns)
+    split_turn = False
+    if ctx.target_tokens > 0 and cfg.retain_last_turns > 0:
+        # The kept turns get at most half the target; the rest is for the
+        # summary and what arrives next.
+        keep = ctx.target_tokens // 2
+        if ctx.counter.messages(msgs[cut:]) > keep:
+            inner = iteration_cut(msgs, cut, keep, ctx.counter)
+            split_turn = inner > cut
+            cut = inner
     span = list(msgs[:cut])
     details: dict[str, Any] = {"summarised_messages": len(span), "kept_messages": len(msgs) - cut}
+    if split_turn:
+        details["split_turn"] = True
     if not span:
         return _outcome(
             "summarize", window, None, ctx, {**details, "skipped": "nothing before the kept turns"}

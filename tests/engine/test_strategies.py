@@ -769,3 +769,54 @@ def test_property_default_chain(msgs, force, target):
     _check_invariants(window, res.window, open_ids=_open_in_last_turn(msgs))
     assert res.result.after_tokens <= res.result.before_tokens
     assert res.result.after_tokens == res.window.tokens(COUNTER)
+
+
+# --- one long agentic turn -----------------------------------------------------------
+
+
+def _agentic_single_turn(iterations: int) -> list[Message]:
+    """One task, then tool iterations only: the shape of a SWE-agent run."""
+    msgs = [user("fix the failing parser tests in src/parser.py")]
+    for k in range(iterations):
+        msgs.append(call(f"it{k}", text=f"step {k}: looking further"))
+        msgs.append(result(f"it{k}", "output line\n" * 40))
+    return numbered(msgs)
+
+
+def test_summarize_splits_one_oversized_turn_at_an_iteration_boundary_spec003():
+    msgs = _agentic_single_turn(40)
+    window = Window(msgs)
+    before = window.tokens(COUNTER)
+    target = before // 4
+    out = summarize(window, ctx(summarizer=OfflineSummarizer(), target_tokens=target))
+    assert out.report.applied and out.report.details["split_turn"] is True
+    kept = out.window.messages
+    # A suffix of the transcript, starting at an assistant iteration, pairs intact.
+    assert kept == msgs[len(msgs) - len(kept) :]
+    assert kept[0].role == "assistant" and pairs_ok(kept)
+    assert 0 < COUNTER.messages(kept) <= target // 2
+    assert out.window.summary  # the earlier iterations (and the task) are summarised
+    assert "src/parser.py" in out.window.summary + out.window.retain
+    assert out.window.tokens(COUNTER) < before
+
+
+def test_summarize_keeps_whole_turns_when_they_fit():
+    msgs = numbered([*_agentic_single_turn(3), user("now the docs"), say("done")])
+    out = summarize(Window(msgs), ctx(summarizer=OfflineSummarizer(), target_tokens=10_000_000))
+    assert "split_turn" not in out.report.details
+
+
+@STRATEGY_SETTINGS
+@given(conversations(), st.integers(1, 3), st.integers(50, 5_000))
+def test_property_summarize_with_a_target_keeps_a_safe_suffix(msgs, keep_turns, target):
+    from contextsvc.engine.strategies import unanswered_calls
+
+    window = Window(msgs)
+    cfg = CompactionConfig(retain_last_turns=keep_turns)
+    out = summarize(window, ctx(summarizer=OfflineSummarizer(), config=cfg, target_tokens=target))
+    _check_invariants(
+        window, out.window, open_ids=_open_in_last_turn(msgs) & unanswered_calls(msgs)
+    )
+    if out.report.applied:
+        kept = out.window.messages
+        assert kept == msgs[len(msgs) - len(kept) :]  # byte-identical suffix
