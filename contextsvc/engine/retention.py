@@ -77,7 +77,12 @@ _STOPWORDS = frozenset(
     "into onto out about also just some such very more most other only its it's our ours "
     "please let lets make sure".split()
 )
-_HEADERS = ("[Retained context from earlier", "[Summary of the earlier conversation")
+# Service-written user messages: never a user's request.
+_HEADERS = (
+    "[Retained context from earlier",
+    "[Summary of the earlier conversation",
+    "[Earlier messages omitted from this summary input",
+)
 
 
 @dataclass(frozen=True, slots=True)

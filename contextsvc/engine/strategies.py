@@ -551,16 +551,20 @@ def fit_summary_input(
             total -= counter.message(msg) - counter.message(new)
             out[i] = new
             stats["omitted_outputs"] += 1
-    keep_from = 0
-    while total > budget and keep_from < len(out) - 1:
-        total -= counter.message(out[keep_from])
-        keep_from += 1
-    if keep_from:
-        stats["omitted_messages"] = keep_from
+    # The first user message is usually the task itself: the one message a
+    # summary must not lose. Drop from right after it.
+    head = out[:1] if len(out) > 1 and out[0].role == "user" else []
+    body = out[len(head) :]
+    drop = 0
+    while total > budget and drop < len(body) - 1:
+        total -= counter.message(body[drop])
+        drop += 1
+    if drop:
+        stats["omitted_messages"] = drop
         note = Message(
-            role="user", content=f"[{keep_from} earlier messages omitted from this summary input]"
+            role="user", content=f"[Earlier messages omitted from this summary input: {drop}]"
         )
-        out = [note, *out[keep_from:]]
+        out = [*head, note, *body[drop:]]
     return out, stats
 
 

@@ -820,3 +820,18 @@ def test_property_summarize_with_a_target_keeps_a_safe_suffix(msgs, keep_turns, 
     if out.report.applied:
         kept = out.window.messages
         assert kept == msgs[len(msgs) - len(kept) :]  # byte-identical suffix
+
+
+def test_summary_input_over_budget_keeps_the_task_and_marks_what_it_left_out():
+    from contextsvc.engine.retention import extract_key_facts
+    from contextsvc.engine.strategies import fit_summary_input
+
+    msgs = _agentic_single_turn(30)
+    budget = COUNTER.messages(msgs) // 5
+    out, stats = fit_summary_input(msgs, budget, COUNTER)
+    assert out[0] is msgs[0]  # the task, first and untouched
+    assert stats["omitted_messages"] > 0
+    assert out[1].role == "user" and "omitted from this summary input" in out[1].text
+    assert COUNTER.messages(out) <= budget + COUNTER.message(out[1])
+    requests = [f.text for f in extract_key_facts(out) if f.kind == "request"]
+    assert requests == ["fix the failing parser tests in src/parser.py"]
