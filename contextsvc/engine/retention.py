@@ -85,6 +85,18 @@ _HEADERS = (
 )
 
 
+# The labels the offline summariser writes in a retain block (summarize.py).
+_LABEL_KINDS: dict[str, FactKind] = {
+    "Constraint": "constraint",
+    "User request": "request",
+    "Error": "error",
+    "File": "path",
+    "Output ref": "ref",
+    "TODO": "todo",
+}
+_LABELLED_RE = re.compile(r"^- (" + "|".join(map(re.escape, _LABEL_KINDS)) + r"): (.+)$")
+
+
 @dataclass(frozen=True, slots=True)
 class KeyFact:
     kind: FactKind
@@ -231,7 +243,15 @@ def _message_facts(role: str, text: str, args: str, output_ref: str | None) -> _
     if hit is not None:
         return hit
     found: list[tuple[FactKind, str, bool]] = []
-    if role == "user":
+    if role == "user" and text.startswith(_HEADERS[0]):
+        # An earlier retain block: its "- Label: fact" lines carry forward as
+        # the facts they are, not re-read (which would stack the labels).
+        for line in text.splitlines()[1:]:
+            match = _LABELLED_RE.match(line)
+            if match:
+                kind = _LABEL_KINDS[match.group(1)]
+                found.append((kind, match.group(2), kind in ("request", "constraint")))
+    elif role == "user":
         if not text.startswith(_HEADERS):
             request = first_line(text)
             if request:

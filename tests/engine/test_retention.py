@@ -120,3 +120,27 @@ def test_identifiers_must_survive_for_near_identical_requests():
 
 def test_nothing_to_keep_scores_one():
     assert check_retention([], WindowText.of("", "", [])).score == 1.0
+
+
+def test_a_retain_block_carries_its_facts_forward_unchanged():
+    """Compacting twice must not stack labels ("Constraint: Constraint: ...")."""
+    from contextsvc.engine.build import RETAIN_HEADER
+    from contextsvc.engine.summarize import OfflineSummarizer
+
+    block = "\n".join(
+        [
+            RETAIN_HEADER,
+            "- Constraint: never push to main",
+            "- User request: fix the parser",
+            "- File: src/parser.py",
+        ]
+    )
+    facts = extract_key_facts([Message(role="user", content=block)])
+    assert {(f.kind, f.text) for f in facts} == {
+        ("constraint", "never push to main"),
+        ("request", "fix the parser"),
+        ("path", "src/parser.py"),
+    }
+    retain = OfflineSummarizer()._retain(facts, 2_000)
+    assert "Constraint: never push to main" in retain
+    assert "Constraint: Constraint" not in retain
