@@ -14,7 +14,6 @@ trajectories in ../shared/workloads when present (synthetic otherwise).
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import socket
@@ -23,27 +22,16 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
-from urllib.parse import urlparse, urlunparse
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from common import (  # bench/ is sys.path[0] when run as a script
+    ROOT,
+    Http,
+    free_port,
+    pct,
+    scratch_database,
+)
+
 WORKLOADS = ROOT.parent / "shared" / "workloads" / "real"
-
-
-def bench_database_url() -> str:
-    url = os.environ.get("DATABASE_URL", "")
-    if not url.startswith("postgres"):
-        sys.exit("Set DATABASE_URL=postgres://... (the figures are for PostgreSQL)")
-    parts = urlparse(url)
-    name = (parts.path.lstrip("/") or "contextsvc") + "_bench"
-    admin = urlunparse(parts._replace(path="/postgres"))
-    import psycopg
-
-    with psycopg.connect(admin.replace("postgres://", "postgresql://", 1), autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return urlunparse(parts._replace(path=f"/{name}"))
 
 
 def sample_texts() -> list[str]:
@@ -56,33 +44,8 @@ def sample_texts() -> list[str]:
     return texts or [("def handler(event):\n    return process(event['body'])\n" * 12)]
 
 
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Http:
-    def __init__(self, port: int, key: str) -> None:
-        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-        self.headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
-
-    def call(self, method: str, path: str, body: object = None) -> tuple[int, bytes, float]:
-        data = json.dumps(body).encode() if body is not None else None
-        start = time.perf_counter()
-        self.conn.request(method, f"/api/v1/{path}", body=data, headers=self.headers)
-        response = self.conn.getresponse()
-        payload = response.read()
-        return response.status, payload, (time.perf_counter() - start) * 1000
-
-
 def main() -> None:
-    db_url = bench_database_url()
+    db_url = scratch_database("_bench")
     os.environ["DATABASE_URL"] = db_url
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "contextsvc.settings")
     import django

@@ -32,36 +32,15 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from urllib.parse import urlparse, urlunparse
+from urllib.parse import urlparse
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from common import (  # bench/ is sys.path[0] when run as a script
+    ROOT,
+    drop_database,
+    scratch_database,
+)
+
 WORKLOADS = ROOT.parent / "shared" / "workloads" / "real"
-
-
-def bench_database_url() -> str:
-    url = os.environ.get("DATABASE_URL", "")
-    if not url.startswith("postgres"):
-        sys.exit("Set DATABASE_URL=postgres://... (the figures are for PostgreSQL)")
-    parts = urlparse(url)
-    name = (parts.path.lstrip("/") or "contextsvc") + "_compaction_bench"
-    _admin(url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)', f'CREATE DATABASE "{name}"')
-    return urlunparse(parts._replace(path=f"/{name}"))
-
-
-def _admin(url: str, *statements: str) -> None:
-    import psycopg
-
-    admin = urlunparse(urlparse(url)._replace(path="/postgres")).replace(
-        "postgres://", "postgresql://", 1
-    )
-    with psycopg.connect(admin, autocommit=True) as conn:
-        for statement in statements:
-            conn.execute(statement)
-
-
-def drop_database(url: str) -> None:
-    _admin(url, f'DROP DATABASE IF EXISTS "{urlparse(url).path.lstrip("/")}" WITH (FORCE)')
 
 
 # --- conversations ------------------------------------------------------------------------
@@ -236,7 +215,7 @@ def wait_finished(run_id, timeout: float = 120):
 
 
 def main() -> None:
-    db_url = bench_database_url()
+    db_url = scratch_database("_compaction_bench")
     tmp = Path(tempfile.mkdtemp(prefix="compaction-bench-"))
     os.environ["DATABASE_URL"] = db_url
     os.environ["CONTEXTSVC_VAR_DIR"] = str(tmp / "var")

@@ -22,7 +22,6 @@ real gunicorn on a free loopback port for the latency figures.
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import random
@@ -30,57 +29,21 @@ import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
-from urllib.parse import urlparse, urlunparse
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from common import (  # bench/ is sys.path[0] when run as a script
+    ROOT,
+    Http,
+    free_port,
+    pct,
+    scratch_database,
+)
+
 WORKLOADS = ROOT.parent / "shared" / "workloads" / "real"
 TRIM_BUDGET = 12_000
 REPLAY_RUNS = (
     "mini-swe-agent/marshmallow-code__marshmallow-1343__deepseek_lite_dev.jsonl",
     "mini-swe-agent/sqlfluff__sqlfluff-1733__deepseek_lite_dev_noparallel.jsonl",
 )
-
-
-def bench_database_url() -> str:
-    url = os.environ.get("DATABASE_URL", "")
-    if not url.startswith("postgres"):
-        sys.exit("Set DATABASE_URL=postgres://... (the figures are for PostgreSQL)")
-    parts = urlparse(url)
-    name = (parts.path.lstrip("/") or "contextsvc") + "_ctxcache_bench"
-    admin = urlunparse(parts._replace(path="/postgres"))
-    import psycopg
-
-    with psycopg.connect(admin.replace("postgres://", "postgresql://", 1), autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return urlunparse(parts._replace(path=f"/{name}"))
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Http:
-    def __init__(self, port: int, key: str) -> None:
-        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-        self.headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
-
-    def call(self, method: str, path: str, body: object = None) -> tuple[int, bytes, float]:
-        data = json.dumps(body).encode() if body is not None else None
-        start = time.perf_counter()
-        self.conn.request(method, f"/api/v1/{path}", body=data, headers=self.headers)
-        response = self.conn.getresponse()
-        payload = response.read()
-        return response.status, payload, (time.perf_counter() - start) * 1000
 
 
 # --- synthetic MCP servers --------------------------------------------------------------------
@@ -300,7 +263,7 @@ def replay_session() -> tuple[str, list[dict]]:
 
 
 def main() -> None:
-    db_url = bench_database_url()
+    db_url = scratch_database("_ctxcache_bench")
     os.environ["DATABASE_URL"] = db_url
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "contextsvc.settings")
     import django

@@ -17,32 +17,14 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import sys
 import time
-from pathlib import Path
-from urllib.parse import urlparse, urlunparse
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from common import ROOT, scratch_database  # bench/ is sys.path[0] when run as a script
+
 WORKLOADS = ROOT.parent / "shared" / "workloads" / "real"
 MESSAGES = 10_000
 TOOL_OUTPUTS = 300
 RUNS = 15
-
-
-def bench_database_url() -> str:
-    url = os.environ.get("DATABASE_URL", "")
-    if not url.startswith("postgres"):
-        sys.exit("Set DATABASE_URL=postgres://... (the figures are for PostgreSQL)")
-    parts = urlparse(url)
-    name = (parts.path.lstrip("/") or "contextsvc") + "_dashbench"
-    admin = urlunparse(parts._replace(path="/postgres"))
-    import psycopg
-
-    with psycopg.connect(admin.replace("postgres://", "postgresql://", 1), autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return urlunparse(parts._replace(path=f"/{name}"))
 
 
 def workload_texts() -> tuple[list[str], list[str]]:
@@ -151,7 +133,7 @@ def timed(client, url: str, headers: dict | None = None) -> tuple[float, float, 
 
 
 def main() -> None:
-    db_url = bench_database_url()
+    db_url = scratch_database("_dashbench")
     os.environ["DATABASE_URL"] = db_url
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "contextsvc.settings")
     os.environ.setdefault("LOG_LEVEL", "WARNING")

@@ -19,7 +19,6 @@ a real gunicorn with ONE worker, so the web process's memory can be read from
 from __future__ import annotations
 
 import hashlib
-import http.client
 import json
 import os
 import random
@@ -30,38 +29,21 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import quote, urlparse, urlunparse
+from urllib.parse import quote
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from common import (  # bench/ is sys.path[0] when run as a script
+    ROOT,
+    Http,
+    drop_database,
+    free_port,
+    pct,
+    scratch_database,
+)
+
 WORKLOADS = ROOT.parent / "shared" / "workloads" / "real"
 
 BIG_LINES = 2_000_000
 LINE_WIDTH = 100  # bytes per line, newline included → 200 MB
-
-
-def bench_database_url() -> str:
-    url = os.environ.get("DATABASE_URL", "")
-    if not url.startswith("postgres"):
-        sys.exit("Set DATABASE_URL=postgres://... (the figures are for PostgreSQL)")
-    parts = urlparse(url)
-    name = (parts.path.lstrip("/") or "contextsvc") + "_outputs_bench"
-    admin = urlunparse(parts._replace(path="/postgres"))
-    import psycopg
-
-    with psycopg.connect(admin.replace("postgres://", "postgresql://", 1), autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return urlunparse(parts._replace(path=f"/{name}"))
-
-
-def drop_database(url: str) -> None:
-    import psycopg
-
-    parts = urlparse(url)
-    admin = urlunparse(parts._replace(path="/postgres")).replace("postgres://", "postgresql://", 1)
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{parts.path.lstrip("/")}" WITH (FORCE)')
 
 
 def log_line(i: int) -> bytes:
@@ -77,35 +59,6 @@ def log_line(i: int) -> bytes:
 def big_output(lines: int = BIG_LINES, piece: int = 10_000) -> Iterator[bytes]:
     for start in range(0, lines, piece):
         yield b"".join(log_line(i) for i in range(start, min(lines, start + piece)))
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Http:
-    def __init__(self, port: int, key: str) -> None:
-        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
-        self.key = key
-
-    def call(
-        self, method: str, path: str, body: object = None, *, raw=None, headers=None
-    ) -> tuple[int, bytes, float]:
-        hdrs = {"Authorization": f"Bearer {self.key}", "Content-Type": "application/json"}
-        hdrs.update(headers or {})
-        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-        start = time.perf_counter()
-        self.conn.request(method, f"/api/v1/{path}", body=data, headers=hdrs)
-        response = self.conn.getresponse()
-        payload = response.read()
-        return response.status, payload, (time.perf_counter() - start) * 1000
 
 
 # --- process memory (Linux /proc) ------------------------------------------------------
@@ -158,7 +111,7 @@ def mb(n: float) -> str:
 
 def main() -> None:
     started = time.perf_counter()
-    db_url = bench_database_url()
+    db_url = scratch_database("_outputs_bench")
     os.environ["DATABASE_URL"] = db_url
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "contextsvc.settings")
     import django

@@ -387,6 +387,12 @@ def learn_from_messages(
         for seq, calls in gap:
             for call in calls or ():
                 used[call["name"]] = max(used.get(call["name"], 0), seq)
+        # Keep what the gap taught at once, even for builds that record nothing
+        # (the dashboard's): otherwise every such build reads the gap again.
+        # Idempotent: the same messages always teach the same seqs.
+        start = first_live - 1
+        state.tool_last_used, state.scanned_seq = used, start
+        PromptState.objects.filter(pk=state.pk).update(tool_last_used=used, scanned_seq=start)
     seqs = [m.seq or 0 for m in messages]
     for msg in messages[bisect_right(seqs, start) :]:
         if msg.role == "assistant":

@@ -1,0 +1,74 @@
+"""What every benchmark needs: a scratch PostgreSQL database, percentiles,
+a free loopback port and a keep-alive HTTP client for the API."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlparse, urlunparse
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+WORKLOADS = ROOT.parent / "shared" / "workloads" / "real"
+
+
+def _admin(url: str, *statements: str) -> None:
+    import psycopg
+
+    admin = urlunparse(urlparse(url)._replace(path="/postgres"))
+    with psycopg.connect(admin.replace("postgres://", "postgresql://", 1), autocommit=True) as conn:
+        for statement in statements:
+            conn.execute(statement)
+
+
+def scratch_database(suffix: str) -> str:
+    """A new, empty database named after DATABASE_URL's plus ``suffix``; its URL."""
+    url = os.environ.get("DATABASE_URL", "")
+    if not url.startswith("postgres"):
+        sys.exit("Set DATABASE_URL=postgres://... (the figures are for PostgreSQL)")
+    parts = urlparse(url)
+    name = (parts.path.lstrip("/") or "contextsvc") + suffix
+    _admin(url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)', f'CREATE DATABASE "{name}"')
+    return urlunparse(parts._replace(path=f"/{name}"))
+
+
+def drop_database(url: str) -> None:
+    name = urlparse(url).path.lstrip("/")
+    _admin(url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Http:
+    """One keep-alive connection to the API with an agent key; times each call."""
+
+    def __init__(self, port: int, key: str, *, timeout: float = 600) -> None:
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+        self.key = key
+
+    def call(
+        self, method: str, path: str, body: object = None, *, raw=None, headers=None
+    ) -> tuple[int, bytes, float]:
+        hdrs = {"Authorization": f"Bearer {self.key}", "Content-Type": "application/json"}
+        hdrs.update(headers or {})
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+        start = time.perf_counter()
+        self.conn.request(method, f"/api/v1/{path}", body=data, headers=hdrs)
+        response = self.conn.getresponse()
+        payload = response.read()
+        return response.status, payload, (time.perf_counter() - start) * 1000
