@@ -16,17 +16,14 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import statistics
-import subprocess
-import sys
 import threading
 import time
 
 from common import (  # bench/ is sys.path[0] when run as a script
     ROOT,
     Http,
-    free_port,
+    gunicorn,
     pct,
     scratch_database,
 )
@@ -109,35 +106,8 @@ def main() -> None:
     for n in range(40):
         seed(f"load{n}", 0)
 
-    port = free_port()
-    env = {**os.environ, "DATABASE_URL": db_url, "DEBUG": "false", "LOG_LEVEL": "WARNING"}
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gunicorn",
-            "contextsvc.wsgi:application",
-            "-b",
-            f"127.0.0.1:{port}",
-            "-w",
-            "4",
-            "--log-level",
-            "warning",
-        ],
-        cwd=ROOT,
-        env=env,
-    )
-    try:
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.1)
+    with gunicorn(db_url, workers=4) as (port, server):
         run_http(port, raw, texts, ctx)
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
 
     # Naive way: each append re-counts the whole history (what we never do).
     tokenizer = accounting.get_tokenizer("tiktoken:cl100k_base")

@@ -25,15 +25,12 @@ from __future__ import annotations
 import json
 import os
 import random
-import socket
-import subprocess
-import sys
 import time
 
 from common import (  # bench/ is sys.path[0] when run as a script
     ROOT,
     Http,
-    free_port,
+    gunicorn,
     pct,
     scratch_database,
 )
@@ -337,35 +334,8 @@ def main() -> None:
         flush=True,
     )
 
-    port = free_port()
-    env = {**os.environ, "DATABASE_URL": db_url, "DEBUG": "false", "LOG_LEVEL": "WARNING"}
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gunicorn",
-            "contextsvc.wsgi:application",
-            "-b",
-            f"127.0.0.1:{port}",
-            "-w",
-            "1",
-            "--log-level",
-            "warning",
-        ],
-        cwd=ROOT,
-        env=env,
-    )
-    try:
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.1)
+    with gunicorn(db_url, workers=1) as (port, server):
         run_http(port, raw, tools)
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
     run_in_process()
 
     run_replay(key)

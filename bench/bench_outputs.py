@@ -22,10 +22,7 @@ import hashlib
 import json
 import os
 import random
-import socket
 import statistics
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,7 +32,7 @@ from common import (  # bench/ is sys.path[0] when run as a script
     ROOT,
     Http,
     drop_database,
-    free_port,
+    gunicorn,
     pct,
     scratch_database,
 )
@@ -123,38 +120,9 @@ def main() -> None:
     from sessions.services import agent_key_create
 
     _, raw = agent_key_create(name="bench-outputs")
-    port = free_port()
-    env = {**os.environ, "DATABASE_URL": db_url, "DEBUG": "false", "LOG_LEVEL": "WARNING"}
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gunicorn",
-            "contextsvc.wsgi:application",
-            "-b",
-            f"127.0.0.1:{port}",
-            "-w",
-            "1",
-            "--timeout",
-            "300",
-            "--log-level",
-            "warning",
-        ],
-        cwd=ROOT,
-        env=env,
-    )
-    try:
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.1)
+    with gunicorn(db_url, workers=1, timeout=300) as (port, server):
         pid = worker_pid(server.pid)
         run_http(Http(port, raw), pid)
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
     replay_all()
     from django.db import connections
 

@@ -7,8 +7,11 @@ import http.client
 import json
 import os
 import socket
+import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlparse, urlunparse
 
@@ -72,3 +75,41 @@ class Http:
         response = self.conn.getresponse()
         payload = response.read()
         return response.status, payload, (time.perf_counter() - start) * 1000
+
+
+@contextmanager
+def gunicorn(
+    db_url: str, *, workers: int, timeout: int = 30
+) -> Iterator[tuple[int, subprocess.Popen]]:
+    """A real gunicorn serving the project on a free loopback port: (port, process)."""
+    port = free_port()
+    env = {**os.environ, "DATABASE_URL": db_url, "DEBUG": "false", "LOG_LEVEL": "WARNING"}
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "contextsvc.wsgi:application",
+            "-b",
+            f"127.0.0.1:{port}",
+            "-w",
+            str(workers),
+            "--timeout",
+            str(timeout),
+            "--log-level",
+            "warning",
+        ],
+        cwd=ROOT,
+        env=env,
+    )
+    try:
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        yield port, server
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
