@@ -490,6 +490,12 @@ def session_append_messages(
     """Append a batch; returns the API response (also what a retry replays)."""
     if not messages:
         raise ValidationFailed("Conversation has no messages", details={"field": "messages"})
+    if len(messages) > settings.CONTEXTSVC_MAX_BATCH:
+        raise ValidationFailed(
+            f"At most {settings.CONTEXTSVC_MAX_BATCH} messages per request "
+            f"(got {len(messages)}); post them in several batches",
+            details={"field": "messages"},
+        )
     if idempotency_key:
         replay = _replay(session, idempotency_key, fingerprint)
         if replay is not None:
@@ -515,7 +521,7 @@ def session_append_messages(
             Message(session=session, seq=first + i, created_at=now, **p.row)
             for i, p in enumerate(prepared)
         ]
-        Message.objects.bulk_create(rows)
+        hotpath.insert_messages(rows)
         added = sum(p.row["token_count"] for p in prepared)
         session.last_seq = first + len(rows) - 1
         session.message_count += len(rows)

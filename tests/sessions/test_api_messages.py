@@ -255,3 +255,29 @@ def test_idempotency_key_with_a_different_body_is_conflict(alice, make_session):
     )
     assert response.status_code == 409
     assert Message.objects.filter(session__external_id=sid).count() == 1
+
+
+def test_batch_over_the_configured_maximum_is_422_and_stores_nothing(alice, make_session, settings):
+    sid = make_session(id="many")["id"]
+    settings.CONTEXTSVC_MAX_BATCH = 5
+    response = alice.post(
+        f"sessions/{sid}/messages", {"messages": [{"role": "user", "content": "x"}] * 6}
+    )
+    assert response.status_code == 422
+    assert "At most 5 messages" in response.json()["error"]["message"]
+    assert Session.objects.get(external_id=sid).last_seq == 0
+
+
+def test_large_batch_is_stored_in_order_across_insert_chunks(alice, make_session):
+    sid = make_session(id="large")["id"]
+    batch = [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": f"m{i}"} for i in range(1000)
+    ]
+    body = alice.post(f"sessions/{sid}/messages", {"messages": batch}).json()
+    assert [m["seq"] for m in body["messages"]] == list(range(1, 1001))
+    stored = list(
+        Message.objects.filter(session__external_id=sid)
+        .order_by("seq")
+        .values_list("content", flat=True)
+    )
+    assert stored == [f"m{i}" for i in range(1000)]
