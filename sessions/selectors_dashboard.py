@@ -542,10 +542,14 @@ class WindowEvent:
     kind: str  # compaction / restore
 
 
+PER_CALL_BELOW = 8  # user turns; fewer than this and the chart plots LLM calls
+
+
 @dataclass(slots=True)
 class UsageSeries:
     bars: list[TurnUsage]
     turns: int
+    unit: str
     effective_window: int
     compact_at: int
     block_at: int
@@ -589,11 +593,17 @@ def usage_over_turns(session: Session, *, max_bars: int = MAX_BARS) -> UsageSeri
     budget = accounting.compute_budget(session).budget
     overhead = budget.system_prompt + budget.skill_prompts + budget.tool_descriptions
     events = window_events(session)
-    rows = (
+    rows = list(
         Message.objects.filter(session=session)
         .order_by("seq")
         .values_list("seq", "role", "token_count", "view_state")
     )
+    # An agent working through one task is one user turn of hundreds of LLM
+    # calls: one bar would say nothing. Below PER_CALL_BELOW user turns, a bar
+    # is one LLM call (spec 001's "turn": each request), starting at its
+    # assistant message.
+    by_call = sum(1 for row in rows if row[1] == "user") < PER_CALL_BELOW
+    called = False  # by_call: the current bar already holds an answer
     turns: list[TurnUsage] = []
     conv = outs = summary = 0
     # Running totals at the seqs where a kept window starts or ends, to count
@@ -631,9 +641,19 @@ def usage_over_turns(session: Session, *, max_bars: int = MAX_BARS) -> UsageSeri
             apply(event, last=not pending)
             if current is not None:
                 mark(current, event)
-        if role == "user" or current is None:
+        if by_call:
+            # A bar runs from one LLM call's answer to the next; what comes
+            # before the first answer (the task) belongs to the first call.
+            new_bar = current is None or (role == "assistant" and called)
+            if new_bar:
+                turn_no += 1
+                called = False
+            called = called or role == "assistant"
+        else:
+            new_bar = role == "user" or current is None
             if role == "user":
                 turn_no += 1
+        if new_bar:
             current = TurnUsage(
                 first_turn=turn_no,
                 last_turn=turn_no,
@@ -702,6 +722,7 @@ def usage_over_turns(session: Session, *, max_bars: int = MAX_BARS) -> UsageSeri
     return UsageSeries(
         bars=_bucket(turns, max_bars),
         turns=turn_no,
+        unit="LLM call" if by_call else "turn",
         effective_window=budget.effective_window,
         compact_at=budget.compact_at,
         block_at=budget.block_at,

@@ -106,6 +106,7 @@ class Chart:
     turns: int
     empty: bool
     per_bar: int = 1  # turns merged into one bar (peak kept)
+    unit: str = "turn"  # or "LLM call" for one-task agent runs
 
     def bars_svg(self) -> SafeString:
         """The bars as SVG markup, built here rather than in the template: a
@@ -303,6 +304,7 @@ def usage_chart(series: UsageSeries) -> Chart:
         reported_path=" ".join(points),
         cache_top=cache_top,
         turns=series.turns,
+        unit=series.unit,
         empty=not bars_in,
         per_bar=max((b.last_turn - b.first_turn + 1 for b in bars_in), default=1),
     )

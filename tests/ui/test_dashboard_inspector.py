@@ -80,9 +80,10 @@ def test_budget_partial_polls_and_updates_the_header_out_of_band(op, make_dash_s
 
 
 def test_usage_chart_has_a_bar_per_turn_and_the_reported_line(op, make_dash_session):
-    session = make_dash_session(turns=4, usage=True)
+    session = make_dash_session(turns=sel.PER_CALL_BELOW, usage=True)
     series = sel.usage_over_turns(session)
-    assert [b.first_turn for b in series.bars] == [1, 2, 3, 4]
+    assert series.unit == "turn"
+    assert [b.first_turn for b in series.bars] == list(range(1, sel.PER_CALL_BELOW + 1))
     assert all(b.reported for b in series.bars)
     # context grows turn by turn (nothing compacted)
     totals = [b.total for b in series.bars]
@@ -91,7 +92,24 @@ def test_usage_chart_has_a_bar_per_turn_and_the_reported_line(op, make_dash_sess
     body = op.get(
         reverse("dashboard:session_usage", args=[session.pk]), headers=HX
     ).content.decode()
-    assert body.count('<g class="bar"') == 4 and "<polyline" in body
+    assert body.count('<g class="bar"') == sel.PER_CALL_BELOW and "<polyline" in body
+
+
+def test_usage_chart_of_a_one_task_agent_run_has_a_bar_per_llm_call(op, make_dash_session):
+    """Few user turns (an agent working through one task): a bar per LLM call."""
+    session = make_dash_session(turns=2, calls_per_turn=3, usage=True)
+    series = sel.usage_over_turns(session)
+    assert series.unit == "LLM call"
+    # Each turn: 3 tool-calling answers and a final one = 4 calls; the task
+    # belongs to the first call's bar.
+    assert [b.first_turn for b in series.bars] == list(range(1, 9))
+    assert series.bars[0].first_seq == 1
+    totals = [b.total for b in series.bars]
+    assert totals == sorted(totals) and totals[-1] == sel.budget_view(session).used
+    body = op.get(
+        reverse("dashboard:session_usage", args=[session.pk]), headers=HX
+    ).content.decode()
+    assert "8 LLM calls" in body
 
 
 def test_usage_chart_buckets_long_sessions_to_a_readable_width(make_dash_session):
