@@ -211,7 +211,8 @@ def test_inspect_expand_grep_compact_restore(page, alice, monkeypatch):
     pg.click(f"text={sid}")
     pg.wait_for_selector("#budget")
     assert pg.locator("#budget .bar-track .seg-outputs").count() == 1
-    assert pg.locator("#usage svg .bar").count() == 6
+    # 6 user turns (< 8): a bar per LLM call, 2 answers per turn
+    assert pg.locator("#usage svg .bar").count() == 12
     shot(pg, "04-inspector", full_page=False)
 
     # Hover a budget segment: its exact numbers.
