@@ -106,7 +106,8 @@ def main() -> None:
     for n in range(40):
         seed(f"load{n}", 0)
 
-    with gunicorn(db_url, workers=4) as (port, server):
+    workers = int(os.environ.get("BENCH_WORKERS", "4"))
+    with gunicorn(db_url, workers=workers) as (port, server):
         run_http(port, raw, texts, ctx)
 
     # Naive way: each append re-counts the whole history (what we never do).
@@ -165,7 +166,7 @@ def run_http(port: int, raw: str, texts: list[str], ctx) -> None:
         t.join()
     elapsed = time.perf_counter() - start
     print(
-        f"append 3-message batch, gunicorn -w 4, 4 concurrent clients, {len(latencies)} requests: "
+        f"append 3-message batch, gunicorn -w {os.environ.get('BENCH_WORKERS', '4')}, 4 concurrent clients, {len(latencies)} requests: "
         f"p50 {pct(latencies, 0.5):.1f} ms, p99 {pct(latencies, 0.99):.1f} ms, "
         f"{len(latencies) / elapsed:.0f} req/s  (targets: p50 ≤ 15, p99 ≤ 60)"
     )
