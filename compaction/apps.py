@@ -21,6 +21,7 @@ class CompactionConfig(AppConfig):
             (session_selectors.context_note_hooks, services.context_note),
             (session_selectors.budget_block_hooks, selectors.budget_block),
             (output_store.compaction_available_checks, services.can_make_room),
+            (session_services.context_preflight_hooks, services.compact_before_call),
         ):
             if hook not in hooks:
                 hooks.append(hook)

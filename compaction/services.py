@@ -210,6 +210,22 @@ def can_make_room(session: Session) -> bool:
     return not selectors.breaker_open(selectors.state_of(session))
 
 
+def compact_before_call(session: Session, state: accounting.BudgetState) -> bool:
+    """``sessions.services.context_preflight_hooks``: at block or final, compact
+    now, in the request, while compaction can make room (spec 002 §8 step 3).
+    Joins (and runs) an automatic run already queued. True when the window
+    changed; a failed run leaves the session as it was and the guard decides."""
+    if not can_make_room(session):
+        return False
+    try:
+        run, _ = compaction_request(session=session, trigger=Trigger.AUTO, enqueue=False)
+        run = compaction_run_sync(run=run)
+    except Exception:  # noqa: BLE001 - the context must still be answered
+        logger.exception("compaction before the call failed for session %s", session.pk)
+        return False
+    return run.status == Status.SUCCEEDED and bool(run.changed)
+
+
 def context_note(session: Session, state: accounting.BudgetState) -> str | None:
     """spec 002 §7: the non-cacheable note above 80 % usage."""
     return usage_note(state.budget.used, state.budget.effective_window)

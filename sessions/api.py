@@ -125,6 +125,8 @@ class ContextQuery(Schema):
 @router.get("/sessions/{sid}/context")
 def get_context(request: HttpRequest, sid: str, q: Query[ContextQuery]):
     session = _session(request, sid, defer_tools=True)
+    if q.format in ("anthropic", "openai", "raw"):
+        session = services.session_context_preflight(session=session, extra=q.extra_tokens)
     body = selectors.session_context(session, q.format, extra=q.extra_tokens)
     if body["budget"]["guard"]["status"] == "final":
         services.session_mark_final(session=session, reason="context")

@@ -38,6 +38,11 @@ from .models import AgentKey, IdempotencyRecord, Message, Session, UsageReport, 
 # (compaction enqueues its auto-trigger here) without sessions importing them.
 AfterAppendHook = Callable[[Session, "accounting.BudgetState", str], None]
 after_append_hooks: list[AfterAppendHook] = []
+# Run before a context is built when the guard says block or final; a hook
+# returns True when it changed the session (the compaction app registers one
+# that compacts synchronously, spec 002 §8 step 3).
+ContextPreflightHook = Callable[[Session, "accounting.BudgetState"], bool]
+context_preflight_hooks: list[ContextPreflightHook] = []
 
 
 # --- agent keys -------------------------------------------------------------------
@@ -613,6 +618,22 @@ def session_record_usage(
     for hook in after_append_hooks:
         transaction.on_commit(lambda hook=hook: hook(session, state, "usage"))
     return report, state
+
+
+def session_context_preflight(*, session: Session, extra: int = 0) -> Session:
+    """Before an LLM call: at block or final, give the hooks a chance to make
+    room (spec 002 §8: "Check IsBlocked (98%) → ForceCompact"), so a session
+    that compaction can save is not ended by spec 001's final turn."""
+    if session.status != Session.Status.ACTIVE or not context_preflight_hooks:
+        return session
+    state = accounting.compute_budget(session, extra=extra)
+    if state.guard.status not in ("block", "final"):
+        return session
+    for hook in context_preflight_hooks:
+        if hook(session, state):
+            session.refresh_from_db()
+            break
+    return session
 
 
 def session_mark_final(*, session: Session, reason: str) -> Session:

@@ -199,6 +199,9 @@ def test_resume_from_snapshot_plus_later_messages_spec002_6(alice, sid):
 
 
 def test_restore_snapshot_and_uncompacted_endpoints(alice, bob, sid):
+    # Restores only: without auto-compaction, GET context (at block here) does
+    # not compact before answering.
+    alice.patch(f"sessions/{sid}", {"policy": {"compaction": {"auto": False}}})
     original = alice.get(f"sessions/{sid}/context", format="raw").json()["messages"]
     first = alice.post(
         f"sessions/{sid}/compact", {"wait": True, "strategy": "tool_clearing"}

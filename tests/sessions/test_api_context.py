@@ -136,8 +136,14 @@ def test_guard_tiers_ok_compact_block_final(alice, make_session):
     assert statuses == ["ok", "compact", "block", "final"]
 
 
+# spec 001's final turn is for when compaction cannot make room (here: auto off).
+NO_AUTO = {"compaction": {"auto": False}}
+
+
 def test_final_restricts_tools_injects_instruction_and_marks_session_spec001(alice, make_session):
-    sid = make_session(id="fin", context_window=4_000, max_output_tokens=500, buffer_tokens=0)["id"]
+    sid = make_session(
+        id="fin", context_window=4_000, max_output_tokens=500, buffer_tokens=0, policy=NO_AUTO
+    )["id"]
     alice.put(f"sessions/{sid}/tools", [TOOL])
     _fill(alice, sid, 3_600)
     body = alice.get(f"sessions/{sid}/context").json()
@@ -156,7 +162,7 @@ def test_final_report_tool_name_is_configurable(alice, make_session):
         context_window=4_000,
         max_output_tokens=500,
         buffer_tokens=0,
-        policy={"final_report_tool": "submit"},
+        policy={"final_report_tool": "submit", **NO_AUTO},
     )["id"]
     _fill(alice, sid, 3_600)
     body = alice.get(f"sessions/{sid}/context", format="openai").json()
@@ -241,3 +247,35 @@ def test_context_debug_logs_guard_topics_spec001(alice, make_session, settings, 
     assert "context-guard/evaluate" in topics
     assert "context-guard/evaluate-target" in topics
     assert "context-guard/provider-eval" in topics
+
+
+def test_context_at_block_or_final_compacts_first_when_compaction_can_help_spec002(
+    alice, make_session, settings
+):
+    """spec 002 §8 step 3: blocked → compact before the LLM call. A session that
+    compaction can save is not ended by the final turn."""
+    from compaction.models import CompactionRun
+
+    settings.CONTEXTSVC_SUMMARIZER = "offline"
+    sid = make_session(id="save", context_window=8_000, max_output_tokens=500, buffer_tokens=0)[
+        "id"
+    ]
+    for t in range(13):  # ~610 tokens a turn: past the 7,500 limit
+        alice.post(
+            f"sessions/{sid}/messages",
+            {
+                "messages": [
+                    {"role": "user", "content": f"step {t}: " + "please look at this " * 120},
+                    {"role": "assistant", "content": f"done with step {t}"},
+                ]
+            },
+        )
+    before = alice.get(f"sessions/{sid}/budget").json()
+    assert before["guard"]["status"] in ("block", "final"), before["guard"]
+    body = alice.get(f"sessions/{sid}/context").json()
+    assert body["budget"]["guard"]["status"] in ("ok", "compact")
+    assert "final_report" not in [t["name"] for t in body.get("tools", [])]
+    assert body["budget"]["used"] < before["used"]
+    assert Session.objects.get(external_id=sid).status == "active"
+    run = CompactionRun.objects.get(session__external_id=sid)
+    assert (run.trigger, run.status) == ("auto", "succeeded")

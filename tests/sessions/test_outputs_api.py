@@ -139,7 +139,9 @@ def test_tool_response_preset_cuts_at_12288_bytes_spec001(alice, make_session):
 
 
 def test_disabled_cache_keeps_results_as_posted(alice, make_session):
-    sid = make_session(policy={"tool_output_cache": {"enabled": False}})["id"]
+    sid = make_session(
+        policy={"tool_output_cache": {"enabled": False}, "compaction": {"auto": False}}
+    )["id"]
     text = big_text(1000)
     result = post(alice, sid, tool_turn("c1", text))["messages"][-1]
     assert result["output_ref"] is None and result["view"] == "full"
