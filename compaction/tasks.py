@@ -71,14 +71,3 @@ def requeue_stale() -> int:
     lost run is re-sent on that session's next append.
     """
     return services.compaction_requeue_stale()
-
-
-def _schedule() -> None:
-    from contextsvc.celery import app
-
-    app.conf.beat_schedule.setdefault(
-        "compaction-requeue-stale", {"task": "compaction.requeue_stale", "schedule": 60.0}
-    )
-
-
-_schedule()

@@ -177,6 +177,19 @@ CELERY_TASK_SOFT_TIME_LIMIT = max(1, CELERY_TASK_TIME_LIMIT - 30)
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+# Periodic chores (run `celery -A contextsvc beat`; bin/run embeds it in its
+# worker). Each is also a management command for cron.
+CELERY_BEAT_SCHEDULE = {
+    # re-send compaction runs whose queue message or worker was lost
+    "compaction-requeue-stale": {"task": "compaction.requeue_stale", "schedule": 60.0},
+    # Idempotency-Key records past CONTEXTSVC_IDEMPOTENCY_TTL_HOURS
+    "sessions-prune-idempotency-keys": {
+        "task": "sessions.prune_idempotency_keys",
+        "schedule": 3600.0,
+    },
+    # spec 000 §1.9: tool outputs nothing references any more
+    "sessions-gc-outputs": {"task": "sessions.gc_outputs", "schedule": 86400.0},
+}
 
 # --- auth, i18n, static -----------------------------------------------------
 

@@ -12,6 +12,7 @@ import hashlib
 import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import orjson
@@ -618,6 +619,20 @@ def session_record_usage(
     for hook in after_append_hooks:
         transaction.on_commit(lambda hook=hook: hook(session, state, "usage"))
     return report, state
+
+
+def idempotency_prune(*, older_than_hours: int | None = None) -> int:
+    """Delete Idempotency-Key records past their retention; returns how many.
+
+    A retry after that window stores the batch again, so the TTL must exceed
+    any client's retry horizon (default 24 h, CONTEXTSVC_IDEMPOTENCY_TTL_HOURS).
+    """
+    hours = (
+        settings.CONTEXTSVC_IDEMPOTENCY_TTL_HOURS if older_than_hours is None else older_than_hours
+    )
+    cutoff = timezone.now() - timedelta(hours=hours)
+    deleted, _ = IdempotencyRecord.objects.filter(created_at__lt=cutoff).delete()
+    return deleted
 
 
 def session_context_preflight(*, session: Session, extra: int = 0) -> Session:

@@ -26,3 +26,11 @@ def gc_outputs(older_than_days: int | None = None) -> dict[str, Any]:
     result = outputs_gc(older_than_days=older_than_days)
     # The per-output list can be long; the task result keeps the totals.
     return {k: v for k, v in result.items() if k != "outputs"}
+
+
+@shared_task(name="sessions.prune_idempotency_keys", acks_late=True, ignore_result=True)
+def prune_idempotency_keys() -> int:
+    """Periodic (beat, hourly): ``manage.py prune_idempotency_keys``. Idempotent."""
+    from .services import idempotency_prune
+
+    return idempotency_prune()

@@ -95,7 +95,11 @@ def test_worker_runs_celery():
     assert _command(_service("worker")).startswith("celery -A contextsvc worker")
 
 
-@pytest.mark.parametrize("name", ["web", "worker"])
+def test_beat_runs_the_periodic_chores():
+    assert _command(_service("beat")).startswith("celery -A contextsvc beat")
+
+
+@pytest.mark.parametrize("name", ["web", "worker", "beat"])
 def test_app_services_wire_the_environment(name):
     compose = _compose()
     env = _env(compose["services"][name])
@@ -109,7 +113,7 @@ def test_app_services_wire_the_environment(name):
     assert env["CONTEXTSVC_REQUIRE_SECRET_KEY"] == "true"
 
 
-@pytest.mark.parametrize("name", ["web", "worker"])
+@pytest.mark.parametrize("name", ["web", "worker", "beat"])
 def test_app_services_wait_for_healthy_postgres_and_redis(name):
     depends_on = _service(name)["depends_on"]
     assert depends_on["postgres"]["condition"] == "service_healthy"

@@ -60,3 +60,37 @@ def test_openapi_schema_lists_the_contract_paths(client):
     ):
         assert path in paths
     assert client.get("/api/v1/docs").status_code == 200
+
+
+def test_prune_idempotency_keys_deletes_only_expired_records(alice, make_session, settings):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from sessions.models import IdempotencyRecord
+
+    sid = make_session(id="prune")["id"]
+    for key in ("old", "new"):
+        alice.post(
+            f"sessions/{sid}/messages",
+            {"messages": [{"role": "user", "content": key}]},
+            headers={"Idempotency-Key": key},
+        )
+    IdempotencyRecord.objects.filter(key="old").update(
+        created_at=timezone.now() - timedelta(hours=25)
+    )
+    settings.CONTEXTSVC_IDEMPOTENCY_TTL_HOURS = 24
+    out = StringIO()
+    call_command("prune_idempotency_keys", stdout=out)
+    assert "Deleted 1" in out.getvalue()
+    assert list(IdempotencyRecord.objects.values_list("key", flat=True)) == ["new"]
+
+
+def test_beat_schedule_names_registered_tasks():
+    from django.conf import settings
+
+    from contextsvc.celery import app
+
+    app.loader.import_default_modules()
+    for entry in settings.CELERY_BEAT_SCHEDULE.values():
+        assert entry["task"] in app.tasks, entry["task"]
