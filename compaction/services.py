@@ -467,6 +467,32 @@ def compaction_execute(
         raise
 
 
+def compaction_plan(
+    *,
+    session: Session,
+    strategy: str | None,
+    instructions: str = "",
+    retain_last_turns: int | None = None,
+    summarizer: Summarizer | None = None,
+) -> _Plan:
+    """What a manual compaction would do now, computed without writing anything:
+    the same window, chain, target and strategies as a real run (the
+    dashboard's preview). ``summarizer`` defaults to the offline one, so no LLM
+    is called."""
+    from contextsvc.engine.summarize import OfflineSummarizer
+
+    draft = CompactionRun(
+        session=session,
+        trigger=Trigger.MANUAL,
+        strategy=strategy or "chain",
+        chain=list(resolve_chain(session, strategy)),
+        forced=True,
+        instructions=instructions,
+        retain_last_turns=retain_last_turns,
+    )
+    return _compute(draft, summarizer or OfflineSummarizer())
+
+
 def _compute(run: CompactionRun, summarizer: Summarizer | None) -> _Plan:
     t0 = time.perf_counter()
     session = Session.objects.get(pk=run.session_id)

@@ -1318,26 +1318,19 @@ def compaction_preview(
 ) -> CompactionPreview:
     """What a manual compaction would do, computed now without changing anything.
 
-    Runs issue 4's own planning step (``compaction.services._compute``: same
+    Runs the compaction's own planning step (``compaction_plan``: same
     window, chain, target and strategies as a real run) with the offline
     summariser, so no LLM is called; the real run's summary may differ in
     length when an LLM writes it. Nothing is written.
     """
     from compaction import services as compaction_services
-    from compaction.models import CompactionRun
-    from contextsvc.engine.summarize import OfflineSummarizer
 
-    chain = compaction_services.resolve_chain(session, strategy)
-    draft = CompactionRun(
+    plan = compaction_services.compaction_plan(
         session=session,
-        trigger=CompactionRun.Trigger.MANUAL,
-        strategy=strategy or "chain",
-        chain=list(chain),
-        forced=True,
+        strategy=strategy,
         instructions=instructions,
         retain_last_turns=retain_last_turns,
     )
-    plan = compaction_services._compute(draft, OfflineSummarizer())
     before = plan.window.messages
     after = {m.seq: m for m in plan.result.window.messages}
     removed = [m for m in before if m.seq not in after]
@@ -1375,7 +1368,7 @@ def compaction_preview(
             "summary may be longer or shorter."
         )
     return CompactionPreview(
-        chain=list(chain),
+        chain=list(compaction_services.resolve_chain(session, strategy)),
         changed=plan.result.changed and r.after_tokens < r.before_tokens,
         before_tokens=r.before_tokens,
         after_tokens=r.after_tokens,
