@@ -53,7 +53,7 @@ from contextsvc.engine.strategies import (
 )
 from contextsvc.engine.summarize import Summarizer, SummarizerError, preamble
 from contextsvc.errors import Conflict, ServiceError, Unavailable, ValidationFailed
-from sessions import accounting
+from sessions import accounting, hotpath
 from sessions.models import Message, Session
 
 from . import selectors, summarizers
@@ -97,17 +97,6 @@ class RetryableCompactionError(Exception):
 
 class _WindowChanged(Exception):
     """The live window moved (another compaction, a restore) since the run loaded it."""
-
-
-def _lock_session(pk: int) -> Session:
-    qs = Session.objects
-    if connection.features.has_select_for_no_key_update:
-        # The same lock mode as the append path: they serialise on the row.
-        return qs.select_for_update(no_key=True).get(pk=pk)
-    return qs.select_for_update().get(pk=pk)
-
-
-# --- policy ------------------------------------------------------------------------------
 
 
 def compaction_policy(session: Session) -> dict[str, Any]:
@@ -296,7 +285,7 @@ def compaction_request(
             details={"field": "instructions"},
         )
     with transaction.atomic():
-        locked = _lock_session(session.pk)
+        locked = hotpath.lock_session(session.pk)
         if locked.live_message_count == 0 and not locked.retain and not locked.summary:
             # spec 004 validation rules / CX-NT2.
             raise ValidationFailed("Conversation has no messages", details={"field": "messages"})
@@ -693,7 +682,7 @@ def _apply(
         if run.attempts != attempt or run.status != Status.RUNNING:
             logger.info("compaction run %s: attempt %s superseded, not applying", run.pk, attempt)
             return run
-        session = _lock_session(run.session_id)
+        session = hotpath.lock_session(run.session_id)
         if (session.window_start_seq, session.retain, session.summary) != plan.base:
             raise _WindowChanged
         before_used = accounting.compute_budget(session).budget.used
@@ -987,7 +976,7 @@ def snapshot_restore(*, session: Session, snapshot_id: int | None) -> Snapshot:
     message a compaction changed since gets back the view it had before that
     compaction first touched it.
     """
-    locked = _lock_session(session.pk)
+    locked = hotpath.lock_session(session.pk)
     target = (
         None
         if snapshot_id is None

@@ -37,8 +37,13 @@ def _lock_sql(exclude: frozenset[str], vendor: str) -> str:
     return f"SELECT {_columns(exclude, 's')} FROM {table} s WHERE s.id = %s{lock}"
 
 
-def lock_session(pk: int, *, exclude: frozenset[str] = HEAVY_FIELDS) -> Session:
-    """Re-read a session under its row lock (call inside transaction.atomic)."""
+def lock_session(pk: int, *, exclude: frozenset[str] = frozenset()) -> Session:
+    """Re-read a session under its row lock (call inside transaction.atomic).
+
+    The one lock every writer of the session row takes (appends, settings,
+    tool budget, compaction), so they serialise on the row. ``exclude`` leaves
+    columns out (deferred); the append path leaves out ``HEAVY_FIELDS``.
+    """
     return next(iter(Session.objects.raw(_lock_sql(exclude, connection.vendor), [pk])))
 
 

@@ -54,6 +54,7 @@ from contextsvc.engine.views import (
 )
 from contextsvc.errors import Conflict, NotFound, PayloadTooLarge, ValidationFailed
 
+from . import hotpath
 from .models import AgentKey, Message, Session, ToolOutput, ToolOutputChunk
 
 CHUNK_BYTES = 256 * 1024
@@ -1368,13 +1369,6 @@ def apply_tool_outputs(session: Session, prepared: Sequence[Any], first_seq: int
     return effects
 
 
-def _lock(session: Session) -> Session:
-    qs = Session.objects
-    if connection.features.has_select_for_no_key_update:
-        return qs.select_for_update(no_key=True).get(pk=session.pk)
-    return qs.select_for_update().get(pk=session.pk)
-
-
 # --- tool budget: preview / reserve / release (spec 001) ------------------------------------
 
 
@@ -1460,7 +1454,7 @@ def session_reserve_tool_output(
     from . import accounting
     from .services import _refresh_guard, session_mark_final
 
-    session = _lock(session)
+    session = hotpath.lock_session(session.pk)
     price = tool_output_cost(session, **cost)
     reservations = dict(session.tool_reservations or {})
     key = tool_call_id
@@ -1515,7 +1509,7 @@ def session_release_tool_reservation(
     """Drop one reservation (by tool_call_id or reservation key), or all of them."""
     from .services import _refresh_guard
 
-    session = _lock(session)
+    session = hotpath.lock_session(session.pk)
     reservations = dict(session.tool_reservations or {})
     released = 0
     if tool_call_id is None:

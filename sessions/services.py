@@ -68,15 +68,6 @@ def agent_key_revoke(*, key: AgentKey) -> AgentKey:
 # --- sessions ---------------------------------------------------------------------
 
 
-def _locked(session: Session, *, defer: tuple[str, ...] = ()) -> Session:
-    qs = Session.objects.defer(*defer) if defer else Session.objects
-    if connection.features.has_select_for_no_key_update:
-        # NO KEY UPDATE: appends must not block inserts of child rows (messages
-        # reference the session by foreign key).
-        return qs.select_for_update(no_key=True).get(pk=session.pk)
-    return qs.select_for_update().get(pk=session.pk)
-
-
 def _normalise_policy(policy: dict[str, Any], *, tokenizer: str) -> dict[str, Any]:
     """Validate cross-field rules and resolve each extra target's limits once."""
     policy = {k: v for k, v in policy.items() if v is not None}
@@ -143,7 +134,7 @@ def session_create(*, owner: AgentKey, data: dict[str, Any]) -> Session:
 
 @transaction.atomic
 def session_update(*, session: Session, data: dict[str, Any]) -> Session:
-    session = _locked(session)
+    session = hotpath.lock_session(session.pk)
     for field in ("agent", "model", "provider"):
         if data.get(field) is not None:
             setattr(session, field, data[field])
@@ -249,7 +240,7 @@ def session_set_sections(*, session: Session, sections: list[dict[str, Any]]) ->
     parsed = [PromptSection(**s) for s in sections]
     for i, section in enumerate(parsed):
         check_kind(section, i)
-    session = _locked(session)
+    session = hotpath.lock_session(session.pk)
     tokenizer = accounting.tokenizer_of(session)
     session.sections = sections
     session.system_tokens = estimate_sections([s for s in parsed if s.kind != "skill"], tokenizer)
@@ -289,7 +280,7 @@ def session_set_tools(*, session: Session, tools: list[dict[str, Any]]) -> Sessi
             )
         _check_json_schema(i, tool)
     parsed = [ToolDef(**t) for t in tools]
-    session = _locked(session)
+    session = hotpath.lock_session(session.pk)
     from prompting.services import tools_registered
 
     sent = tools_registered(session=session, tools=parsed)
@@ -509,7 +500,7 @@ def session_append_messages(
     # Tokenizing is the slow part: do it before taking the row lock.
     prepared = (prepare or prepare_messages)(session, messages)
     with transaction.atomic():
-        session = hotpath.lock_session(session.pk)
+        session = hotpath.lock_session(session.pk, exclude=hotpath.HEAVY_FIELDS)
         if idempotency_key:
             # A concurrent retry may have committed while we tokenized.
             replay = _replay(session, idempotency_key, fingerprint)
@@ -574,7 +565,7 @@ def session_append_messages(
 def session_record_usage(
     *, session: Session, usage: dict[str, Any]
 ) -> tuple[UsageReport, accounting.BudgetState]:
-    session = _locked(session)
+    session = hotpath.lock_session(session.pk)
     through = usage.get("through_seq")
     if through is None:
         through = session.last_seq
