@@ -167,25 +167,12 @@ def output_store_bytes(
     existing = _reuse(session, sha256)
     if existing is not None:
         return existing, True
-    chunker = _Chunker(chunk_bytes)
-    chunks: list[ToolOutputChunk] = []
-    view = memoryview(data)
-    for start in range(0, len(data), READ_PIECE):
-        chunks.extend(chunker.feed(bytes(view[start : start + READ_PIECE])))
-    chunks.extend(chunker.finish())
+    pending = _pending_output(session, data, sha256, tool_name, chunk_bytes)
+    output = pending.output
     try:
         with transaction.atomic():
-            output = ToolOutput.objects.create(
-                ref=new_ref(),
-                session=session,
-                tool_name=tool_name or "",
-                byte_size=len(data),
-                line_count=chunker.line_count,
-                chunk_count=len(chunks),
-                sha256=sha256,
-                source="message",
-            )
-            _insert(output, chunks)
+            output.save(force_insert=True)
+            _insert(output, pending.chunks)
     except IntegrityError:
         # The same bytes stored concurrently by another request of this session.
         existing = _reuse(session, sha256)
@@ -822,7 +809,11 @@ def _pending_output(
     session: Session, data: bytes, sha256: str, tool_name: str, chunk_bytes: int = CHUNK_BYTES
 ) -> PendingOutput:
     chunker = _Chunker(chunk_bytes)
-    chunks = chunker.feed(data) + chunker.finish()
+    chunks: list[ToolOutputChunk] = []
+    view = memoryview(data)
+    for start in range(0, len(data), READ_PIECE):  # bounded copies of a large output
+        chunks.extend(chunker.feed(bytes(view[start : start + READ_PIECE])))
+    chunks.extend(chunker.finish())
     output = ToolOutput(
         ref=new_ref(),
         session=session,
