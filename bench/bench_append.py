@@ -23,9 +23,9 @@ import time
 from common import (  # bench/ is sys.path[0] when run as a script
     ROOT,
     Http,
+    django_on_scratch_database,
     gunicorn,
     pct,
-    scratch_database,
 )
 
 WORKLOADS = ROOT.parent / "shared" / "workloads" / "real"
@@ -42,15 +42,7 @@ def sample_texts() -> list[str]:
 
 
 def main() -> None:
-    db_url = scratch_database("_bench")
-    os.environ["DATABASE_URL"] = db_url
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "contextsvc.settings")
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
+    db_url = django_on_scratch_database("_bench")
     from contextsvc.engine.tokens import estimate_message
     from sessions import accounting
     from sessions.models import Message, Session

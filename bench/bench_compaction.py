@@ -36,8 +36,8 @@ from urllib.parse import urlparse
 
 from common import (  # bench/ is sys.path[0] when run as a script
     ROOT,
+    django_on_scratch_database,
     drop_database,
-    scratch_database,
 )
 
 WORKLOADS = ROOT.parent / "shared" / "workloads" / "real"
@@ -215,19 +215,12 @@ def wait_finished(run_id, timeout: float = 120):
 
 
 def main() -> None:
-    db_url = scratch_database("_compaction_bench")
     tmp = Path(tempfile.mkdtemp(prefix="compaction-bench-"))
-    os.environ["DATABASE_URL"] = db_url
-    os.environ["CONTEXTSVC_VAR_DIR"] = str(tmp / "var")
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "contextsvc.settings")
-    os.environ["LOG_LEVEL"] = "WARNING"
-    import django
-
-    django.setup()
+    db_url = django_on_scratch_database(
+        "_compaction_bench", CONTEXTSVC_VAR_DIR=str(tmp / "var"), LOG_LEVEL="WARNING"
+    )
     from django.conf import settings
-    from django.core.management import call_command
 
-    call_command("migrate", verbosity=0)
     try:
         run_benchmarks(db_url, tmp, settings)
     finally:

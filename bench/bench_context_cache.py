@@ -30,9 +30,9 @@ import time
 from common import (  # bench/ is sys.path[0] when run as a script
     ROOT,
     Http,
+    django_on_scratch_database,
     gunicorn,
     pct,
-    scratch_database,
 )
 
 WORKLOADS = ROOT.parent / "shared" / "workloads" / "real"
@@ -260,15 +260,7 @@ def replay_session() -> tuple[str, list[dict]]:
 
 
 def main() -> None:
-    db_url = scratch_database("_ctxcache_bench")
-    os.environ["DATABASE_URL"] = db_url
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "contextsvc.settings")
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
+    db_url = django_on_scratch_database("_ctxcache_bench")
     from sessions.models import Session
     from sessions.services import (
         agent_key_create,

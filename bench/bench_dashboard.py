@@ -19,7 +19,7 @@ import os
 import statistics
 import time
 
-from common import ROOT, scratch_database  # bench/ is sys.path[0] when run as a script
+from common import ROOT, django_on_scratch_database  # bench/ is sys.path[0] when run as a script
 
 WORKLOADS = ROOT.parent / "shared" / "workloads" / "real"
 MESSAGES = 10_000
@@ -133,18 +133,10 @@ def timed(client, url: str, headers: dict | None = None) -> tuple[float, float, 
 
 
 def main() -> None:
-    db_url = scratch_database("_dashbench")
-    os.environ["DATABASE_URL"] = db_url
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "contextsvc.settings")
-    os.environ.setdefault("LOG_LEVEL", "WARNING")
-    import django
-
-    django.setup()
+    django_on_scratch_database("_dashbench", LOG_LEVEL=os.environ.get("LOG_LEVEL", "WARNING"))
     from django.conf import settings
-    from django.core.management import call_command
 
     settings.ALLOWED_HOSTS = ["*"]
-    call_command("migrate", verbosity=0)
     from django.contrib.auth import get_user_model
     from django.test import Client
     from django.urls import reverse

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import random
 import statistics
 import time
@@ -31,10 +30,10 @@ from urllib.parse import quote
 from common import (  # bench/ is sys.path[0] when run as a script
     ROOT,
     Http,
+    django_on_scratch_database,
     drop_database,
     gunicorn,
     pct,
-    scratch_database,
 )
 
 WORKLOADS = ROOT.parent / "shared" / "workloads" / "real"
@@ -108,15 +107,7 @@ def mb(n: float) -> str:
 
 def main() -> None:
     started = time.perf_counter()
-    db_url = scratch_database("_outputs_bench")
-    os.environ["DATABASE_URL"] = db_url
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "contextsvc.settings")
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
+    db_url = django_on_scratch_database("_outputs_bench")
     from sessions.services import agent_key_create
 
     _, raw = agent_key_create(name="bench-outputs")

@@ -113,3 +113,18 @@ def gunicorn(
     finally:
         server.terminate()
         server.wait(timeout=10)
+
+
+def django_on_scratch_database(suffix: str, **env: str) -> str:
+    """A scratch database, Django set up on it (``env`` first) and migrated; its URL."""
+    db_url = scratch_database(suffix)
+    os.environ["DATABASE_URL"] = db_url
+    os.environ.update(env)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "contextsvc.settings")
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    return db_url
