@@ -500,7 +500,7 @@ def session_append_messages(
     # Tokenizing is the slow part: do it before taking the row lock.
     prepared = (prepare or prepare_messages)(session, messages)
     with transaction.atomic():
-        session = hotpath.lock_session(session.pk, exclude=hotpath.HEAVY_FIELDS)
+        session = hotpath.relock_session(session, exclude=hotpath.HEAVY_FIELDS)
         if idempotency_key:
             # A concurrent retry may have committed while we tokenized.
             replay = _replay(session, idempotency_key, fingerprint)

@@ -1,0 +1,154 @@
+"""The append's precompiled reads: rows load exactly as the ORM loads them, and
+the version-checked lock never hands back a row another writer has changed."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import connection, connections, transaction
+
+from sessions import hotpath
+from sessions.models import AgentKey, Message, Session, hash_key
+from sessions.services import (
+    agent_key_create,
+    session_append_messages,
+    session_create,
+    session_set_sections,
+)
+
+pytestmark = pytest.mark.django_db
+
+
+def _postgres_only():
+    if connection.vendor != "postgresql":
+        pytest.skip("xmin row versions are PostgreSQL's (set DATABASE_URL=postgres://...)")
+
+
+@pytest.fixture
+def keyed_session():
+    key, raw = agent_key_create(name="hot")
+    session = session_create(
+        owner=key,
+        data={
+            "model": "claude-sonnet-4-5",
+            "id": "hot-1",
+            "policy": {"compaction": {"auto": False}},
+        },
+    )
+    session_set_sections(session=session, sections=[{"name": "base", "content": "Be brief."}])
+    session_append_messages(
+        session=session,
+        messages=[
+            {"role": "user", "content": "hi"},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [{"id": "c1", "name": "ls", "arguments": {"path": "."}}],
+            },
+        ],
+    )
+    return key, raw, Session.objects.get(pk=session.pk)
+
+
+def test_session_for_key_loads_every_field_as_the_orm_does(keyed_session):
+    key, raw, expected = keyed_session
+    loaded = hotpath.session_for_key("hot-1", hash_key(raw))
+    assert loaded is not None and loaded.pk == expected.pk
+    for field in Session._meta.concrete_fields:
+        if field.attname in hotpath.HEAVY_FIELDS:
+            assert field.attname in loaded.get_deferred_fields()
+            continue
+        assert getattr(loaded, field.attname) == getattr(expected, field.attname), field.name
+    # JSON columns come back as Python data, not text; datetimes are aware.
+    assert loaded.open_tool_calls == {"c1": "ls"}
+    assert loaded.sections and loaded.sections[0]["name"] == "base"
+    assert loaded.created_at.tzinfo is not None
+    owner = AgentKey.objects.get(pk=key.pk)
+    for name in ("id", "name", "prefix", "key_hash", "created_at", "last_used_at", "revoked_at"):
+        assert getattr(loaded.owner, name) == getattr(owner, name), name
+
+
+def test_session_for_key_misses_a_wrong_key_and_a_revoked_key(keyed_session):
+    key, raw, _ = keyed_session
+    assert hotpath.session_for_key("hot-1", hash_key(raw + "x")) is None
+    assert hotpath.session_for_key("nope", hash_key(raw)) is None
+    AgentKey.objects.filter(pk=key.pk).update(revoked_at=key.created_at)
+    assert hotpath.session_for_key("hot-1", hash_key(raw)) is None
+
+
+def test_lock_session_of_a_missing_row_raises_does_not_exist():
+    with transaction.atomic(), pytest.raises(Session.DoesNotExist):
+        hotpath.lock_session(987654)
+
+
+def test_relock_keeps_the_row_read_with_the_key_while_nobody_wrote(keyed_session):
+    _postgres_only()
+    _, raw, _ = keyed_session
+    loaded = hotpath.session_for_key("hot-1", hash_key(raw))
+    with transaction.atomic():
+        locked = hotpath.relock_session(loaded, exclude=hotpath.HEAVY_FIELDS)
+    assert locked is loaded
+    # The version is spent: a second lock in the same request reads the row.
+    with transaction.atomic():
+        again = hotpath.relock_session(loaded, exclude=hotpath.HEAVY_FIELDS)
+    assert again is not loaded and again.last_seq == loaded.last_seq
+
+
+def test_relock_rereads_a_row_another_writer_changed(keyed_session):
+    _postgres_only()
+    _, raw, expected = keyed_session
+    loaded = hotpath.session_for_key("hot-1", hash_key(raw))
+    Session.objects.filter(pk=expected.pk).update(conversation_tokens=12345)
+    with transaction.atomic():
+        locked = hotpath.relock_session(loaded, exclude=hotpath.HEAVY_FIELDS)
+    assert locked is not loaded
+    assert locked.conversation_tokens == 12345 and loaded.conversation_tokens != 12345
+
+
+def test_relock_without_a_version_reads_the_row(keyed_session):
+    _, _, expected = keyed_session
+    with transaction.atomic():
+        locked = hotpath.relock_session(expected, exclude=hotpath.HEAVY_FIELDS)
+    assert locked is not expected and locked.pk == expected.pk
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_parallel_writers_through_the_key_read_keep_seqs_and_counters_exact():
+    """Each writer reads the row the way a request does (with the key), then
+    appends: every stale read must be caught by the version check."""
+    _postgres_only()
+    key, raw = agent_key_create(name="racer")
+    session_create(owner=key, data={"model": "gpt-4o", "id": "race-key"})
+    digest = hash_key(raw)
+    writers, batches = 6, 12
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(writers)
+
+    def writer(n: int) -> None:
+        try:
+            barrier.wait()
+            for b in range(batches):
+                session = hotpath.session_for_key("race-key", digest)
+                session_append_messages(
+                    session=session,
+                    messages=[{"role": "user", "content": f"w{n} b{b} {'x' * (n + b)}"}] * 2,
+                )
+        except BaseException as exc:  # noqa: BLE001 - surfaced below
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    total = writers * batches * 2
+    rows = Message.objects.filter(session__external_id="race-key").order_by("seq")
+    assert list(rows.values_list("seq", flat=True)) == list(range(1, total + 1))
+    session = Session.objects.get(external_id="race-key")
+    assert session.last_seq == session.message_count == session.live_message_count == total
+    assert session.conversation_tokens == sum(rows.values_list("token_count", flat=True))
