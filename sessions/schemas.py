@@ -6,8 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from ninja import Schema
-from pydantic import AliasChoices, ConfigDict, Field, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:\-]{0,127}$"
 TOOL_NAME_PATTERN = r"^[A-Za-z0-9_\-]{1,64}$"
@@ -15,7 +14,9 @@ SECTION_KINDS = ("base", "rules", "memory", "skill", "scratchpad", "status")
 TOOL_CATEGORIES = ("builtin", "mcp", "skill")
 
 
-class In(Schema):
+class In(BaseModel):
+    # Plain pydantic, not ninja.Schema: inputs are never read off ORM objects,
+    # and Schema's wrap validator for that costs on every message of a batch.
     model_config = ConfigDict(extra="forbid")
 
 
