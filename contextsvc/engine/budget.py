@@ -11,6 +11,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import cache
 from typing import Any
 
 from contextsvc.engine.errors import EngineValidationError
@@ -34,7 +35,16 @@ def floor_ratio(ratio: float, tokens: int) -> int:
     Fraction(str(0.95)) is exactly 19/20; the float product 0.95 × 100 000 could
     land a hair under 95 000 and floor one token short of the documented line.
     """
-    return math.floor(Fraction(str(ratio)) * tokens)
+    num, den = _exact(ratio)
+    return (num * tokens) // den  # // floors, as math.floor would
+
+
+@cache
+def _exact(ratio: float) -> tuple[int, int]:
+    # A handful of distinct ratios per process; parsing each once keeps the
+    # guard's per-append arithmetic to two integer operations.
+    exact = Fraction(str(ratio))
+    return exact.numerator, exact.denominator
 
 
 def _check_int(value: Any, field: str) -> int:
