@@ -16,10 +16,11 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     CONTEXTSVC_VAR_DIR=/app/var
 WORKDIR /app
 
-COPY pyproject.toml manage.py ./
+COPY pyproject.toml manage.py gunicorn.conf.py ./
 COPY contextsvc ./contextsvc
 COPY sessions ./sessions
 COPY compaction ./compaction
+COPY prompting ./prompting
 COPY templates ./templates
 COPY static ./static
 RUN pip install .
@@ -32,4 +33,5 @@ RUN useradd --system --uid 10001 --home-dir /app contextsvc \
 USER contextsvc
 
 EXPOSE 8000
-CMD ["gunicorn", "contextsvc.wsgi:application", "--bind", "0.0.0.0:8000", "--workers", "4"]
+# Workers, threads and keep-alive: gunicorn.conf.py (read from /app).
+CMD ["gunicorn", "contextsvc.wsgi:application", "--bind", "0.0.0.0:8000"]

@@ -3,7 +3,9 @@
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/contextsvc python bench/bench_append.py
 
 Uses its own database (<name>_bench, created and migrated here) and a real
-gunicorn on a free loopback port. Message text comes from the recorded agent
+gunicorn on a free loopback port, with the project's gunicorn.conf.py
+(threaded workers, keep-alive); BENCH_WORKERS sets the worker count (4) and
+BENCH_GUNICORN_ARGS adds flags (e.g. "-k sync --threads 1" for the old way). Message text comes from the recorded agent
 trajectories in ../shared/workloads when present (synthetic otherwise).
 
 1. 3-message batches over HTTP, 4 concurrent keep-alive clients: p50 / p99.
@@ -100,7 +102,7 @@ def main() -> None:
 
     workers = int(os.environ.get("BENCH_WORKERS", "4"))
     with gunicorn(db_url, workers=workers) as (port, server):
-        run_http(port, raw, texts, ctx)
+        run_http(port, raw, texts, ctx, workers)
 
     # Naive way: each append re-counts the whole history (what we never do).
     tokenizer = accounting.get_tokenizer("tiktoken:cl100k_base")
@@ -119,7 +121,7 @@ def main() -> None:
     )
 
 
-def run_http(port: int, raw: str, texts: list[str], ctx) -> None:
+def run_http(port: int, raw: str, texts: list[str], ctx, workers: int) -> None:
     def batch(i: int) -> dict:
         roles = ("user", "assistant", "user")
         return {
@@ -136,7 +138,7 @@ def run_http(port: int, raw: str, texts: list[str], ctx) -> None:
     # 1. four concurrent clients, each on its own session
     latencies: list[float] = []
     lock = threading.Lock()
-    per_client = 250
+    per_client = 500
 
     def client(n: int) -> None:
         http_ = Http(port, raw)
@@ -158,7 +160,8 @@ def run_http(port: int, raw: str, texts: list[str], ctx) -> None:
         t.join()
     elapsed = time.perf_counter() - start
     print(
-        f"append 3-message batch, gunicorn -w {os.environ.get('BENCH_WORKERS', '4')}, 4 concurrent clients, {len(latencies)} requests: "
+        f"append 3-message batch, gunicorn -w {workers} {os.environ.get('BENCH_GUNICORN_ARGS', '')}"
+        f"(gunicorn.conf.py), 4 concurrent clients, {len(latencies)} requests: "
         f"p50 {pct(latencies, 0.5):.1f} ms, p99 {pct(latencies, 0.99):.1f} ms, "
         f"{len(latencies) / elapsed:.0f} req/s  (targets: p50 ≤ 15, p99 ≤ 60)"
     )

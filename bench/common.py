@@ -98,6 +98,7 @@ def gunicorn(
             str(timeout),
             "--log-level",
             "warning",
+            *os.environ.get("BENCH_GUNICORN_ARGS", "").split(),
         ],
         cwd=ROOT,
         env=env,

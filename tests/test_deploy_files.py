@@ -148,6 +148,21 @@ def test_dockerfile_builds_the_service_image():
     assert "static/vendor/htmx.min.js" in text
 
 
+def test_dockerfile_copies_every_project_app_and_the_gunicorn_settings():
+    from django.conf import settings
+
+    text = (ROOT / "Dockerfile").read_text()
+    copied = set()
+    for line in text.splitlines():
+        if line.startswith("COPY ") and "--from" not in line:
+            copied.update(line.split()[1:-1])
+    apps = {app.split(".")[0] for app in settings.INSTALLED_APPS}
+    local = {"contextsvc"} | {app for app in apps if (ROOT / app).is_dir()}
+    assert local >= {"sessions", "compaction", "prompting"}
+    assert local <= copied, f"not copied into the image: {sorted(local - copied)}"
+    assert "gunicorn.conf.py" in copied
+
+
 # --- .ci/run --------------------------------------------------------------------
 
 
@@ -257,3 +272,62 @@ def test_test_script_never_downloads_browsers_and_fails_empty_runs_in_ci():
     assert "playwright install" not in text
     assert "rc == 5" in text
     assert "python -m pytest" in text
+
+
+# --- gunicorn.conf.py -------------------------------------------------------------
+
+
+def test_gunicorn_serves_many_requests_over_one_keep_alive_connection(tmp_path):
+    """The project's gunicorn settings keep an agent's connection open between
+    calls (the sync worker would close it after every response)."""
+    import http.client
+    import socket
+    import sys
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}",
+        "DEBUG": "false",
+        "WEB_CONCURRENCY": "1",
+    }
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "contextsvc.wsgi:application",
+            "-b",
+            f"127.0.0.1:{port}",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                conn.connect()
+                break
+            except OSError:
+                assert server.poll() is None, server.stderr.read().decode()
+                assert time.monotonic() < deadline, "gunicorn did not start"
+                time.sleep(0.2)
+        local_port = conn.sock.getsockname()[1]
+        for _ in range(3):
+            conn.request("GET", "/api/v1/openapi.json")
+            response = conn.getresponse()
+            body = response.read()
+            assert response.status == 200 and b'"openapi"' in body
+            assert (response.getheader("Connection") or "").lower() != "close"
+            # Still the same TCP connection: nothing reconnected underneath.
+            assert conn.sock is not None and conn.sock.getsockname()[1] == local_port
+    finally:
+        server.terminate()
+        server.wait(timeout=15)
