@@ -21,13 +21,18 @@ import os
 import statistics
 import threading
 import time
+from contextlib import ExitStack
 
 from common import (  # bench/ is sys.path[0] when run as a script
     ROOT,
     Http,
+    Peak,
     django_on_scratch_database,
     gunicorn,
+    mb,
     pct,
+    proc_status,
+    worker_pids,
 )
 
 WORKLOADS = ROOT.parent / "shared" / "workloads" / "real"
@@ -102,7 +107,7 @@ def main() -> None:
 
     workers = int(os.environ.get("BENCH_WORKERS", "4"))
     with gunicorn(db_url, workers=workers) as (port, server):
-        run_http(port, raw, texts, ctx, workers)
+        run_http(port, raw, texts, ctx, worker_pids(server.pid, workers))
 
     # Naive way: each append re-counts the whole history (what we never do).
     tokenizer = accounting.get_tokenizer("tiktoken:cl100k_base")
@@ -121,7 +126,7 @@ def main() -> None:
     )
 
 
-def run_http(port: int, raw: str, texts: list[str], ctx, workers: int) -> None:
+def run_http(port: int, raw: str, texts: list[str], ctx, pids: list[int]) -> None:
     def batch(i: int) -> dict:
         roles = ("user", "assistant", "user")
         return {
@@ -152,18 +157,24 @@ def run_http(port: int, raw: str, texts: list[str], ctx, workers: int) -> None:
         with lock:
             latencies.extend(mine)
 
-    start = time.perf_counter()
-    threads = [threading.Thread(target=client, args=(n,)) for n in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - start
+    with ExitStack() as stack:
+        peaks = [stack.enter_context(Peak(pid)) for pid in pids]
+        start = time.perf_counter()
+        threads = [threading.Thread(target=client, args=(n,)) for n in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        elapsed = time.perf_counter() - start
     print(
-        f"append 3-message batch, gunicorn -w {workers} {os.environ.get('BENCH_GUNICORN_ARGS', '')}"
+        f"append 3-message batch, gunicorn -w {len(pids)} {os.environ.get('BENCH_GUNICORN_ARGS', '')}"
         f"(gunicorn.conf.py), 4 concurrent clients, {len(latencies)} requests: "
         f"p50 {pct(latencies, 0.5):.1f} ms, p99 {pct(latencies, 0.99):.1f} ms, "
         f"{len(latencies) / elapsed:.0f} req/s  (targets: p50 ≤ 15, p99 ≤ 60)"
+    )
+    print(
+        f"  worker memory: RSS {mb(max(proc_status(pid, 'VmRSS') for pid in pids))} (largest of "
+        f"{len(pids)}), peak growth over the 2,000 appends {mb(max(p.growth for p in peaks))}"
     )
 
     # 2. flat cost in session length (one client, alternating to share noise)
@@ -180,19 +191,21 @@ def run_http(port: int, raw: str, texts: list[str], ctx, workers: int) -> None:
         f"→ ratio {m_long / m_short:.2f}x (target ≤ 1.5x)"
     )
 
-    # 3. context for a 1,000-message live window
+    # 3. context for a 1,000-message live window (one client: one worker serves it)
     ctx_times = []
     size = 0
-    for _ in range(60):
-        status, payload, ms = http_.call("GET", "sessions/ctx/context?format=anthropic")
-        assert status == 200
-        size = len(payload)
-        ctx_times.append(ms)
+    with ExitStack() as stack:
+        peaks = [stack.enter_context(Peak(pid)) for pid in pids]
+        for _ in range(60):
+            status, payload, ms = http_.call("GET", "sessions/ctx/context?format=anthropic")
+            assert status == 200
+            size = len(payload)
+            ctx_times.append(ms)
     ctx_times = ctx_times[5:]
     print(
         f"GET context, {ctx.live_message_count} messages / {ctx.conversation_tokens:,} tokens "
         f"({size / 1e6:.2f} MB body): p50 {pct(ctx_times, 0.5):.1f} ms, p99 {pct(ctx_times, 0.99):.1f} ms "
-        f"(target p50 ≤ 60)"
+        f"(target p50 ≤ 60); worker peak RSS growth {mb(max(p.growth for p in peaks))}"
     )
 
 

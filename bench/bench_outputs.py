@@ -24,16 +24,18 @@ import random
 import statistics
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from urllib.parse import quote
 
 from common import (  # bench/ is sys.path[0] when run as a script
     ROOT,
     Http,
+    Peak,
     django_on_scratch_database,
     drop_database,
     gunicorn,
+    mb,
     pct,
+    worker_pid,
 )
 
 WORKLOADS = ROOT.parent / "shared" / "workloads" / "real"
@@ -55,51 +57,6 @@ def log_line(i: int) -> bytes:
 def big_output(lines: int = BIG_LINES, piece: int = 10_000) -> Iterator[bytes]:
     for start in range(0, lines, piece):
         yield b"".join(log_line(i) for i in range(start, min(lines, start + piece)))
-
-
-# --- process memory (Linux /proc) ------------------------------------------------------
-
-
-def worker_pid(master: int) -> int:
-    for _ in range(100):
-        try:
-            children = Path(f"/proc/{master}/task/{master}/children").read_text().split()
-        except OSError:
-            children = []
-        if children:
-            return int(children[0])
-        time.sleep(0.1)
-    raise RuntimeError("no gunicorn worker")
-
-
-def _status(pid: int, field: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) * 1024
-    return 0
-
-
-class Peak:
-    """Peak RSS growth of a process over a ``with`` block (VmHWM reset via clear_refs)."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.growth = 0
-
-    def __enter__(self) -> Peak:
-        try:
-            Path(f"/proc/{self.pid}/clear_refs").write_text("5")
-        except OSError:
-            pass
-        self.start = _status(self.pid, "VmRSS")
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.growth = max(0, _status(self.pid, "VmHWM") - self.start)
-
-
-def mb(n: float) -> str:
-    return f"{n / 1e6:.1f} MB"
 
 
 # --- main --------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """What every benchmark needs: a scratch PostgreSQL database, percentiles,
-a free loopback port and a keep-alive HTTP client for the API."""
+a free loopback port, a keep-alive HTTP client for the API, a real gunicorn,
+and the memory of its workers (Linux /proc)."""
 
 from __future__ import annotations
 
@@ -129,3 +130,53 @@ def django_on_scratch_database(suffix: str, **env: str) -> str:
 
     call_command("migrate", verbosity=0)
     return db_url
+
+
+# --- process memory (Linux /proc) ------------------------------------------------------
+
+
+def worker_pids(master: int, count: int = 1) -> list[int]:
+    """The pids of a gunicorn master's workers, once ``count`` of them are up."""
+    for _ in range(100):
+        try:
+            children = Path(f"/proc/{master}/task/{master}/children").read_text().split()
+        except OSError:
+            children = []
+        if len(children) >= count:
+            return [int(c) for c in children]
+        time.sleep(0.1)
+    raise RuntimeError("no gunicorn worker")
+
+
+def worker_pid(master: int) -> int:
+    return worker_pids(master)[0]
+
+
+def proc_status(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+class Peak:
+    """Peak RSS growth of a process over a ``with`` block (VmHWM reset via clear_refs)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.growth = 0
+
+    def __enter__(self) -> Peak:
+        try:
+            Path(f"/proc/{self.pid}/clear_refs").write_text("5")
+        except OSError:
+            pass
+        self.start = proc_status(self.pid, "VmRSS")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.growth = max(0, proc_status(self.pid, "VmHWM") - self.start)
+
+
+def mb(n: float) -> str:
+    return f"{n / 1e6:.1f} MB"
