@@ -7,11 +7,13 @@ test is skipped unless it does.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import pytest
 from django.db import connection, connections
 
-from sessions.models import Message, Session
+from sessions import hotpath
+from sessions.models import Message, Session, hash_key
 from sessions.services import agent_key_create, session_append_messages, session_create
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -23,34 +25,41 @@ def _needs_postgres():
         pytest.skip("row-lock concurrency needs PostgreSQL (set DATABASE_URL=postgres://...)")
 
 
-def test_parallel_writers_get_consecutive_seqs_and_exact_counters():
-    key, _ = agent_key_create(name="racer")
-    session = session_create(owner=key, data={"model": "gpt-4o", "id": "race"})
-    writers, batches, per_batch = 8, 10, 3
+def run_together(count: int, work: Callable[[int], None]) -> None:
+    """``work(0..count-1)`` on as many threads, released at once; re-raises what failed."""
     errors: list[BaseException] = []
-    barrier = threading.Barrier(writers)
+    barrier = threading.Barrier(count)
 
-    def writer(n: int) -> None:
+    def run(n: int) -> None:
         try:
             barrier.wait()
-            for b in range(batches):
-                session_append_messages(
-                    session=session,
-                    messages=[
-                        {"role": "user", "content": f"w{n} b{b} m{i}"} for i in range(per_batch)
-                    ],
-                )
+            work(n)
         except BaseException as exc:  # noqa: BLE001 - surfaced below
             errors.append(exc)
         finally:
             connections.close_all()
 
-    threads = [threading.Thread(target=writer, args=(n,)) for n in range(writers)]
+    threads = [threading.Thread(target=run, args=(n,)) for n in range(count)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     assert not errors, errors
+
+
+def test_parallel_writers_get_consecutive_seqs_and_exact_counters():
+    key, _ = agent_key_create(name="racer")
+    session = session_create(owner=key, data={"model": "gpt-4o", "id": "race"})
+    writers, batches, per_batch = 8, 10, 3
+
+    def writer(n: int) -> None:
+        for b in range(batches):
+            session_append_messages(
+                session=session,
+                messages=[{"role": "user", "content": f"w{n} b{b} m{i}"} for i in range(per_batch)],
+            )
+
+    run_together(writers, writer)
     total = writers * batches * per_batch
     seqs = list(
         Message.objects.filter(session=session).order_by("seq").values_list("seq", flat=True)
@@ -74,30 +83,42 @@ def test_parallel_writers_get_consecutive_seqs_and_exact_counters():
 def test_parallel_retries_with_one_idempotency_key_store_once():
     key, _ = agent_key_create(name="retrier")
     session = session_create(owner=key, data={"model": "gpt-4o", "id": "retry"})
-    responses, errors = [], []
-    barrier = threading.Barrier(6)
+    responses = []
 
-    def retry() -> None:
-        try:
-            barrier.wait()
-            responses.append(
-                session_append_messages(
-                    session=session,
-                    messages=[{"role": "user", "content": "same"}],
-                    idempotency_key="retry-1",
-                    fingerprint="f",
-                )
+    def retry(_: int) -> None:
+        responses.append(
+            session_append_messages(
+                session=session,
+                messages=[{"role": "user", "content": "same"}],
+                idempotency_key="retry-1",
+                fingerprint="f",
             )
-        except BaseException as exc:  # noqa: BLE001
-            errors.append(exc)
-        finally:
-            connections.close_all()
+        )
 
-    threads = [threading.Thread(target=retry) for _ in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    run_together(6, retry)
     assert Message.objects.filter(session=session).count() == 1
     assert {r["messages"][0]["seq"] for r in responses} == {1}
+
+
+def test_parallel_writers_through_the_key_read_keep_seqs_and_counters_exact():
+    """Each writer reads the row the way a request does (with its key, so the
+    lock only checks the row version), then appends: every stale read must be
+    caught by the version check and re-read under the lock."""
+    key, raw = agent_key_create(name="racer")
+    session_create(owner=key, data={"model": "gpt-4o", "id": "race-key"})
+    digest = hash_key(raw)
+
+    def writer(n: int) -> None:
+        for b in range(12):
+            session_append_messages(
+                session=hotpath.session_for_key("race-key", digest),
+                messages=[{"role": "user", "content": f"w{n} b{b} {'x' * (n + b)}"}] * 2,
+            )
+
+    run_together(6, writer)
+    total = 6 * 12 * 2
+    rows = Message.objects.filter(session__external_id="race-key").order_by("seq")
+    assert list(rows.values_list("seq", flat=True)) == list(range(1, total + 1))
+    session = Session.objects.get(external_id="race-key")
+    assert session.last_seq == session.message_count == session.live_message_count == total
+    assert session.conversation_tokens == sum(rows.values_list("token_count", flat=True))
