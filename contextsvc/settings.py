@@ -148,6 +148,14 @@ else:
     # without it a connection broken by a database restart fails one request,
     # after which Django drops it. Turn on where the database restarts often.
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = env_bool("DB_CONN_HEALTH_CHECKS", False)
+# The append's fixed statements are prepared on the server once per connection
+# (sessions/hotpath.py). Behind PgBouncer in transaction pooling mode, either
+# give PgBouncer max_prepared_statements (1.21+) or turn this off.
+DB_PREPARED_STATEMENTS = env_bool("DB_PREPARED_STATEMENTS", True)
+if DB_PREPARED_STATEMENTS and DATABASES["default"]["ENGINE"].endswith("postgresql"):
+    # Django turns psycopg's statement preparing off (None); the ORM's cursors
+    # bind on the client and never prepare, so this reaches only hotpath's.
+    DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = 5
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- celery -----------------------------------------------------------------

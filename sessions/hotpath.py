@@ -18,6 +18,7 @@ from functools import cache
 from typing import Any
 
 import psycopg
+from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.models import Model
 
@@ -79,10 +80,12 @@ def _cursor() -> Iterator[Any]:
     """A cursor for the hot path's fixed statements.
 
     On PostgreSQL it binds parameters on the server and prepares each
-    statement on first use (``prepare=True`` below), so the server parses and
+    statement on first use (``DB_PREPARED_STATEMENTS``), so the server parses and
     plans the 40-column SELECT/UPDATE once per connection instead of on every
     request. Django's own cursors bind on the client (the default), which is
     right for the ORM's ever-changing SQL. Same connection, same transaction.
+    ``DB_PREPARED_STATEMENTS=false`` keeps server-side binding but prepares
+    nothing (for PgBouncer in transaction pooling mode).
     """
     if not _is_postgres():
         with connection.cursor() as cursor:
@@ -96,9 +99,11 @@ def _cursor() -> Iterator[Any]:
 class _Prepared:
     def __init__(self, cursor: Any) -> None:
         self.cursor = cursor
+        # False: bound on the server but never prepared (PgBouncer-safe).
+        self.prepare = settings.DB_PREPARED_STATEMENTS
 
     def execute(self, sql: str, params: Sequence[object]) -> None:
-        self.cursor.execute(sql, params, prepare=True)
+        self.cursor.execute(sql, params, prepare=self.prepare)
 
     def fetchone(self) -> Any:
         return self.cursor.fetchone()

@@ -110,3 +110,47 @@ def test_relock_without_a_version_reads_the_row(keyed_session):
     with transaction.atomic():
         locked = hotpath.relock_session(expected, exclude=hotpath.HEAVY_FIELDS)
     assert locked is not expected and locked.pk == expected.pk
+
+
+def _prepared_statements() -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        return [row[0] for row in cursor.fetchall()]
+
+
+def _append_through_the_key_read(raw: str, n: int) -> None:
+    for i in range(n):
+        session_append_messages(
+            session=hotpath.session_for_key("hot-1", hash_key(raw)),
+            messages=[{"role": "user", "content": f"turn {i}"}],
+        )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_append_statements_are_prepared_once_per_connection(keyed_session):
+    _postgres_only()
+    _, raw, _ = keyed_session
+    connection.close()  # a new connection: nothing prepared yet
+    _append_through_the_key_read(raw, 3)
+    prepared = _prepared_statements()
+    ours = [s for s in prepared if "agent_sessions_" in s]
+    assert any(s.startswith("SELECT") and "key_hash" in s for s in ours)
+    assert any("FOR NO KEY UPDATE" in s for s in ours)
+    assert any(s.startswith('INSERT INTO "agent_sessions_message"') for s in ours)
+    assert any(s.startswith('UPDATE "agent_sessions_session"') for s in ours)
+    # Three appends, still one prepared statement each: reused, not re-prepared.
+    assert len(ours) == len(set(ours)) == 4
+    _append_through_the_key_read(raw, 2)
+    assert sorted(s for s in _prepared_statements() if "agent_sessions_" in s) == sorted(ours)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_prepared_statements_can_be_turned_off_for_pgbouncer(keyed_session, settings):
+    _postgres_only()
+    settings.DB_PREPARED_STATEMENTS = False
+    _, raw, _ = keyed_session
+    connection.close()
+    _append_through_the_key_read(raw, 3)
+    assert not [s for s in _prepared_statements() if "agent_sessions_" in s]
+    session = Session.objects.get(external_id="hot-1")
+    assert session.last_seq == 5  # the fixture's two messages, then three more
