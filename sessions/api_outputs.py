@@ -58,21 +58,35 @@ def upload_output(
     CONTEXTSVC_MAX_UPLOAD_BYTES. A tool message then carries ``output_ref``.
     """
     session = _session(request, sid)
-    length = request.META.get("CONTENT_LENGTH") or ""
-    if not length.isdigit() and "chunked" in request.META.get("HTTP_TRANSFER_ENCODING", ""):
-        # Django's WSGI request reads nothing without a length: refuse rather
-        # than store an empty output.
-        raise ValidationFailed(
-            "Send the upload with a Content-Length (chunked transfer encoding is not supported)",
-            details={"field": "Content-Length"},
-        )
     output, deduplicated = output_store.output_upload(
-        session=session,
-        read=request.read,
-        tool_name=tool_name,
-        content_length=int(length) if length.isdigit() else None,
+        session=session, tool_name=tool_name, **_upload_stream(request)
     )
     return Status(200 if deduplicated else 201, _output_dict(output, deduplicated=deduplicated))
+
+
+def _upload_stream(request: HttpRequest) -> dict[str, Any]:
+    """Where an upload's bytes come from: ``read`` and the announced length.
+
+    With a Content-Length, Django's request stream stops there. A chunked body
+    (``curl -T -`` from a pipe) has none, and Django then reads nothing; but
+    a server that de-chunks it and marks the input as ending at the body's end
+    (``wsgi.input_terminated``: gunicorn does) can be read to EOF; the size
+    limit is enforced as the bytes arrive. Other servers (the dev server)
+    cannot tell where the body ends: refused rather than stored empty.
+    """
+    meta = request.META
+    length = meta.get("CONTENT_LENGTH") or ""
+    if length.isdigit():
+        return {"read": request.read, "content_length": int(length)}
+    if "chunked" not in meta.get("HTTP_TRANSFER_ENCODING", "").lower():
+        return {"read": request.read, "content_length": None}
+    if meta.get("wsgi.input_terminated"):
+        return {"read": meta["wsgi.input"].read, "content_length": None}
+    raise ValidationFailed(
+        "This server cannot read a chunked upload: send a Content-Length "
+        "(or serve the API with gunicorn, which accepts chunked bodies)",
+        details={"field": "Content-Length"},
+    )
 
 
 class OutputListQuery(Schema):

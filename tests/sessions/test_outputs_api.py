@@ -652,7 +652,8 @@ def test_policy_validation_of_tool_output_cache(alice):
         assert response.status_code == 422, bad
 
 
-def test_chunked_upload_without_length_is_refused(alice, make_session):
+def test_chunked_upload_is_refused_where_the_server_cannot_end_it(alice, make_session):
+    # Django's test client, like the dev server, gives no wsgi.input_terminated.
     sid = make_session()["id"]
     response = alice.client.generic(
         "PUT",
@@ -662,4 +663,53 @@ def test_chunked_upload_without_length_is_refused(alice, make_session):
         headers={"Authorization": f"Bearer {alice.raw_key}", "Transfer-Encoding": "chunked"},
     )
     assert response.status_code == 422
+    assert response.json()["error"]["details"] == {"field": "Content-Length"}
+    assert not ToolOutput.objects.exists()
+
+
+def _chunked_put(alice, sid: str, body: bytes) -> tuple[int, dict]:
+    """PUT a chunked upload the way gunicorn hands it to Django: de-chunked,
+    no CONTENT_LENGTH, and ``wsgi.input_terminated`` (read to EOF)."""
+    import io
+    import json
+
+    from contextsvc.wsgi import application
+
+    environ = {
+        "REQUEST_METHOD": "PUT",
+        "PATH_INFO": f"/api/v1/sessions/{sid}/outputs",
+        "SERVER_NAME": "testserver",
+        "SERVER_PORT": "80",
+        "SERVER_PROTOCOL": "HTTP/1.1",
+        "HTTP_HOST": "testserver",
+        "HTTP_AUTHORIZATION": f"Bearer {alice.raw_key}",
+        "HTTP_TRANSFER_ENCODING": "chunked",
+        "HTTP_X_TOOL_NAME": "dump_logs",
+        "CONTENT_TYPE": "application/octet-stream",
+        "wsgi.input": io.BytesIO(body),
+        "wsgi.input_terminated": True,
+        "wsgi.url_scheme": "http",
+        "wsgi.errors": io.StringIO(),
+    }
+    status = []
+    payload = b"".join(application(environ, lambda s, h: status.append(s)))
+    return int(status[0].split()[0]), json.loads(payload)
+
+
+def test_chunked_upload_behind_gunicorn_is_stored_whole(alice, make_session):
+    sid = make_session()["id"]
+    body = big_text(3_000).encode()  # ~300 KB: more than one storage chunk
+    status, out = _chunked_put(alice, sid, body)
+    assert status == 201, out
+    assert out["byte_size"] == len(body) and out["line_count"] == 3_000
+    raw = alice.get(f"refs/{out['ref']}/raw")
+    assert b"".join(raw.streaming_content) == body
+    assert ToolOutput.objects.get(ref=out["ref"]).tool_name == "dump_logs"
+
+
+def test_chunked_upload_over_the_limit_is_413_and_stores_nothing(alice, make_session, settings):
+    settings.CONTEXTSVC_MAX_UPLOAD_BYTES = 10_000
+    sid = make_session()["id"]
+    status, out = _chunked_put(alice, sid, b"x" * 10_001)
+    assert status == 413 and out["error"]["details"] == {"max_bytes": 10_000}
     assert not ToolOutput.objects.exists()
