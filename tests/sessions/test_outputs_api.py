@@ -671,29 +671,19 @@ def _chunked_put(alice, sid: str, body: bytes) -> tuple[int, dict]:
     """PUT a chunked upload the way gunicorn hands it to Django: de-chunked,
     no CONTENT_LENGTH, and ``wsgi.input_terminated`` (read to EOF)."""
     import io
-    import json
 
-    from contextsvc.wsgi import application
-
-    environ = {
-        "REQUEST_METHOD": "PUT",
-        "PATH_INFO": f"/api/v1/sessions/{sid}/outputs",
-        "SERVER_NAME": "testserver",
-        "SERVER_PORT": "80",
-        "SERVER_PROTOCOL": "HTTP/1.1",
-        "HTTP_HOST": "testserver",
-        "HTTP_AUTHORIZATION": f"Bearer {alice.raw_key}",
-        "HTTP_TRANSFER_ENCODING": "chunked",
-        "HTTP_X_TOOL_NAME": "dump_logs",
-        "CONTENT_TYPE": "application/octet-stream",
-        "wsgi.input": io.BytesIO(body),
-        "wsgi.input_terminated": True,
-        "wsgi.url_scheme": "http",
-        "wsgi.errors": io.StringIO(),
-    }
-    status = []
-    payload = b"".join(application(environ, lambda s, h: status.append(s)))
-    return int(status[0].split()[0]), json.loads(payload)
+    response = alice.client.generic(
+        "PUT",
+        f"/api/v1/sessions/{sid}/outputs",
+        headers={
+            "Authorization": f"Bearer {alice.raw_key}",
+            "Transfer-Encoding": "chunked",
+            "X-Tool-Name": "dump_logs",
+        },
+        **{"wsgi.input": io.BytesIO(body), "wsgi.input_terminated": True},
+    )
+    assert "CONTENT_LENGTH" not in response.wsgi_request.META
+    return response.status_code, response.json()
 
 
 def test_chunked_upload_behind_gunicorn_is_stored_whole(alice, make_session):
