@@ -85,7 +85,8 @@ def _cursor() -> Iterator[Any]:
     request. Django's own cursors bind on the client (the default), which is
     right for the ORM's ever-changing SQL. Same connection, same transaction.
     ``DB_PREPARED_STATEMENTS=false`` keeps server-side binding but prepares
-    nothing (for PgBouncer in transaction pooling mode).
+    nothing (for PgBouncer in transaction pooling mode). Being psycopg's own
+    cursor, it does not show in Django's query log (``connection.queries``).
     """
     if not _is_postgres():
         with connection.cursor() as cursor:
@@ -93,10 +94,10 @@ def _cursor() -> Iterator[Any]:
         return
     connection.ensure_connection()
     with psycopg.Cursor(connection.connection) as cursor:
-        yield _Prepared(cursor)
+        yield _HotCursor(cursor)
 
 
-class _Prepared:
+class _HotCursor:
     def __init__(self, cursor: Any) -> None:
         self.cursor = cursor
         # False: bound on the server but never prepared (PgBouncer-safe).
