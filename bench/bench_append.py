@@ -5,8 +5,9 @@
 Uses its own database (<name>_bench, created and migrated here) and a real
 gunicorn on a free loopback port, with the project's gunicorn.conf.py
 (threaded workers, keep-alive); BENCH_WORKERS sets the worker count (4) and
-BENCH_GUNICORN_ARGS adds flags (e.g. "-k sync --threads 1" for the old way). Message text comes from the recorded agent
-trajectories in ../shared/workloads when present (synthetic otherwise).
+BENCH_GUNICORN_ARGS adds flags (e.g. "-k sync --threads 1" for the old way).
+Message text comes from the recorded agent trajectories in ../shared/workloads
+when present (synthetic otherwise).
 
 1. 3-message batches over HTTP, 4 concurrent keep-alive clients: p50 / p99.
 2. Flat cost: mean append time with 100 vs 10,000 prior messages, beside the
@@ -174,7 +175,7 @@ def run_http(port: int, raw: str, texts: list[str], ctx, pids: list[int]) -> Non
     )
     print(
         f"  worker memory: RSS {mb(max(proc_status(pid, 'VmRSS') for pid in pids))} (largest of "
-        f"{len(pids)}), peak growth over the 2,000 appends {mb(max(p.growth for p in peaks))}"
+        f"{len(pids)}), peak growth over the {len(latencies):,} appends {mb(max(p.growth for p in peaks))}"
     )
 
     # 2. flat cost in session length (one client, alternating to share noise)

@@ -26,6 +26,9 @@ from .models import AgentKey, Message, Session
 
 # Never needed by the append or the budget; can be a megabyte of JSON.
 HEAVY_FIELDS = frozenset({"tools"})
+# Key columns the key+session query already knows: it matched the hash it was
+# given and only keys that are not revoked.
+KEY_KNOWN_FIELDS = frozenset({"key_hash", "revoked_at"})
 
 
 def _loader(model: type[Model], exclude: frozenset[str]) -> _Loader:
@@ -46,7 +49,6 @@ class _Loader:
         self.model = model
         self.fields = [f for f in model._meta.concrete_fields if f.attname not in exclude]
         self.names = frozenset(f.attname for f in self.fields)
-        self.deferred = len(self.fields) != len(model._meta.concrete_fields)
         table = model._meta.db_table
         self.converters = []
         for i, field in enumerate(self.fields):
@@ -66,9 +68,8 @@ class _Loader:
             for convert in funcs:
                 value = convert(value, col, connection)
             values[i] = value
-        if self.deferred:
-            return self.model.from_db(connection.alias, self.names, values)
-        return self.model.from_db(connection.alias, None, values)
+        # from_db marks the fields left out as deferred.
+        return self.model.from_db(connection.alias, self.names, values)
 
 
 def _is_postgres() -> bool:
@@ -168,7 +169,7 @@ def relock_session(session: Session, *, exclude: frozenset[str]) -> Session:
 @cache
 def _by_key_sql(vendor: str) -> str:
     qn = connection.ops.quote_name
-    keys = _loader(AgentKey, frozenset({"key_hash", "revoked_at"})).columns("k")
+    keys = _loader(AgentKey, KEY_KNOWN_FIELDS).columns("k")
     version = ", s.xmin::text" if vendor == "postgresql" else ""
     return (
         f"SELECT {_loader(Session, HEAVY_FIELDS).columns('s')}, {keys}{version} "
@@ -186,7 +187,7 @@ def session_for_key(external_id: str, key_hash: str) -> Session | None:
     if row is None:
         return None
     sessions = _loader(Session, HEAVY_FIELDS)
-    keys = _loader(AgentKey, frozenset({"key_hash", "revoked_at"}))
+    keys = _loader(AgentKey, KEY_KNOWN_FIELDS)
     n = len(sessions.fields)
     session = sessions.load(row)
     owner = keys.load(row[n : n + len(keys.fields)])
