@@ -96,14 +96,15 @@ def _cursor() -> Iterator[Any]:
     health check (``DB_CONN_HEALTH_CHECKS``) runs here for the same reason:
     this is often the request's first statement.
     """
-    if not _is_postgres():
-        with connection.cursor() as cursor:
+    conn = connections[DEFAULT_DB_ALIAS]  # once: each use of the proxy costs a lookup
+    if conn.vendor != "postgresql":
+        with conn.cursor() as cursor:
             yield cursor
         return
-    connection.close_if_health_check_failed()
-    with connection.wrap_database_errors:
-        connection.ensure_connection()
-        with psycopg.Cursor(connection.connection) as cursor:
+    conn.close_if_health_check_failed()
+    with conn.wrap_database_errors:
+        conn.ensure_connection()
+        with psycopg.Cursor(conn.connection) as cursor:
             yield _HotCursor(cursor)
 
 
