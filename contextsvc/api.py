@@ -11,6 +11,7 @@ from typing import Any
 
 import orjson
 from django.core.exceptions import RequestDataTooBig
+from django.db import InterfaceError, OperationalError
 from django.http import Http404, HttpRequest
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError
@@ -19,6 +20,7 @@ from ninja.errors import ValidationError as NinjaValidationError
 from contextsvc.engine.errors import EngineUnavailableError, EngineValidationError
 from contextsvc.errors import ServiceError, error_body
 from contextsvc.http import ORJSONParser, ORJSONRenderer
+from contextsvc.middleware import database_unavailable, internal_error
 from sessions.auth import AgentKeyAuth
 
 api = NinjaAPI(
@@ -116,6 +118,13 @@ def on_http_error(request: HttpRequest, exc: HttpError):
     }
     status = 422 if exc.status_code == 400 else exc.status_code
     return _error(request, status, codes.get(exc.status_code, "VALIDATION_ERROR"), str(exc))
+
+
+# A lost database connection: 503 + Retry-After (the connection is dropped at
+# the end of the request); anything else unexpected: JSON 500 with a request id.
+api.add_exception_handler(OperationalError, database_unavailable)
+api.add_exception_handler(InterfaceError, database_unavailable)
+api.add_exception_handler(Exception, internal_error)
 
 
 api.add_router("/", "sessions.api.router")

@@ -96,6 +96,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Outermost: X-Request-Id on every response; a lost database is a 503.
+    "contextsvc.middleware.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # Serves /static/ from gunicorn in production (docker-compose) without nginx.
     "whitenoise.middleware.WhiteNoiseMiddleware",

@@ -3,6 +3,9 @@ from django.urls import include, path
 
 from contextsvc.api import api
 
+# What escapes views and middleware: a 503 for a lost database, JSON under /api/.
+handler500 = "contextsvc.middleware.server_error"
+
 urlpatterns = [
     path("api/v1/", api.urls),
     path("admin/", admin.site.urls),

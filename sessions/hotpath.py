@@ -88,14 +88,24 @@ def _cursor() -> Iterator[Any]:
     ``DB_PREPARED_STATEMENTS=false`` keeps server-side binding but prepares
     nothing (for PgBouncer in transaction pooling mode). Being psycopg's own
     cursor, it does not show in Django's query log (``connection.queries``).
+
+    Its errors still go through Django's error wrapper, as a Django cursor's
+    do: psycopg's exceptions become ``django.db``'s and a lost connection is
+    marked (``errors_occurred``), so Django drops it at the end of the request
+    instead of failing every request on this thread until CONN_MAX_AGE. The
+    health check (``DB_CONN_HEALTH_CHECKS``) runs here for the same reason:
+    this is often the request's first statement.
     """
-    if not _is_postgres():
-        with connection.cursor() as cursor:
+    conn = connections[DEFAULT_DB_ALIAS]  # once: each use of the proxy costs a lookup
+    if conn.vendor != "postgresql":
+        with conn.cursor() as cursor:
             yield cursor
         return
-    connection.ensure_connection()
-    with psycopg.Cursor(connection.connection) as cursor:
-        yield _HotCursor(cursor)
+    conn.close_if_health_check_failed()
+    with conn.wrap_database_errors:
+        conn.ensure_connection()
+        with psycopg.Cursor(conn.connection) as cursor:
+            yield _HotCursor(cursor)
 
 
 class _HotCursor:
