@@ -128,6 +128,18 @@ class RequestIdMiddleware:
         return None
 
 
+def page_not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """``handler404``: an unknown URL under the API is DESIGN.md's JSON 404, not a page."""
+    if not _is_api(request):
+        return defaults.page_not_found(request, exception)
+    response = json_response(
+        error_body("NOT_FOUND", f"No API operation at {request.path}", {"path": request.path}),
+        status=404,
+    )
+    response[REQUEST_ID_HEADER] = request_id(request)
+    return response
+
+
 def server_error(request: HttpRequest) -> HttpResponse:
     """``handler500``: what escaped the views and middleware.
 

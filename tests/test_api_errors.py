@@ -121,3 +121,13 @@ def test_dashboard_database_error_is_a_plain_503_page(django_user_model, monkeyp
     assert response.status_code == 503
     assert response["Content-Type"].startswith("text/html")
     assert response["Retry-After"].isdigit() and response["X-Request-Id"]
+
+
+def test_unknown_api_url_is_a_json_404_and_pages_stay_html(alice, client):
+    response = alice.get("no-such-operation/at/all")
+    assert response.status_code == 404 and response["Content-Type"] == "application/json"
+    body = response.json()["error"]
+    assert body["code"] == "NOT_FOUND" and "/api/v1/no-such-operation/at/all" in body["message"]
+    assert response["X-Request-Id"]
+    page = client.get("/no-such-page/")
+    assert page.status_code == 404 and page["Content-Type"].startswith("text/html")
