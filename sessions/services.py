@@ -441,6 +441,55 @@ def _match_tool_calls(open_calls: dict[str, str], prepared: list[Prepared]) -> d
     return open_calls
 
 
+def _duplicate_call_id(messages: Sequence[dict[str, Any]]) -> None:
+    """422 when two tool calls of one batch share an id (providers reject the pair)."""
+    seen: set[str] = set()
+    for i, data in enumerate(messages):
+        for k, call in enumerate(data.get("tool_calls") or ()):
+            if call["id"] in seen:
+                raise ValidationFailed(
+                    f"messages[{i}].tool_calls[{k}].id {call['id']!r} is used by an earlier tool"
+                    " call of this batch; tool-call ids must be unique in a session",
+                    details={"field": f"messages.{i}.tool_calls.{k}.id"},
+                )
+            seen.add(call["id"])
+
+
+def _reused_call_id(session: Session, prepared: list[Prepared]) -> None:
+    """422 when a new tool call reuses an id the session already used (caller holds the lock).
+
+    An id in use is either still open (``open_tool_calls``, already loaded) or
+    answered (a tool row: one probe of ``message_tool_call_id_idx``), so the
+    cost does not grow with the session. A call that compaction dropped
+    unanswered is in neither; its id sits before the window and is never sent
+    again, so a reuse cannot reach a provider twice.
+    """
+    new = {
+        call.id: (i, k)
+        for i, p in enumerate(prepared)
+        for k, call in enumerate(p.message.tool_calls)
+    }
+    if not new:
+        return
+    open_calls = session.open_tool_calls or {}
+    reused = [call_id for call_id in new if call_id in open_calls]
+    how = "is still open"
+    if not reused:
+        reused = list(
+            Message.objects.filter(session=session, tool_call_id__in=list(new)).values_list(
+                "tool_call_id", flat=True
+            )[:1]
+        )
+        how = "was already answered"
+    if reused:
+        i, k = new[reused[0]]
+        raise ValidationFailed(
+            f"messages[{i}].tool_calls[{k}].id {reused[0]!r} {how} in this session;"
+            " tool-call ids must be unique in a session",
+            details={"field": f"messages.{i}.tool_calls.{k}.id"},
+        )
+
+
 def request_fingerprint(body: bytes) -> str:
     return hashlib.sha256(body).hexdigest()
 
@@ -497,6 +546,7 @@ def session_append_messages(
         replay = _replay(session, idempotency_key, fingerprint)
         if replay is not None:
             return replay
+    _duplicate_call_id(messages)
     # Tokenizing is the slow part: do it before taking the row lock.
     prepared = (prepare or prepare_messages)(session, messages)
     with transaction.atomic():
@@ -506,6 +556,7 @@ def session_append_messages(
             replay = _replay(session, idempotency_key, fingerprint)
             if replay is not None:
                 return replay
+        _reused_call_id(session, prepared)
         session.open_tool_calls = _match_tool_calls(session.open_tool_calls or {}, prepared)
         first = session.last_seq + 1
         output_store.save_pending_outputs(session, prepared)

@@ -151,9 +151,10 @@ def validate(body: dict[str, Any]) -> None:
                 use_ids.add(use_id)
         if final_assistant and blocks:
             last = blocks[-1]
-            if last.get("type") == "text" and str(last.get("text", "")) != str(
-                last.get("text", "")
-            ).rstrip():
+            if (
+                last.get("type") == "text"
+                and str(last.get("text", "")) != str(last.get("text", "")).rstrip()
+            ):
                 raise InvalidRequest(
                     "messages: final assistant content cannot end with trailing whitespace"
                 )
