@@ -78,7 +78,7 @@ def preamble_messages(parts: ContextParts) -> list[Message]:
 
 def sent_history(parts: ContextParts) -> list[Message]:
     """Preamble and history as the provider formats send them (``engine.wellformed``)."""
-    return well_formed([*preamble_messages(parts), *parts.messages])
+    return well_formed([*preamble_messages(parts), *parts.messages], tools=bool(parts.tools))
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,11 +26,14 @@ turns for Anthropic):
   pattern for ``tool_use.id``). Appends refuse duplicate ids, so a rename
   only happens for legacy transcripts or unusual characters; an id is only
   a pairing key inside one request, so renaming it changes nothing the model
-  sees.
+  sees;
+- a request that defines no tools carries no tool blocks (Anthropic rejects
+  them): calls and results are then rendered as text, in place.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import replace
@@ -76,8 +79,14 @@ class _Ids:
         return candidate
 
 
-def well_formed(messages: Sequence[Message]) -> list[Message]:
-    """The history as a provider accepts it (see the module docstring). Pure; O(n)."""
+def well_formed(messages: Sequence[Message], *, tools: bool = True) -> list[Message]:
+    """The history as a provider accepts it (see the module docstring). Pure; O(n).
+
+    ``tools``: whether the request defines tools; without, calls and results
+    travel as text.
+    """
+    if not tools:
+        return _leading_user(_as_text(messages))
     # Pass 1: which result answers which call. A call is keyed by (message
     # index, call index) so even duplicate ids in an old transcript pair up
     # with the nearest open call of that id, as the agent meant.
@@ -113,8 +122,35 @@ def well_formed(messages: Sequence[Message]) -> list[Message]:
         out.append(msg if calls == msg.tool_calls else replace(msg, tool_calls=calls))
         for k, call in enumerate(calls):
             out.append(_result_for(call, answers.get((i, k))))
+    return _leading_user(out)
+
+
+def _leading_user(out: list[Message]) -> list[Message]:
     if out and out[0].role != "user":
         out.insert(0, Message(role="user", content=LEADING_USER_TEXT))
+    return out
+
+
+def _as_text(messages: Sequence[Message]) -> list[Message]:
+    """Tool calls and results as plain text, for a request that defines no tools."""
+    out: list[Message] = []
+    for msg in messages:
+        if msg.role == "tool":
+            label = f"{msg.name} call" if msg.name else "tool call"
+            text = msg.context_text if msg.context_text.strip() else "(no output)"
+            out.append(
+                Message(role="user", content=f"[Result of {label} {msg.tool_call_id}]\n{text}")
+            )
+        elif msg.tool_calls:
+            calls = "\n".join(
+                f"[Called {c.name} (call {c.id}) with"
+                f" {json.dumps(c.arguments, ensure_ascii=False, default=str)}]"
+                for c in msg.tool_calls
+            )
+            text = msg.context_text.strip()
+            out.append(Message(role="assistant", content=f"{text}\n{calls}" if text else calls))
+        elif has_content(msg):
+            out.append(msg)
     return out
 
 
