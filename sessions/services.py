@@ -475,11 +475,7 @@ def _reused_call_id(session: Session, prepared: list[Prepared]) -> None:
     reused = [call_id for call_id in new if call_id in open_calls]
     how = "is still open"
     if not reused:
-        reused = list(
-            Message.objects.filter(session=session, tool_call_id__in=list(new)).values_list(
-                "tool_call_id", flat=True
-            )[:1]
-        )
+        reused = _answered_call_ids(session.pk, list(new))
         how = "was already answered"
     if reused:
         i, k = new[reused[0]]
@@ -488,6 +484,24 @@ def _reused_call_id(session: Session, prepared: list[Prepared]) -> None:
             " tool-call ids must be unique in a session",
             details={"field": f"messages.{i}.tool_calls.{k}.id"},
         )
+
+
+def _answered_call_ids(session_pk: int, ids: list[str]) -> list[str]:
+    """At most one of ``ids`` some tool row of the session answers.
+
+    Plain SQL on Django's cursor: the ORM spends ~2 ms compiling this
+    lookup, the query itself ~0.1 ms (the append's p50 is ~10 ms).
+    """
+    meta = Message._meta
+    sql = (
+        f"SELECT {meta.get_field('tool_call_id').column} FROM {meta.db_table}"
+        f" WHERE {meta.get_field('session').column} = %s"
+        f" AND {meta.get_field('tool_call_id').column} IN ({', '.join(['%s'] * len(ids))})"
+        " LIMIT 1"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [session_pk, *ids])
+        return [row[0] for row in cursor.fetchall()]
 
 
 def request_fingerprint(body: bytes) -> str:

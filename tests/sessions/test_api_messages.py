@@ -354,5 +354,5 @@ def test_reused_id_check_is_one_probe_query_not_a_history_read(alice, make_sessi
         alice.post(f"sessions/{sid}/messages", {"messages": tool_turn(f"t{n}", "x")})
     with CaptureQueriesContext(connection) as ctx:
         assert alice.post(f"sessions/{sid}/messages", {"messages": tool_turn("new", "x")})
-    probes = [q["sql"] for q in ctx.captured_queries if '"tool_call_id" IN' in q["sql"]]
+    probes = [q["sql"] for q in ctx.captured_queries if "tool_call_id IN" in q["sql"]]
     assert len(probes) == 1 and "LIMIT 1" in probes[0]
