@@ -223,16 +223,18 @@ def test_well_formed_leaves_a_valid_history_as_it_is():
 
 
 def old_anthropic_body() -> dict:
+    use = {"type": "tool_use", "id": "a", "name": "bash", "input": {}}
+    answer = {"type": "tool_result", "tool_use_id": "a", "content": "x"}
     return {
         "model": "m",
         "max_tokens": 10,
         "tools": [{"name": "bash", "input_schema": {"type": "object"}}],
         "messages": [
             {"role": "user", "content": [{"type": "text", "text": "go"}]},
-            {"role": "assistant", "content": [{"type": "tool_use", "id": "a", "name": "bash", "input": {}}]},  # noqa: E501
-            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "a", "content": "x"}]},  # noqa: E501
+            {"role": "assistant", "content": [use]},
+            {"role": "user", "content": [answer]},
         ],
-    }  # fmt: skip
+    }
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,8 @@
 
 For tests and the bench: the official SDK is pointed at it with ``base_url``.
 It checks requests the way the real API does where it matters to compaction,
-and answers ``400 invalid_request_error`` with the real API's wording when:
+and answers ``400 invalid_request_error`` (with the real API's wording where
+it is known) when:
 
 - a ``tool_use`` block has no ``tool_result`` for it in the very next message
   (spec 000 §3.4: summarising with a trailing assistant ``tool_calls``);
