@@ -486,22 +486,32 @@ def _reused_call_id(session: Session, prepared: list[Prepared]) -> None:
         )
 
 
+# Under SQLite's and PostgreSQL's limits on parameters per statement.
+_PROBE_CHUNK = 500
+
+
 def _answered_call_ids(session_pk: int, ids: list[str]) -> list[str]:
     """At most one of ``ids`` some tool row of the session answers.
 
     Plain SQL on Django's cursor: the ORM spends ~2 ms compiling this
-    lookup, the query itself ~0.1 ms (the append's p50 is ~10 ms).
+    lookup, the query itself ~0.1 ms (the append's p50 is ~10 ms). Chunked:
+    a batch may carry more ids than a statement may have parameters.
     """
     meta = Message._meta
-    sql = (
-        f"SELECT {meta.get_field('tool_call_id').column} FROM {meta.db_table}"
-        f" WHERE {meta.get_field('session').column} = %s"
-        f" AND {meta.get_field('tool_call_id').column} IN ({', '.join(['%s'] * len(ids))})"
-        " LIMIT 1"
-    )
+    column = meta.get_field("tool_call_id").column
     with connection.cursor() as cursor:
-        cursor.execute(sql, [session_pk, *ids])
-        return [row[0] for row in cursor.fetchall()]
+        for start in range(0, len(ids), _PROBE_CHUNK):
+            chunk = ids[start : start + _PROBE_CHUNK]
+            cursor.execute(
+                f"SELECT {column} FROM {meta.db_table}"
+                f" WHERE {meta.get_field('session').column} = %s"
+                f" AND {column} IN ({', '.join(['%s'] * len(chunk))}) LIMIT 1",
+                [session_pk, *chunk],
+            )
+            found = [row[0] for row in cursor.fetchall()]
+            if found:
+                return found
+    return []
 
 
 def request_fingerprint(body: bytes) -> str:

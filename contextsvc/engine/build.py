@@ -140,8 +140,8 @@ def _anthropic_content(msg: Message) -> list[dict[str, Any]]:
             else:
                 blocks.append(dict(part))
     elif msg.context_text.strip():
-        # The API rejects empty (and whitespace-only) text blocks, so an assistant turn that only
-        # calls tools carries tool_use blocks alone.
+        # The API rejects empty (and whitespace-only) text blocks, so an
+        # assistant turn that only calls tools carries tool_use blocks alone.
         blocks.append({"type": "text", "text": msg.context_text})
     for call in msg.tool_calls:
         blocks.append(

@@ -356,3 +356,14 @@ def test_reused_id_check_is_one_probe_query_not_a_history_read(alice, make_sessi
         assert alice.post(f"sessions/{sid}/messages", {"messages": tool_turn("new", "x")})
     probes = [q["sql"] for q in ctx.captured_queries if "tool_call_id IN" in q["sql"]]
     assert len(probes) == 1 and "LIMIT 1" in probes[0]
+
+
+def test_a_batch_with_thousands_of_tool_calls_is_checked_in_chunks(alice, make_session):
+    sid = make_session(id="dup-many")["id"]
+    assert alice.post(f"sessions/{sid}/messages", {"messages": tool_turn("x1999", "x")})
+    many = [calls(*(f"x{n}" for n in range(k, k + 200))) for k in range(0, 2000, 200)]
+    response = alice.post(f"sessions/{sid}/messages", {"messages": many})
+    assert response.status_code == 422
+    assert response.json()["error"]["details"] == {"field": "messages.9.tool_calls.199.id"}
+    many[-1]["tool_calls"][-1]["id"] = "fresh"
+    assert alice.post(f"sessions/{sid}/messages", {"messages": many}).status_code == 200
