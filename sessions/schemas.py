@@ -221,9 +221,8 @@ class MessageIn(In):
             raise ValueError("tool_calls are only for assistant messages")
         if self.role != "tool" and self.output_ref:
             raise ValueError("output_ref is only for tool messages")
-        ids = [c.id for c in self.tool_calls]
-        if len(ids) != len(set(ids)):
-            raise ValueError("tool_calls ids must be unique")
+        # A repeated tool-call id (in a message, a batch or the session) is
+        # refused by the append service, which names messages.N.tool_calls.M.id.
         return self
 
 

@@ -7,7 +7,10 @@ from the same ``ContextParts`` so the three can never disagree about content.
 Order is the cache order (spec 002 §4, ``engine.prompt``): tools, the system
 sections base … scratchpad, the history, and last the *tail* — ``status``
 sections and the service's notes — which changes on every call and so comes
-after every cache breakpoint. ``anthropic`` marks the breakpoints of
+after every cache breakpoint. ``anthropic`` and ``openai`` send the history
+through ``engine.wellformed`` first (tool calls paired, a user turn first), so
+every body is one the provider accepts; ``raw`` is the transcript view and
+keeps the history as stored. ``anthropic`` marks the breakpoints of
 ``parts.cache`` with ``cache_control``; ``openai`` keeps the same order
 without markers (its cache is automatic, by prefix); ``raw`` reports the plan.
 """
@@ -21,6 +24,7 @@ from typing import Any, Literal
 
 from .messages import Message, PromptSection, ToolDef
 from .prompt import MAX_BREAKPOINTS, CachePlan, plain_concatenation, split_sections
+from .wellformed import well_formed
 
 Format = Literal["anthropic", "openai", "raw"]
 FORMATS: tuple[str, ...] = ("anthropic", "openai", "raw")
@@ -72,6 +76,11 @@ def preamble_messages(parts: ContextParts) -> list[Message]:
     return out
 
 
+def sent_history(parts: ContextParts) -> list[Message]:
+    """Preamble and history as the provider formats send them (``engine.wellformed``)."""
+    return well_formed([*preamble_messages(parts), *parts.messages], tools=bool(parts.tools))
+
+
 @dataclass(frozen=True, slots=True)
 class Layout:
     """The system sections (cacheable prefix first) and the tail texts."""
@@ -117,7 +126,8 @@ def _anthropic_content(msg: Message) -> list[dict[str, Any]]:
             {
                 "type": "tool_result",
                 "tool_use_id": msg.tool_call_id,
-                "content": msg.context_text or "(no output)",
+                # The API rejects an empty or whitespace-only text.
+                "content": msg.context_text if msg.context_text.strip() else "(no output)",
             }
         )
         return blocks
@@ -125,13 +135,13 @@ def _anthropic_content(msg: Message) -> list[dict[str, Any]]:
         for part in msg.content:
             kind = part.get("type", "text")
             if kind == "text":
-                if part.get("text"):
+                if str(part.get("text") or "").strip():
                     blocks.append({"type": "text", "text": part["text"]})
             else:
                 blocks.append(dict(part))
-    elif msg.context_text:
-        # The API rejects empty text blocks, so an assistant turn that only
-        # calls tools carries tool_use blocks alone.
+    elif msg.context_text.strip():
+        # The API rejects empty (and whitespace-only) text blocks, so an
+        # assistant turn that only calls tools carries tool_use blocks alone.
         blocks.append({"type": "text", "text": msg.context_text})
     for call in msg.tool_calls:
         blocks.append(
@@ -144,7 +154,7 @@ def _anthropic(parts: ContextParts) -> dict[str, Any]:
     lay = layout(parts)
     plan = _plan(parts)
     messages: list[dict[str, Any]] = []
-    for msg in [*preamble_messages(parts), *parts.messages]:
+    for msg in sent_history(parts):
         role = "assistant" if msg.role == "assistant" else "user"
         content = _anthropic_content(msg)
         if not content:
@@ -155,6 +165,11 @@ def _anthropic(parts: ContextParts) -> dict[str, Any]:
             messages[-1]["content"].extend(content)
         else:
             messages.append({"role": role, "content": content})
+    if messages and messages[-1]["role"] == "assistant":
+        # A last assistant turn is a prefill; the API rejects one ending in whitespace.
+        last = messages[-1]["content"][-1]
+        if last["type"] == "text":
+            last["text"] = last["text"].rstrip()
     if plan is not None and plan.history and messages:
         # The moving breakpoint: the newest history block, before the tail.
         messages[-1]["content"][-1]["cache_control"] = plan.cache_control()
@@ -229,7 +244,7 @@ def _openai_message(msg: Message) -> dict[str, Any]:
 def _openai(parts: ContextParts) -> dict[str, Any]:
     lay = layout(parts)
     messages: list[dict[str, Any]] = []
-    history = [_openai_message(m) for m in [*preamble_messages(parts), *parts.messages]]
+    history = [_openai_message(m) for m in sent_history(parts)]
     system_texts = [s.content for s in lay.system]
     tail_text = "\n\n".join(lay.tail)
     if tail_text and not history:

@@ -7,6 +7,8 @@ a naive request, while the request contextsvc builds passes.
 
 from __future__ import annotations
 
+import copy
+
 import anthropic
 import pytest
 
@@ -21,6 +23,7 @@ from contextsvc.engine.summarize import (
     build_interrupt,
     make_retain_summary_request,
 )
+from contextsvc.engine.wellformed import NO_RESULT_TEXT
 from sessions.models import Session
 from sessions.selectors import live_messages
 from sessions.services import session_append_messages
@@ -69,9 +72,10 @@ def test_naive_summary_request_is_rejected_and_ours_passes_spec000_3_4(fake_anth
         ToolDef("read", "read", {"type": "object"}),
     ]
 
-    # Naive: the history as it is, the interrupt appended, the agent's tools along.
+    # The assembler pairs the trailing call with a synthetic "no result"
+    # (engine.wellformed), so even the history as it is is accepted...
     interrupt = Message(role="user", content=build_interrupt(prompts))
-    naive = build_request(
+    assembled = build_request(
         "anthropic",
         ContextParts(
             model="claude-haiku-4-5",
@@ -80,6 +84,12 @@ def test_naive_summary_request_is_rejected_and_ours_passes_spec000_3_4(fake_anth
             tools=tools,
         ),
     )
+    client.messages.create(**assembled)
+    assert fake_anthropic.messages_requests()[-1].status == 200
+    # ...naive: the history as it is, without that result, is refused.
+    naive = copy.deepcopy(assembled)
+    for message in naive["messages"]:
+        message["content"] = [b for b in message["content"] if b.get("content") != NO_RESULT_TEXT]
     with pytest.raises(anthropic.BadRequestError) as err:
         client.messages.create(**naive)
     assert "`tool_use` ids were found without `tool_result` blocks immediately after: t2" in str(

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from contextsvc.engine.build import ContextParts, build_request
 from contextsvc.engine.errors import EngineValidationError
-from contextsvc.engine.messages import Message, ToolCall
+from contextsvc.engine.messages import Message, ToolCall, ToolDef
 from contextsvc.engine.views import (
     OutputInfo,
     TrimCandidate,
@@ -274,10 +274,12 @@ def test_checkpoint2_trimmed_message_serializes_as_placeholder_in_every_format_s
         view=trimmed_view(REF),
         view_state="trimmed",
     )
+    # The tool is defined: Anthropic refuses tool blocks in a request without tools.
     parts = ContextParts(
         model="m",
         max_output_tokens=100,
         messages=[Message(role="user", content="go"), call, trimmed],
+        tools=[ToolDef(name="bash")],
     )
     anthropic = build_request("anthropic", parts)
     result = anthropic["messages"][-1]["content"][0]

@@ -2,15 +2,23 @@
 
 For tests and the bench: the official SDK is pointed at it with ``base_url``.
 It checks requests the way the real API does where it matters to compaction,
-and answers ``400 invalid_request_error`` with the real API's wording when:
+and answers ``400 invalid_request_error`` (with the real API's wording where
+it is known) when:
 
 - a ``tool_use`` block has no ``tool_result`` for it in the very next message
   (spec 000 §3.4: summarising with a trailing assistant ``tool_calls``);
-- a ``tool_result`` answers no ``tool_use`` of the previous message;
+- a ``tool_result`` answers no ``tool_use`` of the previous message, answers
+  one twice, or follows other content in its user message (results come first);
+- ``tool_use`` ids repeat within the request or do not match ``^[a-zA-Z0-9_-]+$``;
+- a text block is whitespace-only, or a final (prefill) assistant message ends
+  in whitespace;
 - a request carries ``tool_use`` / ``tool_result`` blocks but defines no tools;
 - the first message is not a user message, a message is empty, a text block
   is empty, a role is unknown, ``model`` / ``max_tokens`` / ``messages`` are
   missing.
+
+Consecutive messages of the same role are combined into one turn before the
+pairing rules apply, as the API documents it does.
 
 It accepts ``x-api-key`` or ``Authorization: Bearer`` (what SDK 2.x sends),
 requires ``anthropic-version``, records every request, and can be told to
@@ -21,6 +29,7 @@ retries are quick) or to answer after a delay.
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections import deque
@@ -39,6 +48,9 @@ ERROR_TYPES = {
     500: "api_error",
     529: "overloaded_error",
 }
+
+# The pattern the API requires of a tool_use id.
+TOOL_USE_ID = re.compile(r"^[a-zA-Z0-9_-]+$")
 
 Responder = Callable[[dict[str, Any]], str]
 
@@ -63,6 +75,20 @@ def _blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
     return content if isinstance(content, list) else []
 
 
+def _turns(messages: list[dict[str, Any]]) -> list[tuple[int, str, list[dict[str, Any]]]]:
+    """Consecutive same-role messages as one turn, as the API combines them.
+
+    Each turn is (index of its first message, role, blocks).
+    """
+    turns: list[tuple[int, str, list[dict[str, Any]]]] = []
+    for i, message in enumerate(messages):
+        if turns and turns[-1][1] == message["role"]:
+            turns[-1][2].extend(_blocks(message))
+        else:
+            turns.append((i, message["role"], list(_blocks(message))))
+    return turns
+
+
 def validate(body: dict[str, Any]) -> None:
     """Raise ``InvalidRequest`` with the real API's message for what it rejects."""
     if not isinstance(body.get("model"), str) or not body["model"]:
@@ -77,6 +103,7 @@ def validate(body: dict[str, Any]) -> None:
         raise InvalidRequest('messages: first message must use the "user" role')
     has_tools = bool(body.get("tools"))
     uses_tools = False
+    use_ids: set[str] = set()
     for i, message in enumerate(messages):
         role = message.get("role")
         if role not in ("user", "assistant"):
@@ -94,6 +121,11 @@ def validate(body: dict[str, Any]) -> None:
                 raise InvalidRequest(
                     f"messages.{i}.content.{j}.text: text content blocks must be non-empty"
                 )
+            if kind == "text" and not str(block["text"]).strip():
+                raise InvalidRequest(
+                    f"messages.{i}.content.{j}.text: text content blocks must contain"
+                    " non-whitespace text"
+                )
             if kind in ("tool_use", "tool_result"):
                 uses_tools = True
             if kind == "tool_use" and role != "assistant":
@@ -106,44 +138,84 @@ def validate(body: dict[str, Any]) -> None:
                     f"messages.{i}.content.{j}: tool_result blocks are only allowed in user"
                     " messages"
                 )
+            if kind == "tool_use":
+                use_id = block.get("id")
+                if not isinstance(use_id, str) or not TOOL_USE_ID.match(use_id):
+                    raise InvalidRequest(
+                        f"messages.{i}.content.{j}.id: String should match pattern"
+                        " '^[a-zA-Z0-9_-]+$'"
+                    )
+                if use_id in use_ids:
+                    raise InvalidRequest(
+                        f"messages.{i}.content.{j}: `tool_use` ids must be unique: {use_id}"
+                    )
+                use_ids.add(use_id)
+        if final_assistant and blocks:
+            last = blocks[-1]
+            if (
+                last.get("type") == "text"
+                and str(last.get("text", "")) != str(last.get("text", "")).rstrip()
+            ):
+                raise InvalidRequest(
+                    "messages: final assistant content cannot end with trailing whitespace"
+                )
     if uses_tools and not has_tools:
         raise InvalidRequest(
             "Requests which include `tool_use` or `tool_result` blocks must define tools."
         )
-    for i, message in enumerate(messages):
-        blocks = _blocks(message)
-        if message["role"] == "assistant":
-            use_ids = [b.get("id") for b in blocks if b.get("type") == "tool_use"]
-            if not use_ids:
+    # Pairing is checked on turns: the API documents that consecutive same-role
+    # messages are combined into one turn.
+    turns = _turns(messages)
+    for t, (i, role, blocks) in enumerate(turns):
+        if role == "assistant":
+            ids = [b.get("id") for b in blocks if b.get("type") == "tool_use"]
+            if not ids:
                 continue
-            nxt = messages[i + 1] if i + 1 < len(messages) else None
+            nxt = turns[t + 1] if t + 1 < len(turns) else None
             answered = (
-                {b.get("tool_use_id") for b in _blocks(nxt) if b.get("type") == "tool_result"}
-                if nxt is not None and nxt.get("role") == "user"
+                {b.get("tool_use_id") for b in nxt[2] if b.get("type") == "tool_result"}
+                if nxt is not None
                 else set()
             )
-            missing = [u for u in use_ids if u not in answered]
+            missing = [u for u in ids if u not in answered]
             if missing:
                 raise InvalidRequest(
-                    f"messages.{i + 1 if nxt is not None else i}: `tool_use` ids were found"
+                    f"messages.{nxt[0] if nxt is not None else i}: `tool_use` ids were found"
                     " without `tool_result` blocks immediately after: "
                     f"{', '.join(missing)}. Each `tool_use` block must have a corresponding"
                     " `tool_result` block in the next message."
                 )
-        else:
-            prev = messages[i - 1] if i > 0 else None
-            use_ids = (
-                {b.get("id") for b in _blocks(prev) if b.get("type") == "tool_use"}
-                if prev is not None and prev.get("role") == "assistant"
-                else set()
-            )
-            for j, block in enumerate(blocks):
-                if block.get("type") == "tool_result" and block.get("tool_use_id") not in use_ids:
-                    raise InvalidRequest(
-                        f"messages.{i}.content.{j}: unexpected `tool_use_id` found in `tool_result`"
-                        f" blocks: {block.get('tool_use_id')}. Each `tool_result` block must have a"
-                        " corresponding `tool_use` block in the previous message."
-                    )
+            continue
+        prev = turns[t - 1] if t > 0 else None
+        ids_before = (
+            {b.get("id") for b in prev[2] if b.get("type") == "tool_use"}
+            if prev is not None
+            else set()
+        )
+        answered_here: set[str] = set()
+        seen_other = False
+        for j, block in enumerate(blocks):
+            if block.get("type") != "tool_result":
+                seen_other = True
+                continue
+            use_id = block.get("tool_use_id")
+            if use_id not in ids_before:
+                raise InvalidRequest(
+                    f"messages.{i}.content.{j}: unexpected `tool_use_id` found in `tool_result`"
+                    f" blocks: {use_id}. Each `tool_result` block must have a"
+                    " corresponding `tool_use` block in the previous message."
+                )
+            if use_id in answered_here:
+                raise InvalidRequest(
+                    f"messages.{i}.content.{j}: each `tool_use` must have a single"
+                    f" `tool_result`; found a second one for {use_id}"
+                )
+            if seen_other:
+                raise InvalidRequest(
+                    f"messages.{i}.content.{j}: `tool_result` blocks must come first in a user"
+                    " message, before any other content"
+                )
+            answered_here.add(use_id)
 
 
 def default_responder(body: dict[str, Any]) -> str:

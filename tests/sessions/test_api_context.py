@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from sessions.models import Session
+from contextsvc.engine.wellformed import has_content
+from sessions.models import Message, Session
+from tests.fakes.anthropic_server import validate
+from tests.fakes.openai_rules import validate_chat
+from tests.fakes.transcripts import Transcript, windows
 
 pytestmark = pytest.mark.django_db
 
@@ -279,3 +286,126 @@ def test_context_at_block_or_final_compacts_first_when_compaction_can_help_spec0
     assert Session.objects.get(external_id=sid).status == "active"
     run = CompactionRun.objects.get(session__external_id=sid)
     assert (run.trigger, run.status) == ("auto", "succeeded")
+
+
+# --- every body GET /context builds is one the provider accepts ---------------------------
+
+
+def as_posted(msg) -> dict:
+    """An engine message as an agent posts it."""
+    out = {"role": msg.role, "content": msg.content}
+    if msg.tool_calls:
+        out["tool_calls"] = [
+            {"id": c.id, "name": c.name, "arguments": c.arguments} for c in msg.tool_calls
+        ]
+    if msg.tool_call_id:
+        out["tool_call_id"] = msg.tool_call_id
+    if msg.name:
+        out["name"] = msg.name
+    return out
+
+
+def provider_bodies(alice, sid: str) -> tuple[dict, dict]:
+    anthropic = alice.get(f"sessions/{sid}/context", format="anthropic").json()
+    openai = alice.get(f"sessions/{sid}/context", format="openai").json()
+    for body in (anthropic, openai):
+        body.pop("budget")
+    validate(anthropic)
+    validate_chat(openai)
+    return anthropic, openai
+
+
+def test_unanswered_call_is_closed_in_the_sent_context_only(alice, make_session):
+    sid = make_session(id="unanswered")["id"]
+    alice.put(f"sessions/{sid}/tools", [TOOL])
+    alice.post(
+        f"sessions/{sid}/messages",
+        {
+            "messages": [
+                {"role": "user", "content": "Fix the bug"},
+                {
+                    "role": "assistant",
+                    "content": "",
+                    "tool_calls": [{"id": "t1", "name": "bash", "arguments": {}}],
+                },
+                {"role": "user", "content": "Stop, look at x instead"},
+            ]
+        },
+    )
+    anthropic, openai = provider_bodies(alice, sid)
+    results = anthropic["messages"][2]["content"]
+    assert [b["type"] for b in results] == ["tool_result", "text"]
+    assert results[0]["tool_use_id"] == "t1" and "no result" in results[0]["content"]
+    assert [m["role"] for m in openai["messages"]] == ["user", "assistant", "tool", "user"]
+    # The transcript and the raw view are as the agent posted them.
+    raw = alice.get(f"sessions/{sid}/context", format="raw").json()
+    assert [m["role"] for m in raw["messages"]] == ["user", "assistant", "user"]
+    assert list(
+        Message.objects.filter(session__external_id=sid).values_list("role", flat=True)
+    ) == [
+        "user",
+        "assistant",
+        "user",
+    ]
+
+
+def test_window_starting_at_a_tool_call_starts_with_a_user_turn(alice, make_session):
+    sid = make_session(id="cut-window")["id"]
+    alice.put(f"sessions/{sid}/tools", [TOOL])
+    alice.post(
+        f"sessions/{sid}/messages",
+        {
+            "messages": [
+                {"role": "user", "content": "go"},
+                {"role": "assistant", "content": "Reading."},
+                {
+                    "role": "assistant",
+                    "content": "",
+                    "tool_calls": [{"id": "t1", "name": "bash", "arguments": {}}],
+                },
+                {"role": "tool", "tool_call_id": "t1", "content": "listing"},
+            ]
+        },
+    )
+    for start in (2, 3, 4):  # an assistant text, a tool call, an orphaned result
+        Session.objects.filter(external_id=sid).update(window_start_seq=start)
+        anthropic, openai = provider_bodies(alice, sid)
+        assert anthropic["messages"][0]["role"] == "user"
+        assert "listing" in json.dumps(anthropic) and "listing" in json.dumps(openai)
+
+
+_ids = itertools.count()
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(t=windows(max_messages=10), cuts=st.lists(st.integers(1, 10), max_size=3))
+def test_context_of_any_transcript_passes_both_providers_checks(alice, make_session, t, cuts):
+    """Real sessions: the transcript posted in batches, a window and summary as compaction
+    leaves them, GET /context in both formats."""
+    t: Transcript
+    sid = make_session(id=f"prop-{next(_ids)}")["id"]
+    if t.tool_names:
+        tools = [{"name": n, "input_schema": {"type": "object"}} for n in t.tool_names]
+        assert alice.put(f"sessions/{sid}/tools", tools).status_code == 200
+    posted = [as_posted(m) for m in t.messages]
+    edges = sorted({0, len(posted), *(c for c in cuts if c < len(posted))})
+    for a, b in itertools.pairwise(edges):
+        response = alice.post(f"sessions/{sid}/messages", {"messages": posted[a:b]})
+        assert response.status_code == 200, response.content
+    # What a compaction leaves: the window moved, a retain and a summary.
+    Session.objects.filter(external_id=sid).update(
+        window_start_seq=t.window_start + 1, retain=t.retain, summary=t.summary
+    )
+    anthropic, openai = provider_bodies(alice, sid) if _sendable(t) else ({}, {})
+    if anthropic:
+        roles = [m["role"] for m in anthropic["messages"]]
+        assert all(a != b for a, b in itertools.pairwise(roles)), roles
+
+
+def _sendable(t: Transcript) -> bool:
+    """A context with nothing in it (empty window, no preamble) has no message to send."""
+    return bool(t.retain or t.summary or any(has_content(m) for m in t.window))

@@ -188,6 +188,10 @@ def test_checkpoint2_trimmed_message_serializes_as_placeholder_spec000(alice, ma
         for i in range(3)
     ]
     placeholder = f"[tool output trimmed; ref={refs[0]}]"
+    # bash is registered: a request without tools may not carry tool blocks,
+    # so the assembler would send the calls and results as text.
+    bash = {"name": "bash", "input_schema": {"type": "object"}}
+    assert alice.put(f"sessions/{sid}/tools", [bash]).status_code == 200
     anthropic = context(alice, sid, "anthropic")
     results = [
         b for m in anthropic["messages"] for b in m["content"] if b.get("type") == "tool_result"

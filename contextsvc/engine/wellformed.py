@@ -1,0 +1,162 @@
+"""Make a history one every provider accepts: paired tool calls, a user turn first.
+
+A stored transcript may be valid as a record yet invalid as a request: a tool
+call left unanswered when the user spoke again, a window (compaction, a cut,
+a retained tail) that starts with an assistant turn or with results whose call
+fell outside it, a late result posted after other turns. Anthropic's Messages
+API and OpenAI's Chat Completions reject each of these with a 400, so the one
+assembler (``engine.build``) runs every provider format through
+``well_formed`` first. The stored transcript is never changed: this is a view.
+
+The rules, in provider-neutral form (``engine.build`` then merges same-role
+turns for Anthropic):
+
+- every assistant tool call is followed, right after its message, by exactly
+  one tool message per call: the agent's result when it exists anywhere later
+  (a late result moves up to its call), otherwise a synthetic "no result";
+- a tool message whose call is not in the history (cut off by the window, or
+  a second answer) becomes user text. Dropping it would lose the output the
+  model may still need; it is kept, labelled, as what it now is: information;
+- the history starts with a user message: when it would start with an
+  assistant turn a minimal synthetic user message goes first. That keeps the
+  assistant turn (its text and its calls) instead of dropping it;
+- messages with nothing to send (whitespace-only text, no media, no calls)
+  are left out: Anthropic rejects whitespace-only text blocks;
+- tool-call ids are unique and match ``^[a-zA-Z0-9_-]+$`` (Anthropic's
+  pattern for ``tool_use.id``). Appends refuse duplicate ids, so a rename
+  only happens for legacy transcripts or unusual characters; an id is only
+  a pairing key inside one request, so renaming it changes nothing the model
+  sees;
+- a request that defines no tools carries no tool blocks (Anthropic rejects
+  them): calls and results are then rendered as text, in place.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import replace
+
+from .messages import Message, ToolCall
+
+NO_RESULT_TEXT = "[no result: this tool call was not answered]"
+LEADING_USER_TEXT = "[Earlier turns of this conversation are not shown.]"
+ID_PATTERN = re.compile(r"^[a-zA-Z0-9_-]+$")
+_ID_UNSAFE = re.compile(r"[^a-zA-Z0-9_-]")
+
+
+def has_content(msg: Message) -> bool:
+    """True when the message carries something a provider will take."""
+    if msg.role == "tool" or msg.tool_calls:
+        return True
+    if msg.context_text.strip():
+        return True
+    return msg.view is None and msg.media_count > 0
+
+
+def orphan_text(msg: Message) -> str:
+    """A tool result whose call is not in the history, as plain user text."""
+    label = f"{msg.name} call" if msg.name else "tool call"
+    text = msg.context_text if msg.context_text.strip() else "(no output)"
+    return f"[Result of {label} {msg.tool_call_id}; the call is no longer in context]\n{text}"
+
+
+class _Ids:
+    """Hands out request-unique ids, keeping the agent's id whenever it is valid."""
+
+    def __init__(self) -> None:
+        self.used: set[str] = set()
+
+    def take(self, original: str) -> str:
+        base = original if ID_PATTERN.match(original or "") else _ID_UNSAFE.sub("_", original)
+        base = base or "call"
+        candidate, n = base, 1
+        while candidate in self.used:
+            n += 1
+            candidate = f"{base}_{n}"
+        self.used.add(candidate)
+        return candidate
+
+
+def well_formed(messages: Sequence[Message], *, tools: bool = True) -> list[Message]:
+    """The history as a provider accepts it (see the module docstring). Pure; O(n).
+
+    ``tools``: whether the request defines tools; without, calls and results
+    travel as text.
+    """
+    if not tools:
+        return _leading_user(_as_text(messages))
+    # Pass 1: which result answers which call. A call is keyed by (message
+    # index, call index) so even duplicate ids in an old transcript pair up
+    # with the nearest open call of that id, as the agent meant.
+    open_calls: dict[str, tuple[int, int]] = {}
+    answers: dict[tuple[int, int], Message] = {}
+    paired: set[int] = set()
+    for i, msg in enumerate(messages):
+        if msg.role == "assistant":
+            for k, call in enumerate(msg.tool_calls):
+                open_calls[call.id] = (i, k)
+        elif msg.role == "tool":
+            key = open_calls.pop(msg.tool_call_id or "", None)
+            if key is not None:
+                answers[key] = msg
+                paired.add(i)
+    # Pass 2: emit in order, each call's results right after its message.
+    ids = _Ids()
+    out: list[Message] = []
+    for i, msg in enumerate(messages):
+        if msg.role == "tool":
+            if i not in paired:
+                out.append(Message(role="user", content=orphan_text(msg), seq=msg.seq))
+            continue
+        if not has_content(msg):
+            continue
+        if msg.role != "assistant" or not msg.tool_calls:
+            out.append(msg)
+            continue
+        calls = tuple(
+            call if (new := ids.take(call.id)) == call.id else replace(call, id=new)
+            for call in msg.tool_calls
+        )
+        out.append(msg if calls == msg.tool_calls else replace(msg, tool_calls=calls))
+        for k, call in enumerate(calls):
+            out.append(_result_for(call, answers.get((i, k))))
+    return _leading_user(out)
+
+
+def _leading_user(out: list[Message]) -> list[Message]:
+    if out and out[0].role != "user":
+        out.insert(0, Message(role="user", content=LEADING_USER_TEXT))
+    return out
+
+
+def _as_text(messages: Sequence[Message]) -> list[Message]:
+    """Tool calls and results as plain text, for a request that defines no tools."""
+    out: list[Message] = []
+    for msg in messages:
+        if msg.role == "tool":
+            label = f"{msg.name} call" if msg.name else "tool call"
+            text = msg.context_text if msg.context_text.strip() else "(no output)"
+            out.append(
+                Message(role="user", content=f"[Result of {label} {msg.tool_call_id}]\n{text}")
+            )
+        elif msg.tool_calls:
+            calls = "\n".join(
+                f"[Called {c.name} (call {c.id}) with"
+                f" {json.dumps(c.arguments, ensure_ascii=False, default=str)}]"
+                for c in msg.tool_calls
+            )
+            text = msg.context_text.strip()
+            out.append(Message(role="assistant", content=f"{text}\n{calls}" if text else calls))
+        elif has_content(msg):
+            out.append(msg)
+    return out
+
+
+def _result_for(call: ToolCall, answer: Message | None) -> Message:
+    if answer is None:
+        return Message(role="tool", content=NO_RESULT_TEXT, tool_call_id=call.id, name=call.name)
+    if answer.tool_call_id == call.id:
+        return answer
+    return replace(answer, tool_call_id=call.id)
