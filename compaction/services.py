@@ -867,7 +867,9 @@ def _fail(
     try:
         with transaction.atomic():
             run = CompactionRun.objects.select_for_update().get(pk=run.pk)
-            if run.attempts != attempt or run.is_finished:
+            if run.attempts != attempt or run.status != Status.RUNNING:
+                # Superseded, finished, or requeued after its lease lapsed: a
+                # holder that outlived its lease must not fail the requeued run.
                 return run
             run.status = Status.FAILED
             run.error_code = code
