@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from django.db import DatabaseError, IntegrityError, connection, transaction
+from django.db import DatabaseError, IntegrityError, connection, connections, transaction
 from django.db.models import Count, F, Sum
 from django.utils import timezone
 
@@ -198,15 +199,16 @@ def can_make_room(session: Session) -> bool:
 def compact_before_call(session: Session, state: accounting.BudgetState) -> bool:
     """``sessions.services.context_preflight_hooks``: at block or final, compact
     now, in the request, while compaction can make room (spec 002 §8 step 3).
-    Joins (and runs) an automatic run already queued; waits at most
-    ``CONTEXTSVC_CONTEXT_WAIT_SECONDS`` for one another executor holds, and not
-    at all for one that stopped beating. True when the window changed; a failed
-    run leaves the session as it was and the guard decides."""
+    Joins (and runs) an automatic run already queued. Answers within
+    ``CONTEXTSVC_CONTEXT_WAIT_SECONDS`` whatever the run does (a slow summary
+    goes on in the background), and at once for a run that stopped beating.
+    True when the window changed; a failed or unfinished run leaves the
+    session as it was and the guard decides."""
     if not can_make_room(session):
         return False
     try:
         run, _ = compaction_request(session=session, trigger=Trigger.AUTO, enqueue=False)
-        run = compaction_run_sync(run=run, timeout=leases.context_wait_seconds())
+        run = _run_bounded(run, leases.context_wait_seconds())
     except Exception:  # noqa: BLE001 - the context must still be answered
         logger.exception("compaction before the call failed for session %s", session.pk)
         return False
@@ -939,6 +941,38 @@ def compaction_run_sync(
         if leases.stalled(run):
             return run
         time.sleep(0.1)
+
+
+def _run_bounded(run: CompactionRun, timeout: float) -> CompactionRun:
+    """``compaction_run_sync``, but the caller gets an answer within ``timeout``.
+
+    A queued run is executed in a thread of its own (with its own connection
+    and heartbeat) that goes on after the timeout; the caller answers with the
+    run as it is. Inside a transaction the thread could not see the run's
+    rows, so there it runs inline as before.
+    """
+    if run.status != Status.QUEUED or connection.in_atomic_block:
+        return compaction_run_sync(run=run, timeout=timeout)
+    deadline = time.monotonic() + timeout
+    executor = threading.Thread(
+        target=_execute_detached, args=(run.pk,), name=f"compaction-{run.pk}", daemon=True
+    )
+    executor.start()
+    executor.join(timeout)
+    run.refresh_from_db()
+    if executor.is_alive() or run.is_finished:
+        return run
+    # The thread found the run taken (a worker claimed it first): wait on that holder.
+    return compaction_run_sync(run=run, timeout=max(0.0, deadline - time.monotonic()))
+
+
+def _execute_detached(run_id: Any) -> None:
+    try:
+        compaction_execute(run_id=run_id, task_id=f"sync-{uuid.uuid4()}")
+    except Exception:  # noqa: BLE001 - nobody is left to raise to; the run is marked failed
+        logger.exception("compaction run %s failed in the background", run_id)
+    finally:
+        connections.close_all()
 
 
 def raise_for_failure(run: CompactionRun) -> None:

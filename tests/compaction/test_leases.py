@@ -39,9 +39,9 @@ def _dead_claim(run: CompactionRun, *, lease_left: float = -1.0, task_id: str = 
     return run
 
 
-def _at_block(session_factory, sid: str):
+def _at_block(session_factory, sid: str, **fields):
     """A session whose guard says block."""
-    session = session_factory(0, sid=sid)
+    session = session_factory(0, sid=sid, **fields)
     t = 0
     while session.guard_status in ("ok", "compact"):
         if session.guard_status == "ok":
@@ -310,6 +310,32 @@ def test_get_context_does_not_wait_for_a_stalled_run(alice, session_factory, set
     elapsed = time.monotonic() - started
     assert response.json()["budget"]["guard"]["status"] == "block"
     assert elapsed < 4, elapsed
+
+
+def test_get_context_answers_within_the_bound_while_a_slow_summary_goes_on(
+    transactional_db, alice, session_factory, fake_anthropic, settings
+):
+    """The run is the request's own (queued, nobody holds it) but its summary
+    call is slow: the answer comes within the bound, the run finishes behind it."""
+    settings.CONTEXTSVC_CONTEXT_WAIT_SECONDS = 1
+    fake_anthropic.delay = 4.0
+    session = _at_block(
+        session_factory, "slow-block", policy={"compaction": {"strategy": "summarize"}}
+    )
+    run = _auto_run(session)
+    started = time.monotonic()
+    response = alice.get(f"sessions/{session.external_id}/context")
+    elapsed = time.monotonic() - started
+    assert response.json()["budget"]["guard"]["status"] == "block"
+    assert elapsed < 4, elapsed  # not the summary's 4 s
+    deadline = time.monotonic() + 30
+    while not run.is_finished and time.monotonic() < deadline:
+        time.sleep(0.2)
+        run.refresh_from_db()
+    assert run.status == "succeeded" and run.summarizer, run.error
+    assert len(fake_anthropic.messages_requests()) == 1
+    body = alice.get(f"sessions/{session.external_id}/context").json()
+    assert body["budget"]["guard"]["status"] != "block"
 
 
 def test_get_context_takes_over_a_lapsed_run_and_answers_compacted(alice, session_factory):
