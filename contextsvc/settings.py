@@ -196,7 +196,9 @@ if CELERY_BROKER_URL != "filesystem://":
 # A compaction run's holder renews a lease this long every third of it while it
 # works; a run whose lease lapsed (its worker was killed) is requeued by whoever
 # looks at it next — a request, any worker's sweep (every third of a lease), beat.
-CONTEXTSVC_COMPACTION_LEASE_SECONDS = env_int("CONTEXTSVC_COMPACTION_LEASE_SECONDS", 15, minimum=3)
+# 10 s: a killed worker's run is running again within ~15 s; one renewal can be
+# late by two beats before a live run looks dead.
+CONTEXTSVC_COMPACTION_LEASE_SECONDS = env_int("CONTEXTSVC_COMPACTION_LEASE_SECONDS", 10, minimum=3)
 # A run whose holder was lost this many times (counting every claim) is failed,
 # the session unchanged, instead of requeued again.
 CONTEXTSVC_COMPACTION_MAX_ATTEMPTS = env_int("CONTEXTSVC_COMPACTION_MAX_ATTEMPTS", 4, minimum=1)

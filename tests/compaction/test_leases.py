@@ -379,7 +379,7 @@ def test_redis_visibility_timeout_follows_the_task_time_limit(tmp_path):
     assert done.returncode == 0, done.stderr
     visibility, limit, lease, wait = map(int, done.stdout.split())
     assert limit == 900 and limit < visibility <= limit + 120  # not Redis's hour
-    assert lease == 15 and wait == 5
+    assert lease == 10 and wait == 5
 
 
 @pytest.mark.parametrize(
