@@ -52,7 +52,10 @@ def compact(request: HttpRequest, sid: str, payload: CompactIn):
 
 @router.get("/compactions/{run_id}")
 def get_compaction(request: HttpRequest, run_id: str):
-    return selectors.run_to_dict(selectors.run_get(owner=request.auth, run_id=run_id))
+    run = selectors.run_get(owner=request.auth, run_id=run_id)
+    # A client polling a run whose worker died sees it requeued (or failed), not "running".
+    services.compaction_recover(run)
+    return selectors.run_to_dict(run)
 
 
 class RunListQuery(Schema):

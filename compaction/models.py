@@ -95,7 +95,14 @@ class CompactionRun(models.Model):
             )
         ]
         indexes = [
-            models.Index(fields=["session", "-created_at"], name="compaction_run_session_idx")
+            models.Index(fields=["session", "-created_at"], name="compaction_run_session_idx"),
+            # Every worker's sweep for lapsed leases, every few seconds: only
+            # the few active runs, never the whole history.
+            models.Index(
+                fields=["lease_expires_at"],
+                condition=Q(status__in=["queued", "running"]),
+                name="compaction_run_lease_idx",
+            ),
         ]
         ordering = ["-created_at"]
 

@@ -14,22 +14,25 @@ Concurrency:
   backs the check made under the session lock); a second request joins it.
   The emergency path (``overflow``) never waits behind one.
 - A run is *claimed* under its row lock; each claim bumps ``attempts`` and only
-  the latest attempt may apply or fail it. A run left ``running`` past its
-  lease (a killed worker) or redelivered with its own task id is taken over.
+  the latest attempt may apply or fail it. Its holder renews a short lease
+  while it works (``leases.Heartbeat``); a run whose lease lapsed (a killed
+  worker) is requeued or failed by whoever looks at it next
+  (``compaction_recover``), and a redelivered message with its own task id
+  takes it over.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from django.conf import settings
-from django.db import DatabaseError, IntegrityError, connection, transaction
+from django.db import DatabaseError, IntegrityError, connection, connections, transaction
 from django.db.models import Count, F, Sum
 from django.utils import timezone
 
@@ -56,7 +59,7 @@ from contextsvc.errors import Conflict, ServiceError, Unavailable, ValidationFai
 from sessions import accounting, hotpath
 from sessions.models import Message, Session
 
-from . import selectors, summarizers
+from . import leases, selectors, summarizers
 from .conf import setting_bool, setting_number, setting_str
 from .models import CompactionRun, CompactionState, Snapshot, ViewChange
 
@@ -79,12 +82,6 @@ MAX_APPLY_ATTEMPTS = 3
 # What the summary prompt and its answer need besides the messages.
 SUMMARY_PROMPT_MARGIN = 2_000
 MAX_INSTRUCTIONS = 20_000
-
-
-def _lease() -> timedelta:
-    # The hard time limit kills a task before its lease runs out, so a run still
-    # "running" after it has no live executor.
-    return timedelta(seconds=int(getattr(settings, "CELERY_TASK_TIME_LIMIT", 600)) + 60)
 
 
 def wait_seconds() -> float:
@@ -202,13 +199,16 @@ def can_make_room(session: Session) -> bool:
 def compact_before_call(session: Session, state: accounting.BudgetState) -> bool:
     """``sessions.services.context_preflight_hooks``: at block or final, compact
     now, in the request, while compaction can make room (spec 002 §8 step 3).
-    Joins (and runs) an automatic run already queued. True when the window
-    changed; a failed run leaves the session as it was and the guard decides."""
+    Joins (and runs) an automatic run already queued. Answers within
+    ``CONTEXTSVC_CONTEXT_WAIT_SECONDS`` whatever the run does (a slow summary
+    goes on in the background), and at once for a run that stopped beating.
+    True when the window changed; a failed or unfinished run leaves the
+    session as it was and the guard decides."""
     if not can_make_room(session):
         return False
     try:
         run, _ = compaction_request(session=session, trigger=Trigger.AUTO, enqueue=False)
-        run = compaction_run_sync(run=run)
+        run = _run_bounded(run, leases.context_wait_seconds())
     except Exception:  # noqa: BLE001 - the context must still be answered
         logger.exception("compaction before the call failed for session %s", session.pk)
         return False
@@ -233,8 +233,9 @@ def compaction_auto_request(*, session: Session) -> CompactionRun | None:
         .first()
     )
     if active is not None:
-        _requeue_if_stale(active)
-        return active
+        compaction_recover(active)
+        if active.is_active:
+            return active
     last = (
         CompactionRun.objects.filter(session=session, trigger=Trigger.AUTO)
         .order_by("-created_at")
@@ -284,6 +285,14 @@ def compaction_request(
             f"instructions must be at most {MAX_INSTRUCTIONS} characters",
             details={"field": "instructions"},
         )
+    if trigger != Trigger.EMERGENCY:
+        # Never join a dead run: requeue (or fail) one whose lease lapsed first.
+        # Done before the session lock: recovering locks the run row, and the
+        # apply locks run then session, so the other order could deadlock.
+        for stale in CompactionRun.objects.filter(
+            session=session, status__in=CompactionRun.ACTIVE, lease_expires_at__lte=timezone.now()
+        ).exclude(trigger=Trigger.EMERGENCY):
+            compaction_recover(stale)
     with transaction.atomic():
         locked = hotpath.lock_session(session.pk)
         if locked.live_message_count == 0 and not locked.retain and not locked.summary:
@@ -343,27 +352,56 @@ def enqueue_run(run_id: Any, task_id: str | None = None) -> None:
         logger.exception("could not enqueue compaction run %s; it stays queued", run_id)
 
 
-def _requeue_if_stale(run: CompactionRun) -> bool:
-    """Re-send a run whose queue message was lost or whose worker died."""
-    now = timezone.now()
-    if run.lease_expires_at is None or run.lease_expires_at > now:
+def compaction_recover(run: CompactionRun) -> bool:
+    """Requeue, or fail, a run whose lease lapsed: its queue message was lost or
+    its executor died. False (and nothing written) for a live or finished run.
+
+    Called by whoever looks at a run — the append hook, ``POST /compact``,
+    ``GET /context``, ``GET /compactions/{id}``, a worker's sweep, beat — so a
+    dead run is recovered without beat. ``run`` is refreshed when it changed.
+    """
+    if not leases.lapsed(run):
         return False
     with transaction.atomic():
-        updated = CompactionRun.objects.filter(
-            pk=run.pk, status__in=CompactionRun.ACTIVE, lease_expires_at__lte=now
-        ).update(status=Status.QUEUED, lease_expires_at=now + STALE_QUEUED)
-        if updated:
-            task_id = run.celery_task_id or str(uuid.uuid4())
-            transaction.on_commit(lambda: enqueue_run(run.pk, task_id))
-    return bool(updated)
+        locked = CompactionRun.objects.select_for_update().filter(pk=run.pk).first()
+        now = timezone.now()
+        if locked is None or not leases.lapsed(locked, now):
+            return False  # renewed, claimed or finished meanwhile
+        if leases.exhausted(locked):
+            ran = (now - locked.started_at).total_seconds() if locked.started_at else 0.0
+            _fail(
+                locked,
+                locked.attempts,
+                "SERVICE_UNAVAILABLE",
+                f"The compaction's worker was lost {locked.attempts} time(s); "
+                "the session is unchanged",
+                time.perf_counter() - ran,
+            )
+        else:
+            # A new task id: should the broker redeliver the old message later,
+            # it finds the run held under another id and leaves it alone.
+            task_id = str(uuid.uuid4())
+            CompactionRun.objects.filter(pk=locked.pk).update(
+                status=Status.QUEUED, celery_task_id=task_id, lease_expires_at=now + STALE_QUEUED
+            )
+            transaction.on_commit(lambda: enqueue_run(locked.pk, task_id))
+            logger.warning(
+                "compaction run %s: lease lapsed (status %s, attempt %s), requeued",
+                locked.pk,
+                locked.status,
+                locked.attempts,
+            )
+    run.refresh_from_db()
+    return True
 
 
 def compaction_requeue_stale() -> int:
-    """Periodic: re-send every stale queued/running run (``tasks.requeue_stale``)."""
+    """Requeue or fail every run whose lease lapsed (beat's ``tasks.requeue_stale``
+    and every worker's own sweep)."""
     stale = CompactionRun.objects.filter(
         status__in=CompactionRun.ACTIVE, lease_expires_at__lte=timezone.now()
     )
-    return sum(_requeue_if_stale(run) for run in stale)
+    return sum(compaction_recover(run) for run in stale)
 
 
 # --- executing runs ----------------------------------------------------------------------------
@@ -399,10 +437,22 @@ def _claim(run_id: Any, task_id: str | None) -> tuple[CompactionRun, int] | None
             expired = run.lease_expires_at is not None and run.lease_expires_at <= now
             if not (redelivered or expired):
                 return None
+            if leases.exhausted(run):
+                # Lost that many times (a run that kills its worker): stop here.
+                _fail(
+                    run,
+                    run.attempts,
+                    "SERVICE_UNAVAILABLE",
+                    f"The compaction's worker was lost {run.attempts} time(s); "
+                    "the session is unchanged",
+                    time.perf_counter(),
+                )
+                return None
         run.status = Status.RUNNING
         run.attempts += 1
         run.started_at = run.started_at or now
-        run.lease_expires_at = now + _lease()
+        # Short: the heartbeat renews it while the run works.
+        run.lease_expires_at = leases.lease_deadline(now)
         if task_id:
             run.celery_task_id = task_id
         run.save(
@@ -424,6 +474,13 @@ def compaction_execute(
     if claim is None:
         return CompactionRun.objects.filter(pk=run_id).first()
     run, attempt = claim
+    with leases.Heartbeat(run.pk, attempt):
+        return _execute_claimed(run, attempt, can_retry=can_retry, summarizer=summarizer)
+
+
+def _execute_claimed(
+    run: CompactionRun, attempt: int, *, can_retry: bool, summarizer: Summarizer | None
+) -> CompactionRun:
     started = time.perf_counter()
     cpu_started = time.thread_time()
     try:
@@ -812,7 +869,9 @@ def _fail(
     try:
         with transaction.atomic():
             run = CompactionRun.objects.select_for_update().get(pk=run.pk)
-            if run.attempts != attempt or run.is_finished:
+            if run.attempts != attempt or run.status != Status.RUNNING:
+                # Superseded, finished, or requeued after its lease lapsed: a
+                # holder that outlived its lease must not fail the requeued run.
                 return run
             run.status = Status.FAILED
             run.error_code = code
@@ -853,24 +912,67 @@ def _fail(
 def compaction_run_sync(
     *, run: CompactionRun, summarizer: Summarizer | None = None, timeout: float | None = None
 ) -> CompactionRun:
-    """Run ``run`` in this process, or wait for the worker that has it.
+    """Run ``run`` in this process, or wait for the executor that has it.
 
-    ``wait: true``, the ``compact_context`` tool and the overflow path. The
-    sync claim uses its own task id, so the queue message of a joined run finds
-    it taken (and returns) instead of taking it over.
+    ``wait: true``, ``GET /context`` at block, the ``compact_context`` tool and
+    the overflow path. The sync claim uses its own task id, so the queue message
+    of a joined run finds it taken (and returns) instead of taking it over.
+    Waits at most ``timeout`` (default ``CONTEXTSVC_COMPACT_WAIT_SECONDS``), and
+    never on a dead run: one whose lease lapsed is requeued and run here (or
+    failed after too many attempts); one whose holder stopped beating is
+    answered as it is.
     """
-    if run.status == Status.QUEUED:
-        done = compaction_execute(
-            run_id=run.pk, task_id=f"sync-{uuid.uuid4()}", summarizer=summarizer
-        )
-        if done is not None and done.is_finished:
-            return done
     deadline = time.monotonic() + (wait_seconds() if timeout is None else timeout)
+    run_here = run.status == Status.QUEUED
     while True:
+        if run_here:
+            done = compaction_execute(
+                run_id=run.pk, task_id=f"sync-{uuid.uuid4()}", summarizer=summarizer
+            )
+            if done is not None and done.is_finished:
+                return done
+            run_here = False
         run.refresh_from_db()
         if run.is_finished or time.monotonic() >= deadline:
             return run
+        if compaction_recover(run):
+            run_here = run.status == Status.QUEUED
+            continue
+        if leases.stalled(run):
+            return run
         time.sleep(0.1)
+
+
+def _run_bounded(run: CompactionRun, timeout: float) -> CompactionRun:
+    """``compaction_run_sync``, but the caller gets an answer within ``timeout``.
+
+    A queued run is executed in a thread of its own (with its own connection
+    and heartbeat) that goes on after the timeout; the caller answers with the
+    run as it is. Inside a transaction the thread could not see the run's
+    rows, so there it runs inline as before.
+    """
+    if run.status != Status.QUEUED or connection.in_atomic_block:
+        return compaction_run_sync(run=run, timeout=timeout)
+    deadline = time.monotonic() + timeout
+    executor = threading.Thread(
+        target=_execute_detached, args=(run.pk,), name=f"compaction-{run.pk}", daemon=True
+    )
+    executor.start()
+    executor.join(timeout)
+    run.refresh_from_db()
+    if executor.is_alive() or run.is_finished:
+        return run
+    # The thread found the run taken (a worker claimed it first): wait on that holder.
+    return compaction_run_sync(run=run, timeout=max(0.0, deadline - time.monotonic()))
+
+
+def _execute_detached(run_id: Any) -> None:
+    try:
+        compaction_execute(run_id=run_id, task_id=f"sync-{uuid.uuid4()}")
+    except Exception:  # noqa: BLE001 - nobody is left to raise to; the run is marked failed
+        logger.exception("compaction run %s failed in the background", run_id)
+    finally:
+        connections.close_all()
 
 
 def raise_for_failure(run: CompactionRun) -> None:

@@ -2,9 +2,12 @@
 
 ``run_compaction`` is idempotent: a finished run, or one another executor
 holds, is left alone, so a duplicate or redelivered message is harmless.
-``acks_late`` + ``reject_on_worker_lost``: a worker killed mid-run does not
-ack, the message comes back and the run is taken over (the session was not
-touched: results are applied in one transaction at the end).
+``acks_late`` + ``reject_on_worker_lost``: a worker child killed mid-run does
+not ack, the message comes back and the run is taken over (the session was not
+touched: results are applied in one transaction at the end). A whole worker
+killed takes its messages with it until the broker's visibility timeout, so
+every worker also sweeps for runs whose heartbeat lease lapsed and requeues
+them (``leases.Sweeper``): recovery in about a lease, with or without beat.
 """
 
 from __future__ import annotations
@@ -12,9 +15,9 @@ from __future__ import annotations
 import logging
 
 from celery import shared_task
-from celery.signals import worker_process_init
+from celery.signals import worker_process_init, worker_ready, worker_shutdown
 
-from . import services
+from . import leases, services
 
 logger = logging.getLogger("contextsvc.compaction")
 
@@ -31,6 +34,26 @@ def _warm_up(**_: object) -> None:
     get_tokenizer()
     if setting_str("ANTHROPIC_API_KEY"):
         import anthropic  # noqa: F401 - a second-long import, paid at start, not in a run
+
+
+_sweeper: leases.Sweeper | None = None
+
+
+@worker_ready.connect
+def _start_sweeper(**_: object) -> None:
+    """In the worker's main process: recover lapsed runs every third of a lease."""
+    global _sweeper
+    if _sweeper is None:
+        _sweeper = leases.Sweeper(services.compaction_requeue_stale, leases.heartbeat_interval())
+        _sweeper.start()
+
+
+@worker_shutdown.connect
+def _stop_sweeper(**_: object) -> None:
+    global _sweeper
+    if _sweeper is not None:
+        _sweeper.stop()
+        _sweeper = None
 
 
 def backoff(retries: int) -> int:
@@ -65,9 +88,9 @@ def run_compaction(self, run_id: str) -> str | None:
 
 @shared_task(name="compaction.requeue_stale", ignore_result=True)
 def requeue_stale() -> int:
-    """Periodic (beat): re-send runs whose queue message or worker was lost.
+    """Periodic (beat): requeue or fail runs whose queue message or worker was lost.
 
-    The append hook does the same for the session it sees, so without beat a
-    lost run is re-sent on that session's next append.
+    Workers sweep the same way on their own, and every request that looks at a
+    run recovers it, so beat is a backstop, not a requirement.
     """
     return services.compaction_requeue_stale()

@@ -184,6 +184,29 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_TIME_LIMIT = env_int("CONTEXTSVC_TASK_TIME_LIMIT", 600, minimum=1)
 CELERY_TASK_SOFT_TIME_LIMIT = max(1, CELERY_TASK_TIME_LIMIT - 30)
+# Redis hands an unacked message (acks_late: its worker was killed) to another
+# worker after this many seconds. Longer than the time limit, so a task still
+# running is never delivered twice, and than a retry's countdown (at most 300 s,
+# compaction/tasks.py), which Redis also counts; not an hour, the default.
+_visibility_floor = max(CELERY_TASK_TIME_LIMIT, 300) + 1
+CONTEXTSVC_BROKER_VISIBILITY_TIMEOUT = env_int(
+    "CONTEXTSVC_BROKER_VISIBILITY_TIMEOUT", _visibility_floor + 59, minimum=_visibility_floor
+)
+if CELERY_BROKER_URL != "filesystem://":
+    # Redis, Sentinel and SQS read it; other transports ignore it.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CONTEXTSVC_BROKER_VISIBILITY_TIMEOUT}
+# A compaction run's holder renews a lease this long every third of it while it
+# works; a run whose lease lapsed (its worker was killed) is requeued by whoever
+# looks at it next — a request, any worker's sweep (every third of a lease), beat.
+# 10 s: a killed worker's run is running again within ~15 s; one renewal can be
+# late by two beats before a live run looks dead.
+CONTEXTSVC_COMPACTION_LEASE_SECONDS = env_int("CONTEXTSVC_COMPACTION_LEASE_SECONDS", 10, minimum=3)
+# A run whose holder was lost this many times (counting every claim) is failed,
+# the session unchanged, instead of requeued again.
+CONTEXTSVC_COMPACTION_MAX_ATTEMPTS = env_int("CONTEXTSVC_COMPACTION_MAX_ATTEMPTS", 4, minimum=1)
+# The most GET /context (at block) waits for a compaction another executor
+# holds before it answers with the context it has; never for one that stopped.
+CONTEXTSVC_CONTEXT_WAIT_SECONDS = env_int("CONTEXTSVC_CONTEXT_WAIT_SECONDS", 5, minimum=0)
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False

@@ -9,18 +9,21 @@ Locally they skip without ``REDIS_URL`` / a PostgreSQL ``DATABASE_URL``; in CI
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import quote
 
 import pytest
 from django.conf import settings as django_settings
 from django.db import connection
+from django.utils import timezone
 
 from compaction.models import CompactionRun, Snapshot
 from sessions.models import Session
@@ -73,8 +76,15 @@ class Worker:
             "--pool=prefork", "--concurrency=1", "--loglevel=INFO", "-Q", self.queue,
             "-n", f"{self.queue}@%h", "--without-gossip", "--without-mingle",
         ]  # fmt: skip
+        # Its own process group, so a test can kill the whole worker at once
+        # (parent and pool children), as an OOM kill or node loss would.
         self.proc = subprocess.Popen(
-            cmd, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT
+            cmd,
+            cwd=ROOT,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -92,6 +102,12 @@ class Worker:
         assert self.proc is not None
         path = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children")
         return [int(p) for p in path.read_text().split()] if path.exists() else []
+
+    def kill_group(self) -> None:
+        """``kill -9`` the worker's whole process group: nothing gets to ack or clean up."""
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=10)
 
     def stop(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
@@ -117,6 +133,8 @@ def worker_env(transactional_db, tmp_path, settings, monkeypatch):
         "CELERY_BROKER_URL": django_settings.CELERY_BROKER_URL,
         "CONTEXTSVC_VAR_DIR": str(tmp_path / "var"),
         "CONTEXTSVC_SUMMARIZER": "offline",
+        # Runs a worker requeues (its lease sweep) go to this test's queue too.
+        "CONTEXTSVC_COMPACTION_QUEUE": queue,
         "ANTHROPIC_API_KEY": "",
         "PYTHONUNBUFFERED": "1",
     }
@@ -141,12 +159,21 @@ def start_worker(worker_env):
 
 
 def _forget_queue(redis_url: str, queue: str) -> None:
-    """Remove the per-test queue and kombu's binding keys from Redis."""
+    """Remove the per-test queue, kombu's binding keys and the unacked messages a
+    killed worker left for it from Redis."""
     import redis
 
     client = redis.Redis.from_url(redis_url)
     keys = [queue, *client.scan_iter(match=f"_kombu.binding*{queue}")]
     client.delete(*keys)
+    for tag, raw in client.hgetall("unacked").items():
+        try:
+            routing_key = json.loads(raw)[2]
+        except (ValueError, IndexError, TypeError):
+            continue
+        if routing_key == queue:
+            client.hdel("unacked", tag)
+            client.zrem("unacked_index", tag)
 
 
 def _wait_for_run(
@@ -225,3 +252,112 @@ def test_worker_killed_mid_run_leaves_session_unchanged_and_run_is_retried(
         assert run.attempts == 2
         assert len(fake.messages_requests()) == 2
         assert Snapshot.objects.filter(session=session).count() == 1
+
+
+def test_whole_worker_killed_mid_run_is_recovered_by_the_next_worker_within_30s(
+    alice, alice_key, start_worker, settings
+):
+    """kill -9 of the whole worker (parent and child) while the summariser call is in
+    flight: no ack, no reject, the message sits in Redis's unacked set. A new
+    worker's lease sweep requeues the run once its heartbeat lease lapsed, and
+    the run completes within 30 s of the kill — no beat, no visibility timeout."""
+    settings.CONTEXTSVC_COMPACTION_LEASE_SECONDS = 6
+    with FakeAnthropic(api_key="test-key", delay=3.0) as fake:
+        env = {
+            "CONTEXTSVC_SUMMARIZER": "auto",
+            "ANTHROPIC_API_KEY": "test-key",
+            "ANTHROPIC_BASE_URL": fake.base_url,
+            "CONTEXTSVC_SUMMARIZER_MAX_RETRIES": "0",
+            "CONTEXTSVC_COMPACTION_LEASE_SECONDS": "6",
+        }
+        worker = start_worker(**env)
+        assert alice.post("sessions", {**SMALL, "id": "e2e-killpg"}).status_code == 201
+        for t in range(5):
+            alice.post("sessions/e2e-killpg/messages", {"messages": turn(t)})
+        session = Session.objects.get(owner=alice_key[0], external_id="e2e-killpg")
+        before_row = Session.objects.filter(pk=session.pk).values().get()
+        before_ctx = alice.get("sessions/e2e-killpg/context", format="raw").json()["messages"]
+
+        response = alice.post("sessions/e2e-killpg/compact", {"strategy": "summarize"})
+        assert response.status_code == 202
+        run_id = response.json()["run_id"]
+        deadline = time.monotonic() + 30
+        while not fake.messages_requests() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert fake.messages_requests(), worker.log()
+        assert CompactionRun.objects.get(pk=run_id).status == "running"
+
+        worker.kill_group()
+        killed_at = time.monotonic()
+        assert Session.objects.filter(pk=session.pk).values().get() == before_row
+        assert CompactionRun.objects.get(pk=run_id).status == "running"
+
+        second = start_worker(**env)
+        while time.monotonic() - killed_at < 30:
+            run = CompactionRun.objects.get(pk=run_id)
+            if run.is_finished:
+                break
+            time.sleep(0.2)
+        recovered_in = time.monotonic() - killed_at
+        assert run.is_finished, f"still {run.status} 30 s after the kill\n{second.log()}"
+        if run.status == "succeeded":
+            # Consistent: one snapshot, the summary in the window, the context smaller.
+            assert run.attempts == 2 and run.changed
+            assert Snapshot.objects.filter(session=session).count() == 1
+            session.refresh_from_db()
+            assert session.summary and session.window_start_seq > before_row["window_start_seq"]
+            after = alice.get("sessions/e2e-killpg/context", format="raw").json()["messages"]
+            assert after != before_ctx and len(after) < len(before_ctx)
+        else:
+            assert Session.objects.filter(pk=session.pk).values().get() == before_row
+            assert not Snapshot.objects.filter(session=session).exists()
+        assert "lease lapsed" in second.log() or "recovered" in second.log(), second.log()
+        print(f"run {run.status} {recovered_in:.1f} s after the worker was killed")
+
+
+def test_concurrent_context_calls_answer_within_the_bound_while_a_dead_run_holds_block(
+    alice_key, session_factory, worker_env, monkeypatch, settings
+):
+    """Six agents fetch the context of a session at block, on a real gunicorn,
+    while the run that would unblock it belongs to a worker that just died (its
+    lease not yet out). Each answers within the bound with the context it has;
+    once the lease lapsed, the next call takes the run over and is unblocked."""
+    from bench.common import Http, gunicorn
+
+    from .test_leases import _at_block, _auto_run, _dead_claim
+
+    tmp_path, queue, env = worker_env
+    settings.CONTEXTSVC_COMPACTION_LEASE_SECONDS = 15
+    for name in ("CONTEXTSVC_COMPACTION_QUEUE", "CONTEXTSVC_SUMMARIZER", "CONTEXTSVC_VAR_DIR"):
+        monkeypatch.setenv(name, env[name])
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "")
+    monkeypatch.setenv("GUNICORN_THREADS", "6")  # six requests at once on one worker
+    session = _at_block(session_factory, "dead-block-live")
+    run = _dead_claim(_auto_run(session), lease_left=10)  # its worker died ~5 s ago
+    before = Session.objects.filter(pk=session.pk).values().get()
+    path = f"sessions/{session.external_id}/context"
+    try:
+        with gunicorn(_test_database_url(), workers=1) as (port, _):
+            Http(port, alice_key[1], timeout=60).call("GET", "openapi.json")  # warm up
+
+            def fetch(_: int) -> tuple[int, str, float]:
+                status, body, ms = Http(port, alice_key[1], timeout=60).call("GET", path)
+                return status, json.loads(body)["budget"]["guard"]["status"], ms / 1000
+
+            with ThreadPoolExecutor(6) as pool:
+                results = list(pool.map(fetch, range(6)))
+            assert [r[:2] for r in results] == [(200, "block")] * 6, results
+            slowest = max(r[2] for r in results)
+            # The 5 s bound, plus a loaded 2-core CI box's margin (not 120 s).
+            assert slowest < 5 + 10, results
+            assert Session.objects.filter(pk=session.pk).values().get() == before
+            print(f"six concurrent context calls at block: slowest {slowest:.2f} s")
+
+            while CompactionRun.objects.get(pk=run.pk).lease_expires_at > timezone.now():
+                time.sleep(0.2)
+            status, body, ms = Http(port, alice_key[1], timeout=60).call("GET", path)
+            assert status == 200 and json.loads(body)["budget"]["guard"]["status"] != "block"
+            run.refresh_from_db()
+            assert run.status == "succeeded" and run.attempts == 2
+    finally:
+        _forget_queue(env["REDIS_URL"], queue)
