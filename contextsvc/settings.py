@@ -124,9 +124,7 @@ CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", not PLAIN_HTTP)
 # (another user, or the same user from elsewhere, can still sign in). A
 # success clears the count. `manage.py axes_reset` (or the admin) unlocks.
 AXES_FAILURE_LIMIT = env_int("CONTEXTSVC_LOGIN_FAILURE_LIMIT", 5, minimum=1)
-AXES_COOLOFF_TIME = timedelta(
-    minutes=env_int("CONTEXTSVC_LOGIN_COOLOFF_MINUTES", 15, minimum=1)
-)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("CONTEXTSVC_LOGIN_COOLOFF_MINUTES", 15, minimum=1))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
