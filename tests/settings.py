@@ -2,13 +2,15 @@
 
 The settings refuse to load without a real SECRET_KEY outside DEBUG, and would
 redirect the test client's plain-HTTP requests to HTTPS. pytest-django loads
-the settings before any conftest runs, so the defaults go in here; being
-os.environ, they also reach the gunicorn and celery processes tests start.
+the settings before any conftest runs, so the defaults go in here, as
+environment: the gunicorn, celery and manage.py processes tests start inherit
+them and load contextsvc.settings itself (whatever their working directory).
 """
 
 import os
 
 os.environ.setdefault("SECRET_KEY", "contextsvc-test-suite-key-" + "k7Qp2xVb9LmZ3rTw8NcY5hJd4" * 2)
 os.environ.setdefault("CONTEXTSVC_PLAIN_HTTP", "true")
+os.environ["DJANGO_SETTINGS_MODULE"] = "contextsvc.settings"
 
 from contextsvc.settings import *  # noqa: E402,F403
