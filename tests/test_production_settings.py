@@ -23,6 +23,7 @@ _NOT_INHERITED = (
     "CONTEXTSVC_PLAIN_HTTP",
     "DJANGO_SETTINGS_MODULE",
     "ALLOWED_HOSTS",
+    "DJANGO_ALLOW_ASYNC_UNSAFE",  # set by the browser tests; check --deploy rejects it
 )
 _NOT_INHERITED_PREFIXES = ("SECURE_", "SESSION_COOKIE_", "CSRF_COOKIE_")
 
