@@ -83,7 +83,7 @@ _DEV_SECRET_KEY = "contextsvc-insecure-dev-key-change-me"
 
 
 def _weak_secret_key(key: str | None) -> bool:
-    """Django's own test for a key `check --deploy` rejects (security.W009)."""
+    """Django's test for a key `check --deploy` rejects (security.W009), or our old default."""
     return (
         not key
         or key.startswith("django-insecure-")
