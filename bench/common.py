@@ -7,6 +7,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import secrets
 import socket
 import subprocess
 import sys
@@ -20,6 +21,11 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 WORKLOADS = ROOT.parent / "shared" / "workloads" / "real"
+
+# Outside DEBUG the settings refuse a missing SECRET_KEY and redirect plain HTTP
+# to HTTPS; a benchmark is a local run over plain HTTP (its gunicorn inherits these).
+os.environ.setdefault("SECRET_KEY", "contextsvc-bench-" + secrets.token_urlsafe(48))
+os.environ.setdefault("CONTEXTSVC_PLAIN_HTTP", "true")
 
 
 def _admin(url: str, *statements: str) -> None:

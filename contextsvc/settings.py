@@ -1,7 +1,9 @@
 """contextsvc settings: everything comes from the environment.
 
-With no environment at all the service runs on its embedded defaults: an SQLite
-file and a filesystem Celery broker under ./var/, the offline summariser. The
+With no environment but a SECRET_KEY the service runs on its embedded defaults:
+an SQLite file and a filesystem Celery broker under ./var/, the offline
+summariser, HTTPS-only cookies and redirects (CONTEXTSVC_PLAIN_HTTP=true for
+plain HTTP; bin/run sets it and makes the key). The
 helpers below fail loudly (ImproperlyConfigured) on values they cannot parse,
 so a typo in production is a crash at start-up rather than a silent default.
 """
@@ -9,9 +11,11 @@ so a typo in production is a crash at start-up rather than a silent default.
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+from csp.constants import NONE, SELF, UNSAFE_INLINE
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -68,15 +72,86 @@ def env_list(name: str, default: list[str]) -> list[str]:
 # --- security ---------------------------------------------------------------
 
 DEBUG = env_bool("DEBUG", False)
+# Plain HTTP: no redirect to HTTPS, no HSTS, cookies without the Secure flag.
+# For the quick start (bin/run sets it: runserver speaks plain HTTP), the test
+# suite and a try-out without TLS. Off unless DEBUG, so a deployment is
+# HTTPS-only unless it says otherwise; each setting below can still be set alone.
+PLAIN_HTTP = env_bool("CONTEXTSVC_PLAIN_HTTP", DEBUG)
+
+
+_DEV_SECRET_KEY = "contextsvc-insecure-dev-key-change-me"
+
+
+def _weak_secret_key(key: str | None) -> bool:
+    """Django's test for a key `check --deploy` rejects (security.W009), or our old default."""
+    return (
+        not key
+        or key.startswith("django-insecure-")
+        or key == _DEV_SECRET_KEY
+        or len(key) < 50
+        or len(set(key)) < 5
+    )
+
+
 SECRET_KEY = env_str("SECRET_KEY")
-if not SECRET_KEY:
-    if not DEBUG and env_bool("CONTEXTSVC_REQUIRE_SECRET_KEY", False):
-        raise ImproperlyConfigured("SECRET_KEY must be set in production")
-    # Embedded default: fine for the quick start and tests, never for production
-    # (docker-compose.yml sets one).
-    SECRET_KEY = "contextsvc-insecure-dev-key-change-me"
+if _weak_secret_key(SECRET_KEY):
+    if not DEBUG:
+        # A known or guessable key lets anyone forge operator sessions and CSRF
+        # tokens, so outside DEBUG there is no fallback: stop at start-up.
+        raise ImproperlyConfigured(
+            "SECRET_KEY is missing or weak: outside DEBUG set SECRET_KEY (or SECRET_KEY_FILE) "
+            "to a random value of at least 50 characters, e.g. the output of "
+            "python -c 'import secrets; print(secrets.token_urlsafe(50))' "
+            "(bin/run makes one in var/secret_key)"
+        )
+    SECRET_KEY = SECRET_KEY or _DEV_SECRET_KEY
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+# HTTPS. Behind a TLS proxy, gunicorn marks requests secure from the proxy's
+# X-Forwarded-Proto when the proxy's address is in FORWARDED_ALLOW_IPS.
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", not PLAIN_HTTP)
+SECURE_HSTS_SECONDS = env_int(
+    "SECURE_HSTS_SECONDS", 0 if PLAIN_HTTP else 365 * 24 * 3600, minimum=0
+)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", True)
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", not PLAIN_HTTP)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", not PLAIN_HTTP)
+
+# Operators' login (django-axes): after this many failed sign-ins for one
+# username from one address, that pair is locked out for the cool-off time
+# (another user, or the same user from elsewhere, can still sign in). A
+# success clears the count. `manage.py axes_reset` (or the admin) unlocks.
+AXES_FAILURE_LIMIT = env_int("CONTEXTSVC_LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("CONTEXTSVC_LOGIN_COOLOFF_MINUTES", 15, minimum=1))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+# The address is REMOTE_ADDR: behind a proxy that is the proxy's own, so
+# every client shares it (the pair with the username still limits guessing).
+
+# Content-Security-Policy (django-csp): scripts, styles and everything else
+# from this origin only; no inline script and no eval (htmx runs with
+# allowEval off, see templates/base.html). Inline style *attributes* stay
+# allowed: the budget bar's widths and marker positions are data, set in the
+# template. The API's Swagger page (ninja's bundled static files) passes the
+# same policy.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF],
+        "style-src-attr": [UNSAFE_INLINE],
+        "img-src": [SELF, "data:"],
+        "font-src": [SELF],
+        "connect-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [NONE],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    }
+}
 
 # --- applications -----------------------------------------------------------
 
@@ -90,6 +165,8 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "ninja",
+    "axes",
+    "csp",
     "sessions.apps.AgentSessionsConfig",
     "compaction.apps.CompactionConfig",
     "prompting.apps.PromptingConfig",
@@ -108,6 +185,16 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "csp.middleware.CSPMiddleware",
+    # Last, as its documentation asks: it turns a locked-out sign-in into the
+    # lockout page.
+    "axes.middleware.AxesMiddleware",
+]
+
+# axes first: it refuses a locked-out username/address before the password is checked.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
 ]
 
 ROOT_URLCONF = "contextsvc.urls"

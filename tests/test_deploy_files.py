@@ -110,7 +110,10 @@ def test_app_services_wire_the_environment(name):
     assert env["REDIS_URL"].startswith("redis://redis:6379")
     assert "${SECRET_KEY" in env["SECRET_KEY"]
     assert "${ANTHROPIC_API_KEY" in env["ANTHROPIC_API_KEY"]
-    assert env["CONTEXTSVC_REQUIRE_SECRET_KEY"] == "true"
+    # No fallback key outside DEBUG, and HTTPS-only unless the operator says otherwise.
+    assert env["DEBUG"] == "false"
+    assert "CONTEXTSVC_REQUIRE_SECRET_KEY" not in env  # the settings always require it now
+    assert env["CONTEXTSVC_PLAIN_HTTP"] == "${CONTEXTSVC_PLAIN_HTTP:-false}"
 
 
 @pytest.mark.parametrize("name", ["web", "worker", "beat"])
@@ -331,3 +334,59 @@ def test_gunicorn_serves_many_requests_over_one_keep_alive_connection(tmp_path):
     finally:
         server.terminate()
         server.wait(timeout=15)
+
+
+# --- bin/run: the quick start, for real ---------------------------------------------
+
+
+def test_quick_start_is_one_command_with_a_generated_key_over_plain_http(tmp_path):
+    """bin/run with no SECRET_KEY: it makes one in var/secret_key (kept, mode 600),
+    and serves the dashboard over plain HTTP (no redirect to https)."""
+    import http.client
+    import signal
+    import socket
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dropped = ("SECRET_KEY", "SECRET_KEY_FILE", "CONTEXTSVC_PLAIN_HTTP", "DJANGO_SETTINGS_MODULE")
+    env = {k: v for k, v in os.environ.items() if k not in dropped and k != "REDIS_URL"}
+    env.update(
+        DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}",
+        CONTEXTSVC_VAR_DIR=str(tmp_path / "var"),
+        PORT=str(port),
+        DEBUG="false",
+    )
+    log = (tmp_path / "run.log").open("wb")
+    run = subprocess.Popen(
+        ["bin/run"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            assert run.poll() is None, (tmp_path / "run.log").read_text()
+            assert time.monotonic() < deadline, (tmp_path / "run.log").read_text()
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+                conn.request("GET", "/accounts/login/")
+                response = conn.getresponse()
+                body = response.read()
+                break
+            except OSError:
+                time.sleep(0.5)
+        assert response.status == 200, (response.status, response.getheader("Location"))
+        assert b'name="password"' in body
+        assert response.getheader("Strict-Transport-Security") is None
+        assert "Secure" not in (response.getheader("Set-Cookie") or "")
+        key_file = ROOT / "var/secret_key"
+        assert len(key_file.read_text().strip()) >= 50
+        assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    finally:
+        run.send_signal(signal.SIGTERM)  # bin/run stops its web server and worker
+        try:
+            run.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait()
+        log.close()

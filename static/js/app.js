@@ -1,5 +1,7 @@
 // contextsvc dashboard: the little behaviour htmx does not cover.
-// Tooltips for [data-tip], tab selection with arrow keys, copy buttons.
+// Tooltips for [data-tip], tab selection with arrow keys, copy buttons, and the
+// small hooks the templates would otherwise write as inline handlers or htmx
+// `js:` code, which the Content-Security-Policy forbids.
 // Everything is delegated from document, so content swapped in by htmx works as is.
 (function () {
   "use strict";
@@ -95,6 +97,44 @@
         done();
       }
     }
+  });
+
+  // ---- CSP-safe hooks ----------------------------------------------------
+  // [data-select-on-focus]: a read-only field (a new key) selects itself.
+  document.addEventListener("focusin", function (e) {
+    if (e.target.matches && e.target.matches("[data-select-on-focus]")) e.target.select();
+  });
+  document.addEventListener("click", function (e) {
+    if (!e.target.closest) return;
+    // [data-close-more]: empty the expanded output / message viewer around it.
+    var close = e.target.closest("[data-close-more]");
+    if (close) {
+      close.closest(".msg-more").replaceChildren();
+      return;
+    }
+    // [data-show-timeline]: the "N new messages" pill opens the timeline tab.
+    var pill = e.target.closest("[data-show-timeline]");
+    if (pill) {
+      pill.remove();
+      var tab = document.getElementById("tab-timeline");
+      if (tab) tab.click();
+    }
+  });
+  // [data-poll-visible]: a polling element skips its request while the tab is
+  // hidden (htmx keeps the timer running; the next tick after it shows asks again).
+  document.addEventListener("htmx:beforeRequest", function (e) {
+    var elt = e.detail.elt;
+    if (document.visibilityState !== "visible" && elt.hasAttribute && elt.hasAttribute("data-poll-visible")) {
+      e.preventDefault();
+    }
+  });
+  // [data-send-seen]: tell the budget card the newest message the timeline shows,
+  // so it can offer the "new messages" pill.
+  document.addEventListener("htmx:configRequest", function (e) {
+    var elt = e.detail.elt;
+    if (!elt.hasAttribute || !elt.hasAttribute("data-send-seen")) return;
+    var timeline = document.getElementById("timeline");
+    e.detail.parameters.seen = (timeline && timeline.dataset.newest) || "";
   });
 
   document.addEventListener("keydown", function (e) {

@@ -19,6 +19,8 @@ import pytest
 # Playwright's sync API runs an event loop in this thread; Django's ORM refuses
 # to run in a thread with a running loop unless told it is safe (it is: the
 # test drives the browser and the ORM one after the other).
+# Predicates are written as functions ("() => ..."): Playwright evals a bare
+# expression inside the page, which the dashboard's CSP (no unsafe-eval) refuses.
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 CHROMIUM = os.environ.get("CONTEXTSVC_CHROMIUM", "/usr/bin/chromium")
@@ -176,7 +178,7 @@ def test_sessions_list_and_keys_pages(page, alice, make_session):
     # Filters narrow the list without a reload and survive the 5 s refresh.
     pg.fill("#f-q", "beta")
     pg.wait_for_function(
-        "!document.querySelector('#session-results').innerText.includes('alpha-run')"
+        "() => !document.querySelector('#session-results').innerText.includes('alpha-run')"
     )
     assert "q=beta" in pg.url
     pg.wait_for_timeout(5_600)  # one poll
@@ -228,7 +230,7 @@ def test_inspect_expand_grep_compact_restore(page, alice, monkeypatch):
     viewer.wait_for()
     assert viewer.locator(".ol-row").count() == 200
     viewer.get_by_role("button", name=re.compile("Load more")).click()
-    pg.wait_for_function("document.querySelectorAll('.viewer .ol-row').length === 400")
+    pg.wait_for_function("() => document.querySelectorAll('.viewer .ol-row').length === 400")
     viewer.locator("input[name=line]").fill("350")
     viewer.get_by_role("button", name="Jump").click()
     viewer.locator(".ol-row.is-target").wait_for()
@@ -253,7 +255,7 @@ def test_inspect_expand_grep_compact_restore(page, alice, monkeypatch):
     assert len(queued) == 1
     compaction_services.compaction_execute(run_id=queued[0])
     pg.wait_for_selector(".run-status-text[data-status=succeeded]", timeout=5_000)
-    pg.wait_for_function(f"{USED} < {before}")
+    pg.wait_for_function(f"() => {USED} < {before}")
     after = used_tokens(pg)
     assert after < before
     assert pg.locator("#usage .mark-compaction").count() == 1  # the chart reloaded too
@@ -270,12 +272,12 @@ def test_inspect_expand_grep_compact_restore(page, alice, monkeypatch):
     pg.once("dialog", lambda d: d.accept())
     pg.get_by_role("button", name="Restore uncompacted…").click()
     pg.wait_for_selector("text=Restored the uncompacted transcript")
-    pg.wait_for_function(f"{USED} > {after}")
+    pg.wait_for_function(f"() => {USED} > {after}")
     # The compaction's snapshot is no longer live: restore it.
     pg.once("dialog", lambda d: d.accept())
     pg.get_by_role("button", name="Restore…").click()
     pg.wait_for_selector("text=Restored snapshot")
-    pg.wait_for_function(f"{USED} === {after}")
+    pg.wait_for_function(f"() => {USED} === {after}")
 
     # The built context, with the cache breakpoints marked.
     pg.click("#tab-anthropic")

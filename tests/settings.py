@@ -1,0 +1,16 @@
+"""The service's settings for the test suite: a throwaway key and plain HTTP.
+
+The settings refuse to load without a real SECRET_KEY outside DEBUG, and would
+redirect the test client's plain-HTTP requests to HTTPS. pytest-django loads
+the settings before any conftest runs, so the defaults go in here, as
+environment: the gunicorn, celery and manage.py processes tests start inherit
+them and load contextsvc.settings itself (whatever their working directory).
+"""
+
+import os
+
+os.environ.setdefault("SECRET_KEY", "contextsvc-test-suite-key-" + "k7Qp2xVb9LmZ3rTw8NcY5hJd4" * 2)
+os.environ.setdefault("CONTEXTSVC_PLAIN_HTTP", "true")
+os.environ["DJANGO_SETTINGS_MODULE"] = "contextsvc.settings"
+
+from contextsvc.settings import *  # noqa: E402,F403
