@@ -19,8 +19,9 @@ from contextsvc.engine.messages import Message, ToolCall
 
 TEXTS = st.one_of(
     st.sampled_from(["", " ", "\n\t", "ok", "Let me look.", "trailing space  ", "done\n"]),
-    # No NUL: the API refuses it in text fields (a 422), so an append would fail.
-    st.text(st.characters(exclude_characters="\x00"), max_size=30),
+    # No NUL and no lone surrogate: the API refuses both (a 422: NUL in a text
+    # field, a surrogate is no valid JSON), so an append would fail.
+    st.text(st.characters(exclude_characters="\x00", exclude_categories=("Cs",)), max_size=30),
 )
 IMAGE = {
     "type": "image",
