@@ -8,6 +8,7 @@ seq, insert, bump the cached counters, commit. Follow-up work is enqueued with
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import secrets
 from collections.abc import Callable, Sequence
@@ -21,7 +22,9 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Sum
 from django.utils import timezone
 
-from contextsvc.engine.budget import Thresholds
+from contextsvc import nul
+from contextsvc.engine.budget import DEFAULT_BLOCK_RATIO, DEFAULT_COMPACT_RATIO, Thresholds
+from contextsvc.engine.errors import EngineValidationError
 from contextsvc.engine.messages import Message as EngineMessage
 from contextsvc.engine.messages import PromptSection, ToolCall, ToolDef, content_text
 from contextsvc.engine.tokens import (
@@ -30,6 +33,7 @@ from contextsvc.engine.tokens import (
     estimate_tool_schemas,
     get_tokenizer,
 )
+from contextsvc.engine.views import ViewConfig
 from contextsvc.errors import Conflict, ValidationFailed
 
 from . import accounting, hotpath, output_store
@@ -72,8 +76,18 @@ def _normalise_policy(policy: dict[str, Any], *, tokenizer: str) -> dict[str, An
     """Validate cross-field rules and resolve each extra target's limits once."""
     policy = {k: v for k, v in policy.items() if v is not None}
     thresholds = policy.get("thresholds")
-    if thresholds:
-        Thresholds(compact_ratio=thresholds["compact_at"], block_ratio=thresholds["block_at"])
+    if thresholds is not None:
+        # A partial section keeps the defaults for what it leaves out, stored
+        # whole so that every reader sees both numbers.
+        merged = {"compact_at": DEFAULT_COMPACT_RATIO, "block_at": DEFAULT_BLOCK_RATIO}
+        merged.update(thresholds)
+        try:
+            Thresholds(compact_ratio=merged["compact_at"], block_ratio=merged["block_at"])
+        except EngineValidationError as exc:
+            raise ValidationFailed(
+                f"policy.thresholds: {exc.message}", details={"field": "policy.thresholds"}
+            ) from None
+        policy["thresholds"] = merged
     targets = []
     for i, target in enumerate(policy.get("targets") or []):
         provider = target["provider"]
@@ -350,6 +364,12 @@ def to_engine_message(data: dict[str, Any]) -> EngineMessage:
     )
 
 
+def nul_view_config(cache: ViewConfig, text: str) -> ViewConfig:
+    """With the cache off an output is not cut: a view config its whole text fits."""
+    size = 4 * len(text) + 1  # UTF-8 takes at most 4 bytes a character
+    return dataclasses.replace(cache, max_message_bytes=size, max_line_length=size)
+
+
 def prepare_messages(session: Session, messages: Sequence[dict[str, Any]]) -> list[Prepared]:
     tokenizer = accounting.tokenizer_of(session)
     config = accounting.estimate_config_of(session)
@@ -363,7 +383,10 @@ def prepare_messages(session: Session, messages: Sequence[dict[str, Any]]) -> li
         for call in msg.tool_calls:
             open_calls[call.id] = call.name
         stored = None
-        if msg.role == "tool" and (cache.enabled or msg.output_ref):
+        # A NUL in a tool output is data: its bytes go to the output store even
+        # with the cache off (text columns cannot hold it), the view shows it escaped.
+        nul_bytes = msg.role == "tool" and not cache.enabled and nul.NUL in msg.text
+        if msg.role == "tool" and (cache.enabled or msg.output_ref or nul_bytes):
             # spec 000 §1.5: store the full output, put its view in context.
             # Only the view is tokenized; the blob is never (DESIGN.md).
             if msg.output_ref and msg.text:
@@ -373,7 +396,7 @@ def prepare_messages(session: Session, messages: Sequence[dict[str, Any]]) -> li
                 )
             stored = output_store.output_for_message(
                 session=session,
-                config=cache,
+                config=cache if cache.enabled else nul_view_config(cache, msg.text),
                 text=None if msg.output_ref else msg.text,
                 output_ref=msg.output_ref,
                 tool_name=msg.name or open_calls.get(msg.tool_call_id or "", ""),
@@ -385,6 +408,10 @@ def prepare_messages(session: Session, messages: Sequence[dict[str, Any]]) -> li
             msg.view_state = stored.view.state
             if stored.content is not None:
                 msg.content = stored.content
+        if msg.role == "tool":
+            msg.content = nul.escape_content(msg.content)
+            if msg.view is not None:
+                msg.view = nul.escape(msg.view)
         msg.token_count = estimate_message(msg, tokenizer, config)
         content = msg.content
         if stored is not None and msg.view is not None:
@@ -441,8 +468,14 @@ def _match_tool_calls(open_calls: dict[str, str], prepared: list[Prepared]) -> d
     return open_calls
 
 
-def request_fingerprint(body: bytes) -> str:
-    return hashlib.sha256(body).hexdigest()
+def request_fingerprint(messages: Sequence[dict[str, Any]]) -> str:
+    """An Idempotency-Key's fingerprint: over the parsed messages, canonicalised.
+
+    Sorted keys and no whitespace, after parsing (defaults filled in, JSON-text
+    tool arguments decoded): a client that re-serialises its retry with
+    another key order or spacing means the same request and must not get a 409.
+    """
+    return hashlib.sha256(orjson.dumps(list(messages), option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
 def _replay(session: Session, key: str, fingerprint: str) -> dict[str, Any] | None:
