@@ -25,6 +25,11 @@ NUL_SHOWN = "\u2400"
 _ESCAPED = b"\\u0000"
 
 
+# A tool output's cost asked for before the call returns (``tools/preview``,
+# ``tools/reserve``): its ``text`` is output data too, and is never stored.
+_COST_KEYS = frozenset({"tool_call_id", "bytes", "tokens", "text"})
+
+
 def _message_exempt(message: Any) -> bool:
     return isinstance(message, dict) and message.get("role") == "tool"
 
@@ -33,7 +38,7 @@ def find_nul(data: Any, path: tuple[str, ...] = ()) -> str | None:
     """The dotted path of the first string (value or key) holding a NUL, or None.
 
     A body shaped like an append (``{"messages": [...]}``) has its tool
-    messages' text content exempt.
+    messages' text content exempt, a tool output cost request its ``text``.
     """
     stack: list[tuple[Any, tuple[str, ...], bool]] = [(data, path, False)]
     while stack:
@@ -43,9 +48,12 @@ def find_nul(data: Any, path: tuple[str, ...] = ()) -> str | None:
                 return ".".join(where) or "body"
         elif isinstance(value, dict):
             top_messages = not where and isinstance(value.get("messages"), list)
+            cost_text = not where and "text" in value and value.keys() <= _COST_KEYS
             for key, item in value.items():
                 if NUL in key:
                     return ".".join((*where, key))
+                if cost_text and key == "text":
+                    continue
                 if top_messages and key == "messages":
                     for i, message in enumerate(item):
                         stack.extend(_message_items(message, (*where, key, str(i))))

@@ -112,6 +112,17 @@ def test_tool_output_with_nul_is_stored_losslessly_and_shown_escaped(alice, make
     still_works(alice, sid)
 
 
+def test_tool_output_cost_of_text_with_nul_is_answered(alice, make_session):
+    sid = make_session()["id"]
+    alice.post(f"sessions/{sid}/messages", {"messages": tool_turn("c0", "x")[:1]})
+    preview = alice.post(f"sessions/{sid}/tools/preview", {"text": "a\x00b\n" * 10})
+    assert preview.status_code == 200, preview.content
+    reserve = alice.post(f"sessions/{sid}/tools/reserve", {"tool_call_id": "c0", "text": "\x00"})
+    assert reserve.status_code == 200, reserve.content
+    bad = alice.post(f"sessions/{sid}/tools/reserve", {"tool_call_id": "c\x00", "text": "x"})
+    assert_names(bad, "tool_call_id")
+
+
 def test_tool_output_parts_with_nul_are_kept(alice, make_session):
     sid = make_session()["id"]
     turn = tool_turn("c1", "")
