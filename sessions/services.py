@@ -17,6 +17,7 @@ from datetime import timedelta
 from typing import Any
 
 import orjson
+import pydantic
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Sum
@@ -38,6 +39,7 @@ from contextsvc.errors import Conflict, ValidationFailed
 
 from . import accounting, hotpath, output_store
 from .models import AgentKey, IdempotencyRecord, Message, Session, UsageReport, hash_key
+from .schemas import PolicyIn
 
 # Hooks other apps register to run after a committed append/usage report
 # (compaction enqueues its auto-trigger here) without sessions importing them.
@@ -70,6 +72,20 @@ def agent_key_revoke(*, key: AgentKey) -> AgentKey:
 
 
 # --- sessions ---------------------------------------------------------------------
+
+
+def _check_policy(policy: dict[str, Any]) -> None:
+    """422 naming the field unless ``policy`` passes the API's policy schema.
+
+    Checked here too, not only by the API: a stored policy is read by every
+    later call, so one bad number (or type) would break the session for good.
+    """
+    try:
+        PolicyIn.model_validate(policy)
+    except pydantic.ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(("policy", *(str(p) for p in first["loc"])))
+        raise ValidationFailed(f"{field}: {first['msg']}", details={"field": field}) from None
 
 
 def _normalise_policy(policy: dict[str, Any], *, tokenizer: str) -> dict[str, Any]:
@@ -126,6 +142,7 @@ def session_create(*, owner: AgentKey, data: dict[str, Any]) -> Session:
     }
     limits = accounting.resolve_session_limits(provider=provider, model=model, explicit=explicit)
     get_tokenizer(limits.tokenizer)  # an unknown tokenizer is a 422 now, not at first append
+    _check_policy(data.get("policy") or {})
     policy = _normalise_policy(data.get("policy") or {}, tokenizer=limits.tokenizer)
     external_id = data.get("id") or f"ses_{secrets.token_hex(8)}"
     try:
@@ -169,6 +186,8 @@ def session_update(*, session: Session, data: dict[str, Any]) -> Session:
         if tokenizer_changed:
             get_tokenizer(limits.tokenizer)
     if data.get("policy") is not None:
+        # The patch replaces whole sections, so checking it checks what changes.
+        _check_policy(data["policy"])
         merged = {**(session.policy or {}), **data["policy"]}
         session.policy = _normalise_policy(merged, tokenizer=session.tokenizer)
     _refresh_guard(session)

@@ -569,3 +569,19 @@ def test_no_input_gives_a_5xx_and_the_session_keeps_working(
             assert alice.get(f"refs/{ref}", **query).status_code < 500
         assert alice.get(f"refs/{ref}/grep", pattern="a", max_matches=number).status_code < 500
     still_works(alice, sid)
+
+
+def test_services_check_the_policy_whoever_calls_them(alice_key):
+    from contextsvc.errors import ValidationFailed
+    from sessions import services
+
+    key = alice_key[0]
+    bad = {"estimate": {"tool_schema_scale": 1e300}}
+    with pytest.raises(ValidationFailed) as caught:
+        services.session_create(owner=key, data={"model": "gpt-4o", "policy": bad})
+    assert caught.value.details == {"field": "policy.estimate.tool_schema_scale"}
+    session = services.session_create(owner=key, data={"model": "gpt-4o"})
+    with pytest.raises(ValidationFailed):
+        services.session_update(session=session, data={"policy": {"compaction": {"chain": ["x"]}}})
+    session.refresh_from_db()
+    assert session.policy == {}
