@@ -26,6 +26,28 @@ MAX_ID = 2**63 - 1  # list cursors (bigint ids)
 MAX_TURNS = 10_000  # turns / tool uses / messages a policy keeps
 MAX_PROMPT_CHARS = 100_000  # a policy prompt or directive
 MAX_LIST_ITEMS = 100  # directives, chain names, extra targets, excluded tools
+# Free-form JSON (tool arguments, content parts, input schemas) nests at most
+# this deep: the stored JSON is later rendered inside the context body, and
+# the renderer (orjson) stops at 255 levels, which would make a 500 of every
+# later context call.
+MAX_JSON_DEPTH = 64
+
+
+def check_depth(value: Any) -> Any:
+    """``value`` unchanged, or a ValueError when it nests deeper than MAX_JSON_DEPTH."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > MAX_JSON_DEPTH:
+            raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels")
+        stack.extend((child, depth + 1) for child in children)
+    return value
 
 
 class In(BaseModel):
@@ -210,6 +232,8 @@ class ToolDefIn(In):
     )
     category: Literal["builtin", "mcp", "skill"] = "mcp"
 
+    _shallow_schema = field_validator("input_schema")(check_depth)
+
     @model_validator(mode="before")
     @classmethod
     def _known_category(cls, data: Any) -> Any:
@@ -232,10 +256,12 @@ class ToolCallIn(In):
         if isinstance(value, str):
             try:
                 parsed = json.loads(value) if value.strip() else {}
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
                 return {"_raw": value}
             return parsed if isinstance(parsed, dict) else {"_value": parsed}
         return value
+
+    _shallow_arguments = field_validator("arguments")(check_depth)
 
 
 class MessageIn(In):
@@ -256,6 +282,7 @@ class MessageIn(In):
                     raise ValueError(f"content[{i}] needs a string 'type'")
                 if part["type"] == "text" and not isinstance(part.get("text"), str):
                     raise ValueError(f"content[{i}] of type text needs a string 'text'")
+            check_depth(value)
         return value
 
     @model_validator(mode="after")

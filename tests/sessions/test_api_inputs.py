@@ -585,3 +585,51 @@ def test_services_check_the_policy_whoever_calls_them(alice_key):
         services.session_update(session=session, data={"policy": {"compaction": {"chain": ["x"]}}})
     session.refresh_from_db()
     assert session.policy == {}
+
+
+def _deep(depth: int) -> str:
+    return '{"a":' * depth + "1" + "}" * depth
+
+
+def _with(template: str, depth: int) -> str:
+    return template.replace("DEEP", _deep(depth))
+
+
+@pytest.mark.parametrize("depth", [100, 300, 1100])
+def test_deeply_nested_json_is_refused_not_a_500(alice, make_session, depth):
+    sid = make_session()["id"]
+    call = _with('{"id": "c1", "name": "b", "arguments": {"x": DEEP}}', depth)
+    raw = '{"messages": [{"role": "assistant", "tool_calls": [CALL]}]}'.replace("CALL", call)
+    response = alice.post(f"sessions/{sid}/messages", raw=raw)
+    assert response.status_code == 422, response.content
+    tools = _with('[{"name": "t", "input_schema": {"type": "object", "properties": DEEP}}]', depth)
+    assert alice.request("PUT", f"sessions/{sid}/tools", raw=tools).status_code == 422
+    parts = _with(
+        '{"messages": [{"role": "user", "content": [{"type": "image", "s": DEEP}]}]}', depth
+    )
+    assert alice.post(f"sessions/{sid}/messages", raw=parts).status_code == 422
+    assert Message.objects.filter(session__external_id=sid).count() == 0
+    still_works(alice, sid)
+
+
+def test_deep_json_text_arguments_are_kept_as_raw_text(alice, make_session):
+    sid = make_session()["id"]
+    text = "[" * 100_000
+    message = {"role": "assistant", "tool_calls": [{"id": "c1", "name": "b", "arguments": text}]}
+    response = alice.post(f"sessions/{sid}/messages", {"messages": [message]})
+    assert response.status_code == 200, response.content
+    row = Message.objects.get(session__external_id=sid)
+    assert row.tool_calls[0]["arguments"] == {"_raw": text}
+    assert alice.get(f"sessions/{sid}/context").status_code == 200
+
+
+def test_moderately_nested_arguments_are_fine(alice, make_session):
+    sid = make_session()["id"]
+    raw = _with(
+        '{"messages": [{"role": "assistant", "tool_calls": [{"id": "c1", "name": "b", '
+        '"arguments": {"x": DEEP}}]}]}',
+        60,
+    )
+    assert alice.post(f"sessions/{sid}/messages", raw=raw).status_code == 200
+    for fmt in ("anthropic", "openai", "raw"):
+        assert alice.get(f"sessions/{sid}/context", format=fmt).status_code == 200
