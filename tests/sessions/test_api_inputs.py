@@ -527,7 +527,7 @@ def test_no_input_gives_a_5xx_and_the_session_keeps_working(
 ):
     sid = make_session()["id"]
     path_id = quote(path_id, safe="")
-    number = _query(number)
+    raw_number, number = number, _query(number)
     body: dict = {}
     node = body
     *parents, leaf = field.split(".")
@@ -554,6 +554,13 @@ def test_no_input_gives_a_5xx_and_the_session_keeps_working(
             },
         ),
         alice.post(f"sessions/{sid}/usage", raw=_jsonable(usage)),
+        alice.put(f"sessions/{sid}/system", [{"name": text or "s", "content": text}]),
+        alice.put(f"sessions/{sid}/tools", [{"name": "t", "description": text}]),
+        alice.request(
+            "POST",
+            f"sessions/{sid}/compact",
+            raw=_jsonable({"wait": True, "instructions": text, "retain_last_turns": raw_number}),
+        ),
         alice.get(f"sessions/{sid}/budget", extra_tokens=number),
         alice.get(f"sessions/{sid}/context", extra_tokens=number),
         alice.get(f"refs/{path_id}", offset=number),
