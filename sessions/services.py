@@ -415,7 +415,7 @@ def prepare_messages(session: Session, messages: Sequence[dict[str, Any]]) -> li
                 )
             stored = output_store.output_for_message(
                 session=session,
-                config=cache if cache.enabled else nul_view_config(cache, msg.text),
+                config=nul_view_config(cache, msg.text) if nul_bytes else cache,
                 text=None if msg.output_ref else msg.text,
                 output_ref=msg.output_ref,
                 tool_name=msg.name or open_calls.get(msg.tool_call_id or "", ""),

@@ -640,3 +640,15 @@ def test_moderately_nested_arguments_are_fine(alice, make_session):
     assert alice.post(f"sessions/{sid}/messages", raw=raw).status_code == 200
     for fmt in ("anthropic", "openai", "raw"):
         assert alice.get(f"sessions/{sid}/context", format=fmt).status_code == 200
+
+
+def test_upload_ref_with_the_cache_off_keeps_its_usual_view(alice, make_session):
+    sid = make_session(policy={"tool_output_cache": {"enabled": False}})["id"]
+    up = alice.request("PUT", f"sessions/{sid}/outputs", raw=b"first line\nsecond\n").json()
+    turn = tool_turn("c1", "")
+    del turn[1]["content"]
+    turn[1]["output_ref"] = up["ref"]
+    response = alice.post(f"sessions/{sid}/messages", {"messages": turn})
+    assert response.status_code == 200, response.content
+    shown = alice.get(f"sessions/{sid}/context", format="raw").json()["messages"][-1]
+    assert shown["content"] == "first line\nsecond\n"
