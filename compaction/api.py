@@ -86,7 +86,8 @@ def restore_snapshot(request: HttpRequest, sid: str, snapshot_id: str):
     session = _session(request, sid)
     if snapshot_id == "uncompacted":
         target = None
-    elif snapshot_id.isdigit():
+    elif snapshot_id.isascii() and snapshot_id.isdigit() and len(snapshot_id) <= 18:
+        # isdigit alone accepts "³", which int() refuses; 18 digits fit a bigint.
         target = int(snapshot_id)
     else:
         target = -1  # no such snapshot: a 404 from the service

@@ -7,6 +7,8 @@ from typing import Literal
 from ninja import Schema
 from pydantic import ConfigDict, Field
 
+from sessions.schemas import MAX_TOKENS
+
 StrategyName = Literal["chain", "tool_clearing", "summarize", "sandwich", "drop_oldest_turns"]
 
 
@@ -26,4 +28,4 @@ class CompactIn(In):
 class OverflowIn(In):
     # What the provider said (kept in the run's log), and what it counted.
     detail: str = Field("", max_length=10_000)
-    reported_tokens: int | None = Field(None, ge=0)
+    reported_tokens: int | None = Field(None, ge=0, le=MAX_TOKENS)

@@ -103,6 +103,8 @@ def on_too_big(request: HttpRequest, exc: RequestDataTooBig):
 @api.exception_handler(HttpError)
 def on_http_error(request: HttpRequest, exc: HttpError):
     cause = exc.__cause__
+    if isinstance(cause, ServiceError):  # raised while parsing the body (a NUL)
+        return on_service_error(request, cause)
     if isinstance(cause, (orjson.JSONDecodeError, json.JSONDecodeError, ValueError)):
         return _error(
             request, 422, "VALIDATION_ERROR", f"Malformed JSON body: {cause}", {"field": "body"}

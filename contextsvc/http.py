@@ -9,10 +9,16 @@ from django.http import HttpRequest, HttpResponse
 from ninja.parser import Parser
 from ninja.renderers import BaseRenderer
 
+from contextsvc import nul
+
 
 class ORJSONParser(Parser):
     def parse_body(self, request: HttpRequest) -> Any:
-        return orjson.loads(request.body)
+        data = orjson.loads(request.body)
+        # Every JSON body passes here: the one place NULs are refused (a 422
+        # naming the field) before anything reaches the database.
+        nul.reject_in_body(request.body, data)
+        return data
 
 
 class ORJSONRenderer(BaseRenderer):

@@ -342,10 +342,18 @@ CONTEXTSVC_MAX_JSON_BODY = env_int("CONTEXTSVC_MAX_JSON_BODY", 32 * 1024 * 1024,
 CONTEXTSVC_MAX_UPLOAD_BYTES = env_int("CONTEXTSVC_MAX_UPLOAD_BYTES", 256 * 1024 * 1024, minimum=1)
 DATA_UPLOAD_MAX_MEMORY_SIZE = CONTEXTSVC_MAX_JSON_BODY
 # Tool output cache (issue 3): unreferenced outputs older than this are
-# collected (manage.py gc_outputs / sessions.tasks.gc_outputs); a slice's text
-# is capped at this many bytes; a grep gives up (422) after this long.
+# collected (manage.py gc_outputs / sessions.tasks.gc_outputs); a grep gives
+# up (422) after this long.
 CONTEXTSVC_OUTPUT_RETENTION_DAYS = env_int("CONTEXTSVC_OUTPUT_RETENTION_DAYS", 7, minimum=0)
-CONTEXTSVC_SLICE_MAX_BYTES = env_int("CONTEXTSVC_SLICE_MAX_BYTES", 1024 * 1024, minimum=1024)
+# A ref read or grep (API or built-in tool) answers at most this many bytes of
+# JSON and says how to continue (has_more, next_offset, a message). The older
+# CONTEXTSVC_SLICE_MAX_BYTES (a cap on the slice text) still sets it when given.
+CONTEXTSVC_REF_RESPONSE_MAX_BYTES = env_int(
+    "CONTEXTSVC_REF_RESPONSE_MAX_BYTES",
+    env_int("CONTEXTSVC_SLICE_MAX_BYTES", 256 * 1024, minimum=4096),
+    minimum=4096,
+)
+CONTEXTSVC_SLICE_MAX_BYTES = CONTEXTSVC_REF_RESPONSE_MAX_BYTES
 CONTEXTSVC_GREP_TIME_LIMIT_MS = env_int("CONTEXTSVC_GREP_TIME_LIMIT_MS", 10_000, minimum=1)
 
 # --- contextsvc defaults ----------------------------------------------------

@@ -4,14 +4,25 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db import transaction
 from django.http import HttpRequest
 from ninja import Body, Header, Query, Router, Schema, Status
 from pydantic import Field
 
+from contextsvc import nul
 from contextsvc.http import json_response
 
 from . import selectors, services
-from .schemas import AppendIn, SectionIn, SessionCreateIn, SessionPatchIn, ToolDefIn, UsageIn
+from .schemas import (
+    MAX_ID,
+    MAX_TOKENS,
+    AppendIn,
+    SectionIn,
+    SessionCreateIn,
+    SessionPatchIn,
+    ToolDefIn,
+    UsageIn,
+)
 
 router = Router(tags=["sessions"])
 
@@ -28,9 +39,9 @@ def _session(request: HttpRequest, sid: str, *, defer_tools: bool = False):
 
 
 class ListFilters(Schema):
-    agent: str | None = None
+    agent: str | None = Field(None, max_length=100)
     status: str | None = Field(None, pattern="^(active|final)$")
-    cursor: int | None = Field(None, ge=1)
+    cursor: int | None = Field(None, ge=1, le=MAX_ID)
     limit: int = Field(50, ge=1, le=200)
 
 
@@ -44,6 +55,7 @@ def create_session(request: HttpRequest, payload: SessionCreateIn):
 
 @router.get("/sessions")
 def list_sessions(request: HttpRequest, filters: Query[ListFilters]):
+    nul.reject_in_text(filters.agent, "agent")
     page, next_cursor = selectors.session_list(owner=_owner(request), **filters.model_dump())
     return {"items": [selectors.session_to_dict(s) for s in page], "next_cursor": next_cursor}
 
@@ -58,8 +70,10 @@ def patch_session(request: HttpRequest, sid: str, payload: SessionPatchIn):
     data = payload.model_dump(exclude_unset=True)
     if payload.policy is not None:
         data["policy"] = payload.policy.model_dump(exclude_unset=True)
-    session = services.session_update(session=_session(request, sid), data=data)
-    return selectors.session_to_dict(session)
+    # One transaction with the answer: a PATCH that cannot be answered is not kept.
+    with transaction.atomic():
+        session = services.session_update(session=_session(request, sid), data=data)
+        return selectors.session_to_dict(session)
 
 
 @router.put("/sessions/{sid}/system")
@@ -88,17 +102,19 @@ def post_messages(
     payload: AppendIn,
     idempotency_key: str | None = Header(None, alias="Idempotency-Key", max_length=200),
 ):
+    nul.reject_in_text(idempotency_key, "Idempotency-Key")
     session = _session(request, sid)
+    messages = [m.model_dump() for m in payload.messages]
     return services.session_append_messages(
         session=session,
-        messages=[m.model_dump() for m in payload.messages],
+        messages=messages,
         idempotency_key=idempotency_key,
-        fingerprint=services.request_fingerprint(request.body) if idempotency_key else "",
+        fingerprint=services.request_fingerprint(messages) if idempotency_key else "",
     )
 
 
 class BudgetQuery(Schema):
-    extra_tokens: int = Field(0, ge=0)
+    extra_tokens: int = Field(0, ge=0, le=MAX_TOKENS)
 
 
 @router.get("/sessions/{sid}/budget")
@@ -118,8 +134,8 @@ def get_budget(request: HttpRequest, sid: str, q: Query[BudgetQuery]):
 
 
 class ContextQuery(Schema):
-    format: str = "anthropic"
-    extra_tokens: int = Field(0, ge=0)
+    format: str = Field("anthropic", max_length=20)
+    extra_tokens: int = Field(0, ge=0, le=MAX_TOKENS)
 
 
 @router.get("/sessions/{sid}/context")

@@ -13,17 +13,20 @@ from ninja import Header, Query, Router, Schema
 from ninja.responses import Status
 from pydantic import ConfigDict, Field, ValidationError, model_validator
 
+from contextsvc import nul
 from contextsvc.engine.messages import ToolDef
 from contextsvc.errors import ValidationFailed
 
-from . import builtin_tools, output_store, selectors
+from . import builtin_tools, output_pages, output_store, selectors
 from .models import Session
+from .schemas import MAX_ID, MAX_SEQ, MAX_TOKENS
 
 router = Router(tags=["outputs"])
 
 MAX_SLICE_LINES = 100_000
 MAX_GREP_MATCHES = 1_000
 MAX_GREP_CONTEXT = 100
+MAX_LINE_CHARS = 1_000_000
 
 
 def _session(request: HttpRequest, sid: str) -> Session:
@@ -57,6 +60,7 @@ def upload_output(
     DATA_UPLOAD_MAX_MEMORY_SIZE and holds in memory) up to
     CONTEXTSVC_MAX_UPLOAD_BYTES. A tool message then carries ``output_ref``.
     """
+    nul.reject_in_text(tool_name, "X-Tool-Name")
     session = _session(request, sid)
     output, deduplicated = output_store.output_upload(
         session=session, tool_name=tool_name, **_upload_stream(request)
@@ -90,7 +94,7 @@ def _upload_stream(request: HttpRequest) -> dict[str, Any]:
 
 
 class OutputListQuery(Schema):
-    cursor: int | None = Field(None, ge=1)
+    cursor: int | None = Field(None, ge=1, le=MAX_ID)
     limit: int = Field(50, ge=1, le=200)
 
 
@@ -110,9 +114,9 @@ def list_outputs(request: HttpRequest, sid: str, q: Query[OutputListQuery]):
 
 class SliceQuery(Schema):
     # spec 000 §1.8 / DESIGN: offset is the 1-based first line (0 = from the start).
-    offset: int = Field(1, ge=0)
+    offset: int = Field(1, ge=0, le=MAX_SEQ)
     limit: int = Field(100, ge=1, le=MAX_SLICE_LINES)
-    max_line_length: int | None = Field(None, ge=1)
+    max_line_length: int | None = Field(None, ge=1, le=MAX_LINE_CHARS)
 
 
 class GrepQuery(Schema):
@@ -120,12 +124,14 @@ class GrepQuery(Schema):
     context: int = Field(0, ge=0, le=MAX_GREP_CONTEXT)
     max_matches: int = Field(100, ge=1, le=MAX_GREP_MATCHES)
     ignore_case: bool = False
+    # Where a capped answer's next_offset says to go on.
+    start_line: int = Field(1, ge=1, le=MAX_SEQ)
 
 
 @router.get("/refs/{ref}")
 def get_ref(request: HttpRequest, ref: str, q: Query[SliceQuery]):
     output = output_store.output_get(owner=request.auth, ref=ref)
-    return output_store.output_slice(
+    return output_pages.read_page(
         output, offset=q.offset, limit=q.limit, max_line_length=q.max_line_length
     )
 
@@ -133,12 +139,13 @@ def get_ref(request: HttpRequest, ref: str, q: Query[SliceQuery]):
 @router.get("/refs/{ref}/grep")
 def grep_ref(request: HttpRequest, ref: str, q: Query[GrepQuery]):
     output = output_store.output_get(owner=request.auth, ref=ref)
-    return output_store.output_grep(
+    return output_pages.grep_page(
         output,
         pattern=q.pattern,
         context=q.context,
         max_matches=q.max_matches,
         ignore_case=q.ignore_case,
+        start_line=q.start_line,
     )
 
 
@@ -161,8 +168,8 @@ class ToolCostIn(Schema):
     model_config = ConfigDict(extra="forbid")
 
     tool_call_id: str | None = Field(None, min_length=1, max_length=200)
-    bytes: int | None = Field(None, ge=0)
-    tokens: int | None = Field(None, ge=0)
+    bytes: int | None = Field(None, ge=0, le=2**40)
+    tokens: int | None = Field(None, ge=0, le=MAX_TOKENS)
     text: str | None = None
 
     @model_validator(mode="after")
@@ -209,7 +216,7 @@ class CacheReadArgs(Schema):
     model_config = ConfigDict(extra="forbid")
 
     ref_id: str = Field(..., min_length=1, max_length=64)
-    offset: int = Field(1, ge=0)
+    offset: int = Field(1, ge=0, le=MAX_SEQ)
     limit: int = Field(200, ge=1, le=MAX_SLICE_LINES)
 
 
@@ -221,6 +228,7 @@ class CacheGrepArgs(Schema):
     context: int = Field(0, ge=0, le=MAX_GREP_CONTEXT)
     max_matches: int = Field(50, ge=1, le=MAX_GREP_MATCHES)
     ignore_case: bool = False
+    start_line: int = Field(1, ge=1, le=MAX_SEQ)
 
 
 def _parse(model: type[Schema], arguments: dict[str, Any]) -> Any:
@@ -240,7 +248,7 @@ def _call_read(session: Session, arguments: dict[str, Any]) -> dict[str, Any]:
     output = output_store.output_get(owner=session.owner, ref=args.ref_id)
     # Lines cut like the session's views, as a `read` tool cuts long lines.
     max_line = output_store.cache_config(session).max_line_length
-    result = output_store.output_slice(
+    result = output_pages.read_page(
         output, offset=args.offset, limit=args.limit, max_line_length=max_line
     )
     result["ref_id"] = result.pop("ref")
@@ -250,12 +258,13 @@ def _call_read(session: Session, arguments: dict[str, Any]) -> dict[str, Any]:
 def _call_grep(session: Session, arguments: dict[str, Any]) -> dict[str, Any]:
     args = _parse(CacheGrepArgs, arguments)
     output = output_store.output_get(owner=session.owner, ref=args.ref_id)
-    result = output_store.output_grep(
+    result = output_pages.grep_page(
         output,
         pattern=args.pattern,
         context=args.context,
         max_matches=args.max_matches,
         ignore_case=args.ignore_case,
+        start_line=args.start_line,
     )
     result["ref_id"] = result.pop("ref")
     return result
@@ -276,6 +285,7 @@ READ_TOOL = ToolDef(
             "offset": {
                 "type": "integer",
                 "minimum": 0,
+                "maximum": MAX_SEQ,
                 "description": "1-based number of the first line to read (default 1)",
             },
             "limit": {
@@ -296,7 +306,8 @@ GREP_TOOL = ToolDef(
     description=(
         "Search a stored tool output (by its ref id) with a regular expression. Returns the "
         "matching lines with 1-based line numbers and optional context lines, like grep -n; "
-        "then read around a match with tool_output_cache."
+        "then read around a match with tool_output_cache. When has_more is true, call again "
+        "with start_line set to next_offset for the following matches."
     ),
     input_schema={
         "type": "object",
@@ -316,6 +327,12 @@ GREP_TOOL = ToolDef(
                 "description": "Stop after this many matching lines (default 50)",
             },
             "ignore_case": {"type": "boolean", "description": "Case-insensitive (default false)"},
+            "start_line": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": MAX_SEQ,
+                "description": "Skip matches before this line (default 1; see next_offset)",
+            },
         },
         "required": ["ref_id", "pattern"],
         "additionalProperties": False,

@@ -10,6 +10,7 @@ from ninja.security import HttpBearer
 
 from .hotpath import session_for_key
 from .models import AgentKey, hash_key
+from .selectors import is_session_id
 
 # Touch last_used_at at most this often: one write per request would double
 # the cost of the append path for a timestamp nobody needs to the second.
@@ -24,7 +25,7 @@ class AgentKeyAuth(HttpBearer):
         key = None
         match = request.resolver_match
         sid = match.kwargs.get("sid") if match else None
-        if sid:
+        if sid and is_session_id(sid):
             # Nearly every call names a session: fetch it with its owner in the
             # same query as the key check. A miss falls back to the key alone,
             # so a bad key stays a 401 and an unknown session a 404.

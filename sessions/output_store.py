@@ -262,6 +262,8 @@ def _too_large(limit: int) -> PayloadTooLarge:
 
 def output_get(*, owner: AgentKey, ref: str) -> ToolOutput:
     """An output of one of ``owner``'s sessions; anyone else's is a 404 (never a 403)."""
+    if len(ref) > 64 or "\x00" in ref:  # could not be stored: not found, not a database error
+        raise NotFound(f"Output {ref!r} not found")
     output = (
         ToolOutput.objects.filter(ref=ref, session__owner=owner, sha256__isnull=False)
         .select_related("session")
@@ -634,8 +636,11 @@ def output_grep(
     max_matches: int = 100,
     ignore_case: bool = False,
     time_limit: float | None = None,
+    start_line: int = 1,
 ) -> dict[str, Any]:
     """Lines matching ``pattern`` (``regex`` syntax), 1-based, with context lines.
+
+    Matches before ``start_line`` are skipped (a capped answer continues there).
 
     Streams the output a few MiB at a time. A match is reported on the line it
     starts in when the pattern also matches inside that line alone (grep is
@@ -706,6 +711,8 @@ def output_grep(
                 if number == last_line:  # another piece of one very long line
                     continue
                 last_line = number
+                if number < start_line:
+                    continue
                 before: list[dict[str, Any]] = []
                 if context:
                     before = _lines_backward(text, line_start, number, context)
@@ -735,28 +742,29 @@ def output_grep(
                     )
     except TimeoutError:
         raise _grep_timeout(limit) from None
+    found = [m.to_dict() for m in matches]
     return {
         "ref": output.ref,
         "pattern": pattern,
         "ignore_case": ignore_case,
         "context": context,
-        "matches": [m.to_dict() for m in matches],
+        "matches": found,
         "match_count": len(matches),
         "truncated": truncated,
         "searched_lines": min(searched_to, output.line_count),
         "total_lines": output.line_count,
-        "text": _grep_text(matches),
+        "text": grep_text(found),
     }
 
 
-def _grep_text(matches: Sequence[_Match]) -> str:
+def grep_text(matches: Sequence[dict[str, Any]]) -> str:
     """grep -n style: ``N:match``, ``N-context``, groups separated by ``--``."""
     out: list[str] = []
     printed = 0
     for m in matches:
-        group = [(b["line"], "-", b["text"]) for b in m.before]
-        group.append((m.line, ":", m.text))
-        group.extend((a["line"], "-", a["text"]) for a in m.after)
+        group = [(b["line"], "-", b["text"]) for b in m["before"]]
+        group.append((m["line"], ":", m["text"]))
+        group.extend((a["line"], "-", a["text"]) for a in m["after"])
         fresh = [g for g in group if g[0] > printed]
         if not fresh:
             continue

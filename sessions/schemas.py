@@ -8,10 +8,46 @@ from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from contextsvc.engine.errors import EngineValidationError
+from contextsvc.engine.strategies import validate_chain
+
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:\-]{0,127}$"
 TOOL_NAME_PATTERN = r"^[A-Za-z0-9_\-]{1,64}$"
 SECTION_KINDS = ("base", "rules", "memory", "skill", "scratchpad", "status")
 TOOL_CATEGORIES = ("builtin", "mcp", "skill")
+
+# Bounds on numbers (documented in the README): each fits its column
+# (PositiveIntegerField: 2**31 - 1) with room for the sums the service stores,
+# and is far beyond any real model; a policy number past them would be stored
+# and then break every later call on the session.
+MAX_TOKENS = 100_000_000  # windows, output limits, buffers, token counts
+MAX_SEQ = 2**31 - 1  # message seqs and line numbers (integer columns)
+MAX_ID = 2**63 - 1  # list cursors (bigint ids)
+MAX_TURNS = 10_000  # turns / tool uses / messages a policy keeps
+MAX_PROMPT_CHARS = 100_000  # a policy prompt or directive
+MAX_LIST_ITEMS = 100  # directives, chain names, extra targets, excluded tools
+# Free-form JSON (tool arguments, content parts, input schemas) nests at most
+# this deep: the stored JSON is later rendered inside the context body, and
+# the renderer (orjson) stops at 255 levels, which would make a 500 of every
+# later context call.
+MAX_JSON_DEPTH = 64
+
+
+def check_depth(value: Any) -> Any:
+    """``value`` unchanged, or a ValueError when it nests deeper than MAX_JSON_DEPTH."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > MAX_JSON_DEPTH:
+            raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels")
+        stack.extend((child, depth + 1) for child in children)
+    return value
 
 
 class In(BaseModel):
@@ -27,30 +63,61 @@ class CompactionPolicy(In):
     enabled: bool = True
     auto: bool = True
     threshold_ratio: float | None = Field(None, gt=0, le=1)
-    model: str | None = None
-    strategy: str | None = None
-    chain: list[str] | None = None
-    summary_prompt: str | None = None
-    summary_directives: list[str] = []
-    retain_prompt: str | None = None
-    retain_directives: list[str] = []
-    retain_last_turns: int = Field(1, ge=0)
-    compression_prompt: str | None = None
-    preserve_top: int = Field(5, ge=0)
-    preserve_bottom: int = Field(5, ge=0)
+    model: str | None = Field(None, min_length=1, max_length=200)
+    strategy: str | None = Field(None, max_length=50)
+    chain: list[str] | None = Field(None, min_length=1, max_length=MAX_LIST_ITEMS)
+    summary_prompt: str | None = Field(None, max_length=MAX_PROMPT_CHARS)
+    summary_directives: list[str] = Field([], max_length=MAX_LIST_ITEMS)
+    retain_prompt: str | None = Field(None, max_length=MAX_PROMPT_CHARS)
+    retain_directives: list[str] = Field([], max_length=MAX_LIST_ITEMS)
+    retain_last_turns: int = Field(1, ge=0, le=MAX_TURNS)
+    compression_prompt: str | None = Field(None, max_length=MAX_PROMPT_CHARS)
+    preserve_top: int = Field(5, ge=0, le=MAX_TURNS)
+    preserve_bottom: int = Field(5, ge=0, le=MAX_TURNS)
     sandwich_threshold: float = Field(0.7, gt=0, le=1)
-    keep_tool_uses: int = Field(3, ge=0)
-    exclude_tools: list[str] = []
-    clear_at_least: int = Field(0, ge=0)
+    keep_tool_uses: int = Field(3, ge=0, le=MAX_TURNS)
+    exclude_tools: list[str] = Field([], max_length=1000)
+    clear_at_least: int = Field(0, ge=0, le=MAX_TOKENS)
     clear_tool_inputs: bool = False
+
+    @field_validator("summary_directives", "retain_directives", "exclude_tools")
+    @classmethod
+    def _short_items(cls, value: list[str]) -> list[str]:
+        for i, item in enumerate(value):
+            if len(item) > MAX_PROMPT_CHARS:
+                raise ValueError(f"item {i} is longer than {MAX_PROMPT_CHARS} characters")
+        return value
+
+    # A name the engine does not know would be stored and fail every later
+    # compaction; refused here, naming the field.
+    @field_validator("strategy")
+    @classmethod
+    def _known_strategy(cls, value: str | None) -> str | None:
+        if value is not None and value != "chain":
+            _check_chain([value])
+        return value
+
+    @field_validator("chain")
+    @classmethod
+    def _known_chain(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None:
+            _check_chain(value)
+        return value
+
+
+def _check_chain(names: list[str]) -> None:
+    try:
+        validate_chain(names)  # the engine's own list, so the two cannot drift apart
+    except EngineValidationError as exc:
+        raise ValueError(exc.message) from None
 
 
 class ToolOutputCachePolicy(In):
     enabled: bool = True
     preset: Literal["default", "offload", "tool_response"] | None = None
-    context_budget_tokens: int | None = Field(None, gt=0)
-    max_message_bytes: int = Field(50 * 1024, gt=0)
-    max_line_length: int = Field(2000, gt=0)
+    context_budget_tokens: int | None = Field(None, gt=0, le=MAX_TOKENS)
+    max_message_bytes: int = Field(50 * 1024, gt=0, le=16 * 1024 * 1024)
+    max_line_length: int = Field(2000, gt=0, le=1_000_000)
     trim_hysteresis: float = Field(0.25, ge=0, lt=1)
 
 
@@ -66,9 +133,11 @@ class ThresholdsPolicy(In):
 
 
 class EstimatePolicy(In):
-    per_message_overhead: int = Field(4, ge=0)
-    media_item_tokens: int = Field(1600, ge=0)
-    tool_schema_scale: float = Field(2.09, gt=0)
+    # Multipliers of every message / image / tool schema: kept small so that
+    # a 32 MiB body's count still fits the integer token columns.
+    per_message_overhead: int = Field(4, ge=0, le=1_000)
+    media_item_tokens: int = Field(1600, ge=0, le=100_000)
+    tool_schema_scale: float = Field(2.09, gt=0, le=10)
 
 
 class PromptCachePolicy(In):
@@ -82,15 +151,15 @@ class PromptCachePolicy(In):
     mark_tools: bool = True
     max_breakpoints: int = Field(4, ge=1, le=4)
     # Overrides the model profile's minimum cacheable prefix.
-    min_cacheable_tokens: int | None = Field(None, ge=1)
+    min_cacheable_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS)
 
 
 class TargetIn(In):
-    provider: str = Field(..., min_length=1)
-    model: str = Field(..., min_length=1)
-    context_window: int | None = None
-    max_output_tokens: int | None = None
-    buffer_tokens: int | None = None
+    provider: str = Field(..., min_length=1, max_length=50)
+    model: str = Field(..., min_length=1, max_length=200)
+    context_window: int | None = Field(None, le=MAX_TOKENS)
+    max_output_tokens: int | None = Field(None, le=MAX_TOKENS)
+    buffer_tokens: int | None = Field(None, le=MAX_TOKENS)
 
 
 class PolicyIn(In):
@@ -99,7 +168,7 @@ class PolicyIn(In):
     thresholds: ThresholdsPolicy | None = None
     estimate: EstimatePolicy | None = None
     # Further provider targets the agent may fall back to (spec 001 ok/skip/final).
-    targets: list[TargetIn] | None = None
+    targets: list[TargetIn] | None = Field(None, max_length=MAX_LIST_ITEMS)
     final_report_tool: str | None = Field(None, pattern=TOOL_NAME_PATTERN)
     tool_deferral_threshold: float | None = Field(None, gt=0, le=1)
     prompt_cache: PromptCachePolicy | None = None
@@ -114,10 +183,10 @@ class SessionCreateIn(In):
     model: str = Field(..., min_length=1, max_length=200)
     provider: str | None = Field(None, max_length=50)
     # No gt=0 here: the engine answers spec 004's exact message for <= 0.
-    context_window: int | None = None
-    max_output_tokens: int | None = None
-    buffer_tokens: int | None = None
-    tokenizer: str | None = None
+    context_window: int | None = Field(None, le=MAX_TOKENS)
+    max_output_tokens: int | None = Field(None, le=MAX_TOKENS)
+    buffer_tokens: int | None = Field(None, le=MAX_TOKENS)
+    tokenizer: str | None = Field(None, max_length=100)
     policy: PolicyIn = PolicyIn()
 
 
@@ -125,10 +194,10 @@ class SessionPatchIn(In):
     agent: str | None = Field(None, max_length=100)
     model: str | None = Field(None, min_length=1, max_length=200)
     provider: str | None = Field(None, max_length=50)
-    context_window: int | None = None
-    max_output_tokens: int | None = None
-    buffer_tokens: int | None = None
-    tokenizer: str | None = None
+    context_window: int | None = Field(None, le=MAX_TOKENS)
+    max_output_tokens: int | None = Field(None, le=MAX_TOKENS)
+    buffer_tokens: int | None = Field(None, le=MAX_TOKENS)
+    tokenizer: str | None = Field(None, max_length=100)
     policy: PolicyIn | None = None
 
 
@@ -163,6 +232,8 @@ class ToolDefIn(In):
     )
     category: Literal["builtin", "mcp", "skill"] = "mcp"
 
+    _shallow_schema = field_validator("input_schema")(check_depth)
+
     @model_validator(mode="before")
     @classmethod
     def _known_category(cls, data: Any) -> Any:
@@ -185,10 +256,12 @@ class ToolCallIn(In):
         if isinstance(value, str):
             try:
                 parsed = json.loads(value) if value.strip() else {}
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
                 return {"_raw": value}
             return parsed if isinstance(parsed, dict) else {"_value": parsed}
         return value
+
+    _shallow_arguments = field_validator("arguments")(check_depth)
 
 
 class MessageIn(In):
@@ -209,6 +282,7 @@ class MessageIn(In):
                     raise ValueError(f"content[{i}] needs a string 'type'")
                 if part["type"] == "text" and not isinstance(part.get("text"), str):
                     raise ValueError(f"content[{i}] of type text needs a string 'text'")
+            check_depth(value)
         return value
 
     @model_validator(mode="after")
@@ -231,15 +305,20 @@ class AppendIn(In):
 
 
 class UsageIn(In):
-    input_tokens: int = Field(0, ge=0)
-    output_tokens: int = Field(0, ge=0)
+    # Each at most MAX_TOKENS, so their sum (total_tokens) fits its column.
+    input_tokens: int = Field(0, ge=0, le=MAX_TOKENS)
+    output_tokens: int = Field(0, ge=0, le=MAX_TOKENS)
     cache_creation_tokens: int = Field(
         0,
         ge=0,
+        le=MAX_TOKENS,
         validation_alias=AliasChoices("cache_creation_tokens", "cache_creation_input_tokens"),
     )
     cache_read_tokens: int = Field(
-        0, ge=0, validation_alias=AliasChoices("cache_read_tokens", "cache_read_input_tokens")
+        0,
+        ge=0,
+        le=MAX_TOKENS,
+        validation_alias=AliasChoices("cache_read_tokens", "cache_read_input_tokens"),
     )
     # The last message the reported call covered; default: the newest one.
-    through_seq: int | None = Field(None, ge=0)
+    through_seq: int | None = Field(None, ge=0, le=MAX_SEQ)

@@ -57,7 +57,15 @@ MESSAGE_FIELDS = (
 )
 
 
+def is_session_id(external_id: str) -> bool:
+    """Whether ``external_id`` could name a session: fits the column, no NUL
+    (the database would refuse the lookup itself; such an id is simply not found)."""
+    return 0 < len(external_id) <= 128 and "\x00" not in external_id
+
+
 def session_get(*, owner: AgentKey, external_id: str, defer_tools: bool = False) -> Session:
+    if not is_session_id(external_id):
+        raise NotFound(f"Session {external_id!r} not found")
     qs = Session.objects.filter(owner=owner, external_id=external_id)
     if defer_tools:
         # The tool definitions can be a megabyte of JSON (300 MCP tools); the

@@ -8,6 +8,7 @@ seq, insert, bump the cached counters, commit. Follow-up work is enqueued with
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import secrets
 from collections.abc import Callable, Sequence
@@ -16,12 +17,15 @@ from datetime import timedelta
 from typing import Any
 
 import orjson
+import pydantic
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Sum
 from django.utils import timezone
 
-from contextsvc.engine.budget import Thresholds
+from contextsvc import nul
+from contextsvc.engine.budget import DEFAULT_BLOCK_RATIO, DEFAULT_COMPACT_RATIO, Thresholds
+from contextsvc.engine.errors import EngineValidationError
 from contextsvc.engine.messages import Message as EngineMessage
 from contextsvc.engine.messages import PromptSection, ToolCall, ToolDef, content_text
 from contextsvc.engine.tokens import (
@@ -30,10 +34,12 @@ from contextsvc.engine.tokens import (
     estimate_tool_schemas,
     get_tokenizer,
 )
+from contextsvc.engine.views import ViewConfig
 from contextsvc.errors import Conflict, ValidationFailed
 
 from . import accounting, hotpath, output_store
 from .models import AgentKey, IdempotencyRecord, Message, Session, UsageReport, hash_key
+from .schemas import PolicyIn
 
 # Hooks other apps register to run after a committed append/usage report
 # (compaction enqueues its auto-trigger here) without sessions importing them.
@@ -68,12 +74,36 @@ def agent_key_revoke(*, key: AgentKey) -> AgentKey:
 # --- sessions ---------------------------------------------------------------------
 
 
+def _check_policy(policy: dict[str, Any]) -> None:
+    """422 naming the field unless ``policy`` passes the API's policy schema.
+
+    Checked here too, not only by the API: a stored policy is read by every
+    later call, so one bad number (or type) would break the session for good.
+    """
+    try:
+        PolicyIn.model_validate(policy)
+    except pydantic.ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(("policy", *(str(p) for p in first["loc"])))
+        raise ValidationFailed(f"{field}: {first['msg']}", details={"field": field}) from None
+
+
 def _normalise_policy(policy: dict[str, Any], *, tokenizer: str) -> dict[str, Any]:
     """Validate cross-field rules and resolve each extra target's limits once."""
     policy = {k: v for k, v in policy.items() if v is not None}
     thresholds = policy.get("thresholds")
-    if thresholds:
-        Thresholds(compact_ratio=thresholds["compact_at"], block_ratio=thresholds["block_at"])
+    if thresholds is not None:
+        # A partial section keeps the defaults for what it leaves out, stored
+        # whole so that every reader sees both numbers.
+        merged = {"compact_at": DEFAULT_COMPACT_RATIO, "block_at": DEFAULT_BLOCK_RATIO}
+        merged.update(thresholds)
+        try:
+            Thresholds(compact_ratio=merged["compact_at"], block_ratio=merged["block_at"])
+        except EngineValidationError as exc:
+            raise ValidationFailed(
+                f"policy.thresholds: {exc.message}", details={"field": "policy.thresholds"}
+            ) from None
+        policy["thresholds"] = merged
     targets = []
     for i, target in enumerate(policy.get("targets") or []):
         provider = target["provider"]
@@ -112,6 +142,7 @@ def session_create(*, owner: AgentKey, data: dict[str, Any]) -> Session:
     }
     limits = accounting.resolve_session_limits(provider=provider, model=model, explicit=explicit)
     get_tokenizer(limits.tokenizer)  # an unknown tokenizer is a 422 now, not at first append
+    _check_policy(data.get("policy") or {})
     policy = _normalise_policy(data.get("policy") or {}, tokenizer=limits.tokenizer)
     external_id = data.get("id") or f"ses_{secrets.token_hex(8)}"
     try:
@@ -155,6 +186,8 @@ def session_update(*, session: Session, data: dict[str, Any]) -> Session:
         if tokenizer_changed:
             get_tokenizer(limits.tokenizer)
     if data.get("policy") is not None:
+        # The patch replaces whole sections, so checking it checks what changes.
+        _check_policy(data["policy"])
         merged = {**(session.policy or {}), **data["policy"]}
         session.policy = _normalise_policy(merged, tokenizer=session.tokenizer)
     _refresh_guard(session)
@@ -350,6 +383,12 @@ def to_engine_message(data: dict[str, Any]) -> EngineMessage:
     )
 
 
+def nul_view_config(cache: ViewConfig, text: str) -> ViewConfig:
+    """With the cache off an output is not cut: a view config its whole text fits."""
+    size = 4 * len(text) + 1  # UTF-8 takes at most 4 bytes a character
+    return dataclasses.replace(cache, max_message_bytes=size, max_line_length=size)
+
+
 def prepare_messages(session: Session, messages: Sequence[dict[str, Any]]) -> list[Prepared]:
     tokenizer = accounting.tokenizer_of(session)
     config = accounting.estimate_config_of(session)
@@ -363,7 +402,10 @@ def prepare_messages(session: Session, messages: Sequence[dict[str, Any]]) -> li
         for call in msg.tool_calls:
             open_calls[call.id] = call.name
         stored = None
-        if msg.role == "tool" and (cache.enabled or msg.output_ref):
+        # A NUL in a tool output is data: its bytes go to the output store even
+        # with the cache off (text columns cannot hold it), the view shows it escaped.
+        nul_bytes = msg.role == "tool" and not cache.enabled and nul.NUL in msg.text
+        if msg.role == "tool" and (cache.enabled or msg.output_ref or nul_bytes):
             # spec 000 §1.5: store the full output, put its view in context.
             # Only the view is tokenized; the blob is never (DESIGN.md).
             if msg.output_ref and msg.text:
@@ -373,7 +415,7 @@ def prepare_messages(session: Session, messages: Sequence[dict[str, Any]]) -> li
                 )
             stored = output_store.output_for_message(
                 session=session,
-                config=cache,
+                config=nul_view_config(cache, msg.text) if nul_bytes else cache,
                 text=None if msg.output_ref else msg.text,
                 output_ref=msg.output_ref,
                 tool_name=msg.name or open_calls.get(msg.tool_call_id or "", ""),
@@ -385,6 +427,10 @@ def prepare_messages(session: Session, messages: Sequence[dict[str, Any]]) -> li
             msg.view_state = stored.view.state
             if stored.content is not None:
                 msg.content = stored.content
+        if msg.role == "tool":
+            msg.content = nul.escape_content(msg.content)
+            if msg.view is not None:
+                msg.view = nul.escape(msg.view)
         msg.token_count = estimate_message(msg, tokenizer, config)
         content = msg.content
         if stored is not None and msg.view is not None:
@@ -514,8 +560,14 @@ def _answered_call_ids(session_pk: int, ids: list[str]) -> list[str]:
     return []
 
 
-def request_fingerprint(body: bytes) -> str:
-    return hashlib.sha256(body).hexdigest()
+def request_fingerprint(messages: Sequence[dict[str, Any]]) -> str:
+    """An Idempotency-Key's fingerprint: over the parsed messages, canonicalised.
+
+    Sorted keys and no whitespace, after parsing (defaults filled in, JSON-text
+    tool arguments decoded): a client that re-serialises its retry with
+    another key order or spacing means the same request and must not get a 409.
+    """
+    return hashlib.sha256(orjson.dumps(list(messages), option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
 def _replay(session: Session, key: str, fingerprint: str) -> dict[str, Any] | None:
