@@ -15,6 +15,7 @@ databases live in memory). Locally it skips without PostgreSQL; in CI
 from __future__ import annotations
 
 import json
+import logging
 import os
 import secrets
 import socket
@@ -97,6 +98,7 @@ def _gunicorn(env: dict[str, str], log: Path) -> Iterator[str]:
 
 def _seed(base: str, raw_key: str) -> dict[str, list[str]]:
     """Sessions with sections, tools, messages, stored outputs, usage, a run and a snapshot."""
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
     api = httpx.Client(
         base_url=f"{base}/api/v1", headers={"Authorization": f"Bearer {raw_key}"}, timeout=30
     )
@@ -184,7 +186,9 @@ def test_every_operation_keeps_its_contract_under_schemathesis(transactional_db,
         started = time.monotonic()
         result = subprocess.run(
             command,
-            cwd=ROOT,
+            # Its cache of past failures (.schemathesis/) stays out of the repository
+            # and out of the next run: each run is the same cases.
+            cwd=tmp_path,
             env={
                 **env,
                 "SCHEMATHESIS_HOOKS": "tests.contract_hooks",
@@ -198,7 +202,9 @@ def test_every_operation_keeps_its_contract_under_schemathesis(transactional_db,
         elapsed = time.monotonic() - started
     report = result.stdout + result.stderr
     print(report)  # the figures (requests, operations, time) in the log either way
+    server_log = (tmp_path / "gunicorn.log").read_text(errors="replace")
     assert result.returncode == 0, (
         f"schemathesis found contract failures in {elapsed:.0f} s "
-        f"(each with a curl line that reproduces it):\n{report[-60_000:]}"
+        f"(each with a curl line that reproduces it):\n{report[-60_000:]}\n"
+        f"--- the server's log (tracebacks of the 5xx) ---\n{server_log[-20_000:]}"
     )
