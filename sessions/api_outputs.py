@@ -132,7 +132,7 @@ class GrepQuery(Schema):
     ignore_case: bool = False
 
 
-@router.get("/refs/{ref}", response=SliceOut)
+@router.get("/refs/{ref}", response=SliceOut, exclude_unset=True)
 def get_ref(request: HttpRequest, ref: str, q: Query[SliceQuery]):
     output = output_store.output_get(owner=request.auth, ref=ref)
     return output_store.output_slice(
@@ -140,7 +140,7 @@ def get_ref(request: HttpRequest, ref: str, q: Query[SliceQuery]):
     )
 
 
-@router.get("/refs/{ref}/grep", response=GrepOut)
+@router.get("/refs/{ref}/grep", response=GrepOut, exclude_unset=True)
 def grep_ref(request: HttpRequest, ref: str, q: Query[GrepQuery]):
     output = output_store.output_get(owner=request.auth, ref=ref)
     return output_store.output_grep(

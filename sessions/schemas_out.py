@@ -219,6 +219,7 @@ class SliceOut(Out):
     truncated: bool
     cut_lines: list[int]
     text: str
+    message: str | None = Field(None, description="Set when the answer was capped: how to go on")
 
 
 class GrepLineOut(Out):
@@ -242,6 +243,11 @@ class GrepOut(Out):
     searched_lines: int
     total_lines: int
     text: str
+    # Set when the answer was capped by its size: where to go on.
+    has_more: bool | None = None
+    next_offset: int | None = None
+    start_line: int | None = None
+    message: str | None = None
 
 
 class ToolCostOut(Out):

@@ -159,6 +159,8 @@ def test_every_operation_keeps_its_contract_under_schemathesis(transactional_db,
         "CONTEXTSVC_SUMMARIZER": "offline",
         "ANTHROPIC_API_KEY": "",
         "PYTHONUNBUFFERED": "1",
+        # One key sends every request: its rate limit would answer most of them 429.
+        "CONTEXTSVC_RATE_LIMIT": "off",
     }
     _, raw_key = agent_key_create(name="fuzz")
     with _gunicorn(env, tmp_path / "gunicorn.log") as base:
