@@ -55,7 +55,22 @@ def _output_dict(output, *, deduplicated: bool = False) -> dict[str, Any]:
 # --- raw upload ---------------------------------------------------------------------
 
 
-@router.put("/sessions/{sid}/outputs", response={201: OutputOut, 200: OutputOut, 409: ErrorOut})
+# The raw bytes of an output, as uploaded and as downloaded (not JSON).
+_BINARY = {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
+_UPLOAD_BODY = {
+    "requestBody": {
+        "required": True,
+        "description": "The tool output's bytes, as the tool produced them",
+        "content": _BINARY,
+    }
+}
+
+
+@router.put(
+    "/sessions/{sid}/outputs",
+    response={201: OutputOut, 200: OutputOut, 409: ErrorOut},
+    openapi_extra=_UPLOAD_BODY,
+)
 def upload_output(
     request: HttpRequest,
     sid: str,
@@ -153,14 +168,7 @@ def grep_ref(request: HttpRequest, ref: str, q: Query[GrepQuery]):
 
 
 _RAW_BYTES = {
-    "responses": {
-        200: {
-            "description": "The stored bytes exactly as posted",
-            "content": {
-                "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}
-            },
-        }
-    }
+    "responses": {200: {"description": "The stored bytes exactly as posted", "content": _BINARY}}
 }
 
 
