@@ -1,10 +1,11 @@
 """The OpenAPI contract, fuzzed: schemathesis against a real gunicorn for a bounded time.
 
 Every operation of /api/v1/openapi.json is called with generated valid and
-invalid input (schemathesis's examples, coverage and fuzzing phases, fixed
-deterministic generation: the same cases every run). The run fails on any 5xx, any response
-whose status or body its operation does not declare, and any response slower
-than 2 s; the failures are printed with a curl line that reproduces each.
+invalid input (schemathesis's examples, coverage and fuzzing phases, with
+deterministic generation: the same cases every run). The run fails on any
+5xx, any response whose status or body its operation does not declare, and
+any response slower than 2 s; the failures are printed with a curl line that
+reproduces each, and the server's tracebacks.
 
 The server is a subprocess, so it needs committed rows (``transactional_db``)
 on the same database by name: PostgreSQL's ``test_<name>`` (SQLite test
@@ -22,6 +23,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,6 +31,7 @@ from urllib.parse import quote
 
 import httpx
 import pytest
+import redis
 from django.db import connection
 
 from sessions.services import agent_key_create
@@ -96,6 +99,19 @@ def _gunicorn(env: dict[str, str], log: Path) -> Iterator[str]:
         server.wait(timeout=20)
 
 
+@contextmanager
+def _forgotten(env: dict[str, str]) -> Iterator[None]:
+    """Remove the run's compaction queue (and kombu's bindings) from Redis afterwards."""
+    try:
+        yield
+    finally:
+        if env.get("REDIS_URL"):
+            client = redis.Redis.from_url(env["REDIS_URL"])
+            queue = env["CONTEXTSVC_COMPACTION_QUEUE"]
+            keys = [queue, *client.scan_iter(match=f"_kombu.binding*{queue}")]
+            client.delete(*keys)
+
+
 def _seed(base: str, raw_key: str) -> dict[str, list[str]]:
     """Sessions with sections, tools, messages, stored outputs, usage, a run and a snapshot."""
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
@@ -161,9 +177,11 @@ def test_every_operation_keeps_its_contract_under_schemathesis(transactional_db,
         "PYTHONUNBUFFERED": "1",
         # One key sends every request: its rate limit would answer most of them 429.
         "CONTEXTSVC_RATE_LIMIT": "off",
+        # Queued runs (no worker here) go to a queue of their own, removed afterwards.
+        "CONTEXTSVC_COMPACTION_QUEUE": f"contract-fuzz-{uuid.uuid4().hex[:8]}",
     }
     _, raw_key = agent_key_create(name="fuzz")
-    with _gunicorn(env, tmp_path / "gunicorn.log") as base:
+    with _gunicorn(env, tmp_path / "gunicorn.log") as base, _forgotten(env):
         ids = _seed(base, raw_key)
         command = [
             sys.executable, "-m", "schemathesis.cli", "run", f"{base}/api/v1/openapi.json",
