@@ -7,11 +7,21 @@ from ninja import Query, Router, Schema, Status
 from pydantic import Field
 
 from contextsvc.http import json_response
+from contextsvc.openapi import ErrorOut, declare_errors
 from sessions import selectors as session_selectors
 from sessions import services as session_services
 
 from . import selectors, services
 from .schemas import CompactIn, OverflowIn
+from .schemas_out import (
+    CompactOut,
+    OverflowOut,
+    RestoreOut,
+    ResumeOut,
+    RunDetailOut,
+    RunListOut,
+    SnapshotListOut,
+)
 
 router = Router(tags=["compaction"])
 
@@ -20,7 +30,11 @@ def _session(request: HttpRequest, sid: str):
     return session_selectors.session_get(owner=request.auth, external_id=sid)
 
 
-@router.post("/sessions/{sid}/compact", response={200: dict, 202: dict})
+@router.post(
+    "/sessions/{sid}/compact",
+    response={200: CompactOut, 202: CompactOut, 409: ErrorOut},
+    exclude_unset=True,
+)
 def compact(request: HttpRequest, sid: str, payload: CompactIn):
     """spec 002 §7 ``/compact``: a forced compaction; ``wait`` runs it in the request."""
     session = _session(request, sid)
@@ -50,7 +64,7 @@ def compact(request: HttpRequest, sid: str, payload: CompactIn):
     )
 
 
-@router.get("/compactions/{run_id}")
+@router.get("/compactions/{run_id}", response=RunDetailOut, exclude_unset=True)
 def get_compaction(request: HttpRequest, run_id: str):
     run = selectors.run_get(owner=request.auth, run_id=run_id)
     # A client polling a run whose worker died sees it requeued (or failed), not "running".
@@ -62,25 +76,26 @@ class RunListQuery(Schema):
     limit: int = Field(20, ge=1, le=200)
 
 
-@router.get("/sessions/{sid}/compactions")
+@router.get("/sessions/{sid}/compactions", response=RunListOut)
 def list_compactions(request: HttpRequest, sid: str, q: Query[RunListQuery]):
     session = _session(request, sid)
     runs = selectors.run_list(session=session, limit=q.limit)
     return {"items": [selectors.run_to_dict(r, detail=False) for r in runs]}
 
 
-@router.get("/sessions/{sid}/snapshot")
+# Declared, not validated: the handler returns its pre-rendered body as is.
+@router.get("/sessions/{sid}/snapshot", response=ResumeOut)
 def get_snapshot(request: HttpRequest, sid: str):
     """spec 002 §6 resume: the newest snapshot plus the messages after it."""
     return json_response(selectors.session_resume(_session(request, sid)))
 
 
-@router.get("/sessions/{sid}/snapshots")
+@router.get("/sessions/{sid}/snapshots", response=SnapshotListOut)
 def list_snapshots(request: HttpRequest, sid: str):
     return {"items": selectors.snapshot_list(session=_session(request, sid))}
 
 
-@router.post("/sessions/{sid}/snapshots/{snapshot_id}/restore")
+@router.post("/sessions/{sid}/snapshots/{snapshot_id}/restore", response=RestoreOut)
 def restore_snapshot(request: HttpRequest, sid: str, snapshot_id: str):
     """Make snapshot ``snapshot_id`` (or ``uncompacted``: the whole transcript) live again."""
     session = _session(request, sid)
@@ -103,7 +118,8 @@ class ContextFormat(Schema):
     format: str = "anthropic"
 
 
-@router.post("/sessions/{sid}/overflow")
+# Declared, not validated: the handler returns its pre-rendered body as is.
+@router.post("/sessions/{sid}/overflow", response={200: OverflowOut, 409: ErrorOut})
 def overflow(request: HttpRequest, sid: str, payload: OverflowIn, q: Query[ContextFormat]):
     """spec 003 emergency compression: the provider said "context too long".
 
@@ -120,3 +136,6 @@ def overflow(request: HttpRequest, sid: str, payload: OverflowIn, q: Query[Conte
         session_services.session_mark_final(session=session, reason="context")
     body["compaction"] = selectors.run_to_dict(run, detail=False)
     return json_response(body)
+
+
+declare_errors(router)

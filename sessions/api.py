@@ -11,6 +11,7 @@ from pydantic import Field
 
 from contextsvc import nul
 from contextsvc.http import json_response
+from contextsvc.openapi import ErrorOut, declare_errors
 
 from . import selectors, services
 from .schemas import (
@@ -22,6 +23,17 @@ from .schemas import (
     SessionPatchIn,
     ToolDefIn,
     UsageIn,
+)
+from .schemas_out import (
+    AppendOut,
+    BudgetDetailOut,
+    BuiltinToolsOut,
+    ContextOut,
+    SectionsOut,
+    SessionListOut,
+    SessionOut,
+    ToolNamesOut,
+    UsageOut,
 )
 
 router = Router(tags=["sessions"])
@@ -45,7 +57,7 @@ class ListFilters(Schema):
     limit: int = Field(50, ge=1, le=200)
 
 
-@router.post("/sessions", response={201: dict})
+@router.post("/sessions", response={201: SessionOut, 409: ErrorOut})
 def create_session(request: HttpRequest, payload: SessionCreateIn):
     data = payload.model_dump(exclude_unset=True)
     data["policy"] = payload.policy.model_dump(exclude_unset=True)
@@ -53,19 +65,19 @@ def create_session(request: HttpRequest, payload: SessionCreateIn):
     return Status(201, selectors.session_to_dict(session))
 
 
-@router.get("/sessions")
+@router.get("/sessions", response=SessionListOut)
 def list_sessions(request: HttpRequest, filters: Query[ListFilters]):
     nul.reject_in_text(filters.agent, "agent")
     page, next_cursor = selectors.session_list(owner=_owner(request), **filters.model_dump())
     return {"items": [selectors.session_to_dict(s) for s in page], "next_cursor": next_cursor}
 
 
-@router.get("/sessions/{sid}")
+@router.get("/sessions/{sid}", response=SessionOut)
 def get_session(request: HttpRequest, sid: str):
     return selectors.session_to_dict(_session(request, sid))
 
 
-@router.patch("/sessions/{sid}")
+@router.patch("/sessions/{sid}", response=SessionOut)
 def patch_session(request: HttpRequest, sid: str, payload: SessionPatchIn):
     data = payload.model_dump(exclude_unset=True)
     if payload.policy is not None:
@@ -76,7 +88,7 @@ def patch_session(request: HttpRequest, sid: str, payload: SessionPatchIn):
         return selectors.session_to_dict(session)
 
 
-@router.put("/sessions/{sid}/system")
+@router.put("/sessions/{sid}/system", response=SectionsOut)
 def put_system(request: HttpRequest, sid: str, payload: list[SectionIn]):
     session = services.session_set_sections(
         session=_session(request, sid), sections=[s.model_dump() for s in payload]
@@ -84,7 +96,7 @@ def put_system(request: HttpRequest, sid: str, payload: list[SectionIn]):
     return {"sections": session.sections, "budget": selectors.session_to_dict(session)["budget"]}
 
 
-@router.put("/sessions/{sid}/tools")
+@router.put("/sessions/{sid}/tools", response=ToolNamesOut)
 def put_tools(request: HttpRequest, sid: str, payload: list[ToolDefIn]):
     session = services.session_set_tools(
         session=_session(request, sid), tools=[t.model_dump() for t in payload]
@@ -95,7 +107,7 @@ def put_tools(request: HttpRequest, sid: str, payload: list[ToolDefIn]):
     }
 
 
-@router.post("/sessions/{sid}/messages")
+@router.post("/sessions/{sid}/messages", response={200: AppendOut, 409: ErrorOut})
 def post_messages(
     request: HttpRequest,
     sid: str,
@@ -117,7 +129,7 @@ class BudgetQuery(Schema):
     extra_tokens: int = Field(0, ge=0, le=MAX_TOKENS)
 
 
-@router.get("/sessions/{sid}/budget")
+@router.get("/sessions/{sid}/budget", response=BudgetDetailOut, exclude_unset=True)
 def get_budget(request: HttpRequest, sid: str, q: Query[BudgetQuery]):
     from .accounting import compute_budget
 
@@ -138,7 +150,8 @@ class ContextQuery(Schema):
     extra_tokens: int = Field(0, ge=0, le=MAX_TOKENS)
 
 
-@router.get("/sessions/{sid}/context")
+# Declared, not validated: the handler returns its pre-rendered body as is.
+@router.get("/sessions/{sid}/context", response=ContextOut)
 def get_context(request: HttpRequest, sid: str, q: Query[ContextQuery]):
     session = _session(request, sid, defer_tools=True)
     if q.format in ("anthropic", "openai", "raw"):
@@ -150,7 +163,7 @@ def get_context(request: HttpRequest, sid: str, q: Query[ContextQuery]):
     return json_response(body)
 
 
-@router.post("/sessions/{sid}/usage")
+@router.post("/sessions/{sid}/usage", response=UsageOut)
 def post_usage(request: HttpRequest, sid: str, payload: UsageIn):
     report, state = services.session_record_usage(
         session=_session(request, sid), usage=payload.model_dump()
@@ -166,7 +179,7 @@ def post_usage(request: HttpRequest, sid: str, payload: UsageIn):
 # --- built-in tools -------------------------------------------------------------
 
 
-@router.get("/tools", tags=["tools"])
+@router.get("/tools", tags=["tools"], response=BuiltinToolsOut)
 def list_builtin_tools(request: HttpRequest):
     from . import builtin_tools
 
@@ -177,8 +190,15 @@ def list_builtin_tools(request: HttpRequest):
     }
 
 
-@router.post("/sessions/{sid}/tools/{name}/call", tags=["tools"])
+@router.post(
+    "/sessions/{sid}/tools/{name}/call",
+    tags=["tools"],
+    response={200: dict[str, Any], 409: ErrorOut},
+)
 def call_builtin_tool(request: HttpRequest, sid: str, name: str, payload: Body[dict[str, Any]]):
     from . import builtin_tools
 
     return builtin_tools.call(_session(request, sid, defer_tools=True), name, payload)
+
+
+declare_errors(router)

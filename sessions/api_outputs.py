@@ -16,10 +16,20 @@ from pydantic import ConfigDict, Field, ValidationError, model_validator
 from contextsvc import nul
 from contextsvc.engine.messages import ToolDef
 from contextsvc.errors import ValidationFailed
+from contextsvc.openapi import ErrorOut, declare_errors
 
 from . import builtin_tools, output_pages, output_store, selectors
 from .models import Session
 from .schemas import MAX_ID, MAX_SEQ, MAX_TOKENS
+from .schemas_out import (
+    GrepOut,
+    OutputListOut,
+    OutputOut,
+    PreviewOut,
+    ReleaseOut,
+    ReserveOut,
+    SliceOut,
+)
 
 router = Router(tags=["outputs"])
 
@@ -48,7 +58,22 @@ def _output_dict(output, *, deduplicated: bool = False) -> dict[str, Any]:
 # --- raw upload ---------------------------------------------------------------------
 
 
-@router.put("/sessions/{sid}/outputs", response={201: dict, 200: dict})
+# The raw bytes of an output, as uploaded and as downloaded (not JSON).
+_BINARY = {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
+_UPLOAD_BODY = {
+    "requestBody": {
+        "required": True,
+        "description": "The tool output's bytes, as the tool produced them",
+        "content": _BINARY,
+    }
+}
+
+
+@router.put(
+    "/sessions/{sid}/outputs",
+    response={201: OutputOut, 200: OutputOut, 409: ErrorOut},
+    openapi_extra=_UPLOAD_BODY,
+)
 def upload_output(
     request: HttpRequest,
     sid: str,
@@ -98,7 +123,7 @@ class OutputListQuery(Schema):
     limit: int = Field(50, ge=1, le=200)
 
 
-@router.get("/sessions/{sid}/outputs")
+@router.get("/sessions/{sid}/outputs", response=OutputListOut)
 def list_outputs(request: HttpRequest, sid: str, q: Query[OutputListQuery]):
     session = _session(request, sid)
     qs = session.outputs.filter(sha256__isnull=False).order_by("-id")
@@ -128,7 +153,7 @@ class GrepQuery(Schema):
     start_line: int = Field(1, ge=1, le=MAX_SEQ)
 
 
-@router.get("/refs/{ref}")
+@router.get("/refs/{ref}", response=SliceOut, exclude_unset=True)
 def get_ref(request: HttpRequest, ref: str, q: Query[SliceQuery]):
     output = output_store.output_get(owner=request.auth, ref=ref)
     return output_pages.read_page(
@@ -136,7 +161,7 @@ def get_ref(request: HttpRequest, ref: str, q: Query[SliceQuery]):
     )
 
 
-@router.get("/refs/{ref}/grep")
+@router.get("/refs/{ref}/grep", response=GrepOut, exclude_unset=True)
 def grep_ref(request: HttpRequest, ref: str, q: Query[GrepQuery]):
     output = output_store.output_get(owner=request.auth, ref=ref)
     return output_pages.grep_page(
@@ -149,7 +174,12 @@ def grep_ref(request: HttpRequest, ref: str, q: Query[GrepQuery]):
     )
 
 
-@router.get("/refs/{ref}/raw")
+_RAW_BYTES = {
+    "responses": {200: {"description": "The stored bytes exactly as posted", "content": _BINARY}}
+}
+
+
+@router.get("/refs/{ref}/raw", response={200: None}, openapi_extra=_RAW_BYTES)
 def download_ref(request: HttpRequest, ref: str):
     """The stored bytes exactly as posted, streamed chunk by chunk."""
     output = output_store.output_get(owner=request.auth, ref=ref)
@@ -186,7 +216,7 @@ class ReleaseIn(Schema):
     tool_call_id: str | None = Field(None, min_length=1, max_length=200)
 
 
-@router.post("/sessions/{sid}/tools/preview", tags=["tools"])
+@router.post("/sessions/{sid}/tools/preview", tags=["tools"], response=PreviewOut)
 def preview_tool_output(request: HttpRequest, sid: str, payload: ToolCostIn):
     """spec 001 previewToolOutput: the in-context cost of an output, reserving nothing."""
     return output_store.tool_output_preview(
@@ -194,7 +224,7 @@ def preview_tool_output(request: HttpRequest, sid: str, payload: ToolCostIn):
     )
 
 
-@router.post("/sessions/{sid}/tools/reserve", tags=["tools"])
+@router.post("/sessions/{sid}/tools/reserve", tags=["tools"], response=ReserveOut)
 def reserve_tool_output(request: HttpRequest, sid: str, payload: ToolCostIn):
     """spec 001 reserveToolOutput: held as the guard's pending tokens until the result arrives."""
     return output_store.session_reserve_tool_output(
@@ -202,7 +232,7 @@ def reserve_tool_output(request: HttpRequest, sid: str, payload: ToolCostIn):
     )
 
 
-@router.post("/sessions/{sid}/tools/release", tags=["tools"])
+@router.post("/sessions/{sid}/tools/release", tags=["tools"], response=ReleaseOut)
 def release_tool_output(request: HttpRequest, sid: str, payload: ReleaseIn):
     return output_store.session_release_tool_reservation(
         session=_session(request, sid), tool_call_id=payload.tool_call_id
@@ -342,3 +372,5 @@ GREP_TOOL = ToolDef(
 
 builtin_tools.register(READ_TOOL, _call_read)
 builtin_tools.register(GREP_TOOL, _call_grep)
+
+declare_errors(router)

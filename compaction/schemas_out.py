@@ -1,0 +1,116 @@
+"""Response schemas of the compaction API (spec 002 §6-7), for OpenAPI and its clients."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import Field
+
+from sessions.schemas_out import ContextOut, Number, Out, SessionOut
+
+
+class CompactResultOut(Out):
+    """spec 002 §7 CompactResult."""
+
+    before_tokens: int
+    after_tokens: int | None
+    before_msg_count: int | None
+    after_msg_count: int | None
+    strategies_run: list[Any]
+
+
+class CompactOut(Out):
+    """202: queued or still running (``wait: false``, or a join); 200: finished (``wait: true``)."""
+
+    run_id: str
+    status: str
+    joined: bool = Field(..., description="True when an active run was joined")
+    result: CompactResultOut | None = None
+    changed: bool | None = None
+    retention_score: Number | None = None
+
+
+class RunOut(Out):
+    """A compaction run; GET /compactions/{run_id} adds the detail keys."""
+
+    run_id: str
+    session_id: str
+    trigger: str
+    status: str
+    strategy: str | None
+    chain: list[str] | None
+    forced: bool
+    changed: bool | None
+    result: CompactResultOut | None
+    retention_score: Number | None
+    error: dict[str, Any] | None = Field(..., description="{code, message} of a failed run")
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+class RunDetailOut(RunOut):
+    instructions: str | None = None
+    retain_last_turns: int | None = None
+    before_used: int | None = None
+    after_used: int | None = None
+    target_tokens: int | None = None
+    through_seq: int | None = None
+    model: str | None = None
+    summarizer: str | None = None
+    reports: list[dict[str, Any]] | None = None
+    retention: dict[str, Any] | None = None
+    attempts: int | None = None
+    timings: dict[str, Any] | None = None
+    snapshot_id: int | None = None
+
+
+class RunListOut(Out):
+    items: list[RunOut]
+
+
+class SnapshotOut(Out):
+    id: int
+    kind: str
+    run_id: str | None
+    restored_from: int | None
+    uncompacted: bool
+    window_start_seq: int
+    through_seq: int
+    token_count: int
+    message_count: int
+    created_at: datetime
+
+
+class SnapshotFullOut(SnapshotOut):
+    retain: str
+    summary: str
+    messages: list[dict[str, Any]]
+
+
+class SnapshotListOut(Out):
+    items: list[SnapshotOut]
+
+
+class RestoreOut(Out):
+    snapshot: SnapshotOut
+    session: SessionOut
+
+
+class ResumeOut(Out):
+    """spec 002 §6 resume: the newest snapshot (null: never compacted) and what follows it."""
+
+    session_id: str
+    snapshot: SnapshotFullOut | None
+    later_messages: list[dict[str, Any]]
+    retain: str
+    summary: str
+    messages: list[dict[str, Any]]
+    last_seq: int
+
+
+class OverflowOut(ContextOut):
+    """The new context after the emergency compression, and the run that made it."""
+
+    compaction: RunOut

@@ -1,0 +1,280 @@
+"""Response schemas of the sessions API: what each operation answers, for OpenAPI and its clients.
+
+Open models (``extra="allow"``): a block another app adds to a budget is
+still passed through, and the API's JSON shapes stay what they were.
+Handlers that may leave a key out use ``exclude_unset`` so nothing is added.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# An int where the engine counts, a float where it divides: kept as produced.
+Number = int | float
+
+
+class Out(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+# --- the budget (spec 001) ---------------------------------------------------------
+
+
+class GuardOut(Out):
+    status: str = Field(..., description="ok, compact, block or final")
+    projected: int
+    limit: int
+    compact_at: int
+    block_at: int
+    schema_only_overflow: bool
+    reason: str | None
+    targets: list[dict[str, Any]] = Field(..., description="One verdict per provider target")
+
+
+class BudgetOut(Out):
+    context_window: int
+    max_output_tokens: int
+    buffer_tokens: int
+    effective_window: int
+    components: dict[str, int] = Field(
+        ...,
+        description="Tokens per part: system_prompt, skill_prompts, tool_descriptions, "
+        "summary, conversation",
+    )
+    used: int
+    remaining: int
+    used_pct: Number
+    thresholds: dict[str, Number] = Field(
+        ..., description="compact_at, block_at (tokens); compact_ratio, block_ratio"
+    )
+    history_budget: int
+    guard: GuardOut
+    estimated_tokens: int
+    calibrated_tokens: int | None
+    reserved_tokens: int
+    tool_budget_exceeded: bool
+    can_execute_tool: bool
+    tool_outputs: dict[str, Any]
+
+
+class AppBlocksOut(BudgetOut):
+    """The budget with the blocks other apps add (prompt cache, deferral, compaction)."""
+
+    cache: dict[str, Any] | None = None
+    deferral: dict[str, Any] | None = None
+    degraded: list[Any] | None = None
+    compaction: dict[str, Any] | None = None
+
+
+class UsageReportOut(Out):
+    through_seq: int | None
+    estimated_tokens: int
+    reported_total_tokens: int
+    input_tokens: int
+    output_tokens: int
+    cache_creation_tokens: int
+    cache_read_tokens: int
+    difference: int
+    created_at: datetime
+
+
+class BudgetDetailOut(AppBlocksOut):
+    """GET budget: the budget, the session's status and the usage reports."""
+
+    status: Literal["active", "final"]
+    final_reason: str | None
+    usage_reports: list[UsageReportOut]
+
+
+# --- sessions -----------------------------------------------------------------------
+
+
+class SessionOut(Out):
+    id: str
+    agent: str
+    model: str
+    provider: str | None
+    status: Literal["active", "final"]
+    final_reason: str | None
+    context_window: int | None
+    max_output_tokens: int | None
+    buffer_tokens: int | None
+    tokenizer: str | None
+    policy: dict[str, Any] = Field(..., description="The policy as set (only the keys given)")
+    message_count: int
+    live_message_count: int
+    last_seq: int
+    window_start_seq: int
+    created_at: datetime
+    updated_at: datetime
+    budget: BudgetOut
+
+
+class SessionListOut(Out):
+    items: list[SessionOut]
+    next_cursor: int | None
+
+
+class SectionOut(Out):
+    name: str
+    content: str
+    cacheable: bool
+    kind: str
+
+
+class SectionsOut(Out):
+    sections: list[SectionOut]
+    budget: BudgetOut
+
+
+class ToolNamesOut(Out):
+    tools: list[str]
+    budget: BudgetOut
+
+
+class OutputRefOut(Out):
+    """spec 000 §1.4 ToolOutputRef: where a tool output is stored in full."""
+
+    id: str
+    byte_size: int
+    line_count: int
+
+
+class AppendedOut(Out):
+    seq: int
+    role: Literal["user", "assistant", "tool"]
+    token_count: int
+    output_ref: str | None
+    view: str | None
+    ref: OutputRefOut | None = Field(..., description="Set when a tool output was stored")
+
+
+class AppendOut(Out):
+    session_id: str
+    messages: list[AppendedOut]
+    trimmed_seqs: list[int]
+    budget: BudgetOut
+
+
+class UsageOut(Out):
+    total_tokens: int
+    estimated_tokens: int
+    through_seq: int | None
+    budget: BudgetOut
+
+
+class ContextOut(Out):
+    """The provider request body (format anthropic, openai or raw) plus the budget.
+
+    ``system``, ``tools`` and the raw format's extra keys are present as the
+    format has them; ``messages`` items are in the format's own shape.
+    """
+
+    model: str
+    max_tokens: int | None = None
+    system: Any = None
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None = None
+    budget: AppBlocksOut
+
+
+class BuiltinToolsOut(Out):
+    anthropic: list[dict[str, Any]]
+    openai: list[dict[str, Any]]
+
+
+# --- tool outputs (spec 000 §1.8, spec 001) ---------------------------------------------
+
+
+class OutputOut(Out):
+    id: str
+    byte_size: int
+    line_count: int
+    ref: str
+    tool_name: str | None
+    sha256: str | None
+    source: str
+    created_at: datetime
+    deduplicated: bool
+
+
+class OutputListOut(Out):
+    items: list[OutputOut]
+    next_cursor: int | None
+
+
+class SliceOut(Out):
+    ref: str
+    tool_name: str | None
+    offset: int
+    limit: int
+    lines: int
+    total_lines: int
+    byte_size: int
+    has_more: bool
+    next_offset: int | None
+    truncated: bool
+    cut_lines: list[int]
+    text: str
+    message: str | None = Field(None, description="Set when the answer was capped: how to go on")
+
+
+class GrepLineOut(Out):
+    line: int
+    text: str
+
+
+class GrepMatchOut(GrepLineOut):
+    before: list[GrepLineOut]
+    after: list[GrepLineOut]
+
+
+class GrepOut(Out):
+    ref: str
+    pattern: str
+    ignore_case: bool
+    context: int
+    matches: list[GrepMatchOut]
+    match_count: int
+    truncated: bool
+    searched_lines: int
+    total_lines: int
+    text: str
+    # Set when the answer was capped by its size: where to go on.
+    has_more: bool | None = None
+    next_offset: int | None = None
+    start_line: int | None = None
+    message: str | None = None
+
+
+class ToolCostOut(Out):
+    tokens: int
+    raw_tokens: int
+    bytes: int
+    reserved_tokens: int
+    can_execute: bool
+    tool_budget_exceeded: bool
+
+
+class PreviewOut(ToolCostOut):
+    fits: bool
+    projected: int
+    limit: int
+
+
+class ReserveOut(ToolCostOut):
+    ok: bool
+    reason: str | None
+    tool_call_id: str | None
+    reservation: str | None
+    budget: BudgetOut
+
+
+class ReleaseOut(Out):
+    released_tokens: int
+    reserved_tokens: int
+    can_execute: bool
+    budget: BudgetOut
