@@ -6,6 +6,7 @@ from django.http import HttpRequest
 from ninja import Query, Router, Schema, Status
 from pydantic import Field
 
+from contextsvc.errors import NotFound
 from contextsvc.http import json_response
 from contextsvc.openapi import ErrorOut, declare_errors
 from sessions import selectors as session_selectors
@@ -105,7 +106,7 @@ def restore_snapshot(request: HttpRequest, sid: str, snapshot_id: str):
         # isdigit alone accepts "³", which int() refuses; 18 digits fit a bigint.
         target = int(snapshot_id)
     else:
-        target = -1  # no such snapshot: a 404 from the service
+        raise NotFound(f"Snapshot {snapshot_id!r} not found")
     snapshot = services.snapshot_restore(session=session, snapshot_id=target)
     session.refresh_from_db()
     return {

@@ -308,7 +308,9 @@ def test_ref_query_numbers_past_their_bounds(alice, make_session):
 def test_unicode_digit_ids_are_not_found(alice, make_session):
     sid = make_session()["id"]
     for snapshot in ("³", "٣", "1" * 40):
-        assert alice.post(f"sessions/{sid}/snapshots/{snapshot}/restore").status_code == 404
+        response = alice.post(f"sessions/{sid}/snapshots/{snapshot}/restore")
+        assert response.status_code == 404
+        assert response.json()["error"]["message"] == f"Snapshot {snapshot!r} not found"
     assert alice.get("compactions/³").status_code == 404
     assert alice.get("sessions/³").status_code == 404
 
