@@ -19,6 +19,7 @@ from ninja.errors import ValidationError as NinjaValidationError
 from contextsvc.engine.errors import EngineUnavailableError, EngineValidationError
 from contextsvc.errors import ServiceError, error_body
 from contextsvc.http import ORJSONParser, ORJSONRenderer
+from contextsvc.ratelimit import RateLimited
 from sessions.auth import AgentKeyAuth
 
 api = NinjaAPI(
@@ -60,6 +61,13 @@ def on_validation_error(request: HttpRequest, exc: NinjaValidationError):
 @api.exception_handler(ServiceError)
 def on_service_error(request: HttpRequest, exc: ServiceError):
     return api.create_response(request, exc.body(), status=exc.status)
+
+
+@api.exception_handler(RateLimited)
+def on_rate_limited(request: HttpRequest, exc: RateLimited):
+    response = on_service_error(request, exc)
+    response["Retry-After"] = str(exc.retry_after)
+    return response
 
 
 @api.exception_handler(EngineValidationError)
