@@ -7,6 +7,12 @@ so concurrent requests are counted here as leases in the same storage: a Redis
 sorted set scored by expiry (a request killed with its worker frees its slot
 when the lease lapses), or a dict in process memory.
 
+The global count alone cannot keep a worker free: an agent's keep-alive
+connection stays with the gunicorn worker that accepted it, so a key holding
+every thread of one worker stalls every other key connected there, whatever
+its total. So a key may also never hold all of one process's web threads
+(``web_threads``, told by gunicorn.conf.py's post_fork hook): one stays free.
+
 A key over a limit gets a 429 (``RateLimited``) with ``Retry-After``. The
 limiter fails open: if its storage is unreachable the request goes through
 (a limit protects the others; it must not become an outage of its own).
@@ -75,7 +81,8 @@ class Slot:
 
 class KeyLimiter:
     """Rate limits (``limits`` notation, e.g. "50/second;1500/minute") and at most
-    ``max_concurrent`` requests in flight per identity (0 turns that off)."""
+    ``max_concurrent`` requests in flight per identity (0 turns that off), of
+    which at most ``web_threads - 1`` in this process (when it has 2 or more)."""
 
     def __init__(
         self,
@@ -84,6 +91,7 @@ class KeyLimiter:
         max_concurrent: int,
         lease_seconds: float,
         *,
+        web_threads: int = 0,
         timeout: float = 0.5,
     ) -> None:
         options = {} if storage_uri.startswith("memory") else {"socket_timeout": timeout}
@@ -93,7 +101,9 @@ class KeyLimiter:
         self.rates = parse_rates(rates)
         self.strategy = SlidingWindowCounterRateLimiter(self.storage)
         self.max_concurrent = max_concurrent
+        self.process_cap = web_threads - 1 if max_concurrent and web_threads >= 2 else 0
         self.lease_seconds = lease_seconds
+        self._in_process: dict[str, int] = {}
         self._down_until = 0.0
         self._local: dict[str, dict[str, float]] = {}
         self._lock = threading.Lock()
@@ -104,41 +114,46 @@ class KeyLimiter:
     def admit(self, identity: str) -> Slot | None:
         """Count one request of ``identity``; its slot (if concurrency is limited).
 
-        Raises ``RateLimited`` when a rate or the concurrency limit is reached.
+        Raises ``RateLimited`` when a rate or a concurrency limit is reached.
         """
-        if time.monotonic() < self._down_until:
-            return None
+        if not self._enter_process(identity):
+            raise self._busy(
+                f"{self.process_cap} concurrent requests on one server worker",
+                "this agent key would take every thread of this server worker",
+            )
+        token = ""  # a lease in the shared storage, when one is taken
         try:
-            for item in self.rates:
-                if not self.strategy.hit(item, identity):
-                    reset = self.strategy.get_window_stats(item, identity).reset_time
-                    retry = max(1, math.ceil(reset - time.time()))
-                    raise RateLimited(
-                        f"Too many requests for this agent key (limit {item}); retry in {retry} s",
-                        retry_after=retry,
-                        details={"limit": str(item), "scope": "rate"},
-                    )
-            if not self.max_concurrent:
-                return None
-            slot = Slot(self, identity, uuid.uuid4().hex)
-            if not self._acquire(slot):
-                raise RateLimited(
-                    f"This agent key already has {self.max_concurrent} requests in progress; "
-                    f"retry in {CONCURRENCY_RETRY_AFTER} s",
-                    retry_after=CONCURRENCY_RETRY_AFTER,
-                    details={
-                        "limit": f"{self.max_concurrent} concurrent requests",
-                        "scope": "concurrency",
-                    },
-                )
-            return slot
+            if time.monotonic() >= self._down_until:
+                token = uuid.uuid4().hex if self.max_concurrent else ""
+                self._count(identity, token)
         except RateLimited:
+            self._leave_process(identity)
             raise
         except Exception:  # any storage failure: stand aside (fail open)
             self._storage_failed("admit")
-            return None
+            token = ""  # no lease to give back (one taken lapses on its own)
+        return Slot(self, identity, token) if self.max_concurrent else None
+
+    def _count(self, identity: str, token: str) -> None:
+        for item in self.rates:
+            if not self.strategy.hit(item, identity):
+                reset = self.strategy.get_window_stats(item, identity).reset_time
+                retry = max(1, math.ceil(reset - time.time()))
+                raise RateLimited(
+                    f"Too many requests for this agent key (limit {item}); retry in {retry} s",
+                    retry_after=retry,
+                    details={"limit": str(item), "scope": "rate"},
+                )
+        if token and not self._acquire(identity, token):
+            raise self._busy(
+                f"{self.max_concurrent} concurrent requests",
+                f"this agent key already has {self.max_concurrent} requests in progress",
+            )
 
     def release(self, slot: Slot) -> None:
+        self._leave_process(slot.identity)
+        if not slot.token:
+            return
         try:
             if self._acquire_script is not None:
                 self.storage.storage.zrem(self._slots_key(slot.identity), slot.token)
@@ -155,16 +170,44 @@ class KeyLimiter:
         with self._lock:
             return len(self._live(identity))
 
-    def _acquire(self, slot: Slot) -> bool:
+    @staticmethod
+    def _busy(limit: str, why: str) -> RateLimited:
+        return RateLimited(
+            f"Too many concurrent requests: {why}; retry in {CONCURRENCY_RETRY_AFTER} s",
+            retry_after=CONCURRENCY_RETRY_AFTER,
+            details={"limit": limit, "scope": "concurrency"},
+        )
+
+    def _enter_process(self, identity: str) -> bool:
+        if not self.process_cap:
+            return True
+        with self._lock:
+            held = self._in_process.get(identity, 0)
+            if held >= self.process_cap:
+                return False
+            self._in_process[identity] = held + 1
+            return True
+
+    def _leave_process(self, identity: str) -> None:
+        if not self.process_cap:
+            return
+        with self._lock:
+            held = self._in_process.get(identity, 0) - 1
+            if held > 0:
+                self._in_process[identity] = held
+            else:
+                self._in_process.pop(identity, None)
+
+    def _acquire(self, identity: str, token: str) -> bool:
         if self._acquire_script is not None:
-            keys = [self._slots_key(slot.identity)]
-            args = [self.max_concurrent, self.lease_seconds, slot.token]
+            keys = [self._slots_key(identity)]
+            args = [self.max_concurrent, self.lease_seconds, token]
             return bool(self._acquire_script(keys=keys, args=args))
         with self._lock:
-            live = self._live(slot.identity)
+            live = self._live(identity)
             if len(live) >= self.max_concurrent:
                 return False
-            live[slot.token] = time.monotonic() + self.lease_seconds
+            live[token] = time.monotonic() + self.lease_seconds
             return True
 
     def _live(self, identity: str) -> dict[str, float]:
@@ -205,6 +248,7 @@ def get_limiter() -> KeyLimiter | None:
         settings.CONTEXTSVC_RATE_LIMIT,
         settings.CONTEXTSVC_MAX_CONCURRENT_PER_KEY,
         settings.CONTEXTSVC_CONCURRENCY_LEASE_SECONDS,
+        web_threads=settings.CONTEXTSVC_WEB_THREADS,
     )
 
 

@@ -276,6 +276,10 @@ CONTEXTSVC_MAX_CONCURRENT_PER_KEY = env_int("CONTEXTSVC_MAX_CONCURRENT_PER_KEY",
 CONTEXTSVC_RATE_LIMIT_STORAGE = env_str("CONTEXTSVC_RATE_LIMIT_STORAGE", REDIS_URL or "memory://")
 # A request's slot outlives a worker killed under it at most this long; keep it
 # above the gunicorn timeout, so a slow request never loses its slot.
+# Web threads per server process: a key may hold all but one of them. Set by
+# gunicorn.conf.py's post_fork hook from gunicorn's --threads; 0 = unknown (runserver
+# starts a thread per connection, so there is always one for another key).
+CONTEXTSVC_WEB_THREADS = env_int("CONTEXTSVC_WEB_THREADS", 0, minimum=0)
 CONTEXTSVC_CONCURRENCY_LEASE_SECONDS = env_int(
     "CONTEXTSVC_CONCURRENCY_LEASE_SECONDS", 300, minimum=1
 )

@@ -180,8 +180,41 @@ def test_an_unreachable_storage_lets_requests_through_fast():
         port = s.getsockname()[1]
     limiter = KeyLimiter(f"redis://127.0.0.1:{port}/0", "1/minute", 1, 60)
     start = time.perf_counter()
-    assert [limiter.admit("k") for _ in range(20)] == [None] * 20
+    slots = [limiter.admit("k") for _ in range(20)]  # past both limits: not refused
     assert time.perf_counter() - start < 5
+    assert all(slot is not None and not slot.token for slot in slots)
+    for slot in slots:
+        slot.release()
+
+
+def test_a_key_never_takes_every_thread_of_one_worker():
+    # An agent's keep-alive connection stays on one gunicorn worker: a key that
+    # took all its threads would stall every other key connected there.
+    limiter = KeyLimiter("memory://", "off", max_concurrent=10, lease_seconds=60, web_threads=3)
+    key = uuid.uuid4().hex
+    held = [limiter.admit(key), limiter.admit(key)]
+    with pytest.raises(RateLimited) as refused:
+        limiter.admit(key)
+    assert refused.value.details == {
+        "limit": "2 concurrent requests on one server worker",
+        "scope": "concurrency",
+        "retry_after": 1,
+    }
+    assert limiter.admit(uuid.uuid4().hex) is not None  # the free thread serves others
+    held.pop().release()
+    assert limiter.admit(key) is not None
+
+
+def test_the_worker_share_holds_while_the_shared_storage_is_down():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    limiter = KeyLimiter(f"redis://127.0.0.1:{port}/0", "off", 4, 60, web_threads=2)
+    first = limiter.admit("k")
+    with pytest.raises(RateLimited):
+        limiter.admit("k")
+    first.release()
+    assert limiter.admit("k") is not None
 
 
 def test_a_malformed_rate_setting_stops_the_start():
