@@ -67,6 +67,7 @@ def on_service_error(request: HttpRequest, exc: ServiceError):
 def on_rate_limited(request: HttpRequest, exc: RateLimited):
     response = on_service_error(request, exc)
     response["Retry-After"] = str(exc.retry_after)
+    response._has_been_logged = True  # a flood's refusals would flood the log as warnings
     return response
 
 

@@ -237,9 +237,20 @@ def parse_rates(rates: str) -> list[limits.RateLimitItem]:
     return limits.parse_many(text)
 
 
-@lru_cache(maxsize=1)
+_build_lock = threading.Lock()
+
+
 def get_limiter() -> KeyLimiter | None:
     """The process's limiter from settings (None when both limits are off)."""
+    # Built once under a lock: the first requests arrive on several threads at
+    # once, and limits' lazy dependency check is not safe to run concurrently
+    # (it reported redis as version 0.0.0 to one of them).
+    with _build_lock:
+        return _build_limiter()
+
+
+@lru_cache(maxsize=1)
+def _build_limiter() -> KeyLimiter | None:
     rates = parse_rates(settings.CONTEXTSVC_RATE_LIMIT)
     if not rates and not settings.CONTEXTSVC_MAX_CONCURRENT_PER_KEY:
         return None
@@ -256,7 +267,7 @@ def _settings_changed(*, setting: str, **kwargs: Any) -> None:
     if setting.startswith(
         ("CONTEXTSVC_RATE_LIMIT", "CONTEXTSVC_MAX_CONCURRENT", "CONTEXTSVC_CONC")
     ):
-        get_limiter.cache_clear()
+        _build_limiter.cache_clear()
 
 
 setting_changed.connect(_settings_changed)

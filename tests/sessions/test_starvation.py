@@ -56,7 +56,7 @@ def free_port() -> int:
 
 
 @pytest.fixture
-def server():
+def server(tmp_path):
     """A real gunicorn on the test database: a small pool of WORKERS x THREADS."""
     port = free_port()
     env = {
@@ -65,6 +65,8 @@ def server():
         if not key.startswith(("CONTEXTSVC_RATE", "CONTEXTSVC_MAX_CONC", "CONTEXTSVC_WEB"))
     }  # the limits as shipped
     env.update(DATABASE_URL=database_url(), DEBUG="false", LOG_LEVEL="WARNING")
+    # A file, not a pipe nobody reads: a full pipe would block the server's logging.
+    log = (tmp_path / "gunicorn.log").open("wb")
     process = subprocess.Popen(
         [
             sys.executable,
@@ -83,7 +85,7 @@ def server():
         cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        stderr=log,
     )
     deadline = time.monotonic() + 60
     while True:
@@ -91,7 +93,7 @@ def server():
             socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
             break
         except OSError:
-            assert process.poll() is None, process.stderr.read().decode()
+            assert process.poll() is None, (tmp_path / "gunicorn.log").read_text()
             assert time.monotonic() < deadline, "gunicorn did not start"
             time.sleep(0.2)
     try:
@@ -99,6 +101,7 @@ def server():
     finally:
         process.terminate()
         process.wait(timeout=30)
+        log.close()
 
 
 class Client:
