@@ -80,7 +80,8 @@ class Slot:
 
 
 class KeyLimiter:
-    """Rate limits (``limits`` notation, e.g. "50/second;1500/minute") and at most
+    """Rate limits (``limits`` notation, e.g. "50/second;1500/minute"), megabytes
+    of request bodies per period (``body_rates``, same notation), and at most
     ``max_concurrent`` requests in flight per identity (0 turns that off), of
     which at most ``web_threads - 1`` in this process (when it has 2 or more)."""
 
@@ -91,6 +92,7 @@ class KeyLimiter:
         max_concurrent: int,
         lease_seconds: float,
         *,
+        body_rates: str = "off",
         web_threads: int = 0,
         timeout: float = 0.5,
     ) -> None:
@@ -99,6 +101,7 @@ class KeyLimiter:
             options["socket_connect_timeout"] = timeout
         self.storage = storage_from_string(storage_uri, **options)
         self.rates = parse_rates(rates)
+        self.body_rates = parse_rates(body_rates)
         self.strategy = SlidingWindowCounterRateLimiter(self.storage)
         self.max_concurrent = max_concurrent
         self.process_cap = web_threads - 1 if max_concurrent and web_threads >= 2 else 0
@@ -111,8 +114,9 @@ class KeyLimiter:
         if isinstance(self.storage, RedisStorage):
             self._acquire_script = self.storage.storage.register_script(_ACQUIRE)
 
-    def admit(self, identity: str) -> Slot | None:
-        """Count one request of ``identity``; its slot (if concurrency is limited).
+    def admit(self, identity: str, megabytes: int = 0) -> Slot | None:
+        """Count one request of ``identity`` with a body of ``megabytes``; its slot
+        (if concurrency is limited).
 
         Raises ``RateLimited`` when a rate or a concurrency limit is reached.
         """
@@ -125,7 +129,7 @@ class KeyLimiter:
         try:
             if time.monotonic() >= self._down_until:
                 token = uuid.uuid4().hex if self.max_concurrent else ""
-                self._count(identity, token)
+                self._count(identity, token, megabytes)
         except RateLimited:
             self._leave_process(identity)
             raise
@@ -134,15 +138,27 @@ class KeyLimiter:
             token = ""  # no lease to give back (one taken lapses on its own)
         return Slot(self, identity, token) if self.max_concurrent else None
 
-    def _count(self, identity: str, token: str) -> None:
+    def _count(self, identity: str, token: str, megabytes: int) -> None:
         for item in self.rates:
             if not self.strategy.hit(item, identity):
-                reset = self.strategy.get_window_stats(item, identity).reset_time
-                retry = max(1, math.ceil(reset - time.time()))
+                retry = self._retry_after(item, identity)
                 raise RateLimited(
                     f"Too many requests for this agent key (limit {item}); retry in {retry} s",
                     retry_after=retry,
                     details={"limit": str(item), "scope": "rate"},
+                )
+        # Big bodies cost CPU by the megabyte (parsing, counting tokens): a key
+        # posting 30 MB appends in a loop passes every request rate yet would
+        # keep cores busy. One body never costs more than a whole period's
+        # budget, so any body the size limits allow can pass on a fresh budget.
+        for item in self.body_rates if megabytes else ():
+            if not self.strategy.hit(item, identity, "mb", cost=min(megabytes, item.amount)):
+                retry = self._retry_after(item, identity, "mb")
+                limit = f"{item.amount} MB of request bodies per {item.multiples} {item.GRANULARITY.name}"
+                raise RateLimited(
+                    f"Too much data from this agent key (limit {limit}); retry in {retry} s",
+                    retry_after=retry,
+                    details={"limit": limit, "scope": "body_rate"},
                 )
         if token and not self._acquire(identity, token):
             raise self._busy(
@@ -169,6 +185,10 @@ class KeyLimiter:
             return int(self.storage.storage.zcard(self._slots_key(identity)))
         with self._lock:
             return len(self._live(identity))
+
+    def _retry_after(self, item: limits.RateLimitItem, *identifiers: str) -> int:
+        reset = self.strategy.get_window_stats(item, *identifiers).reset_time
+        return max(1, math.ceil(reset - time.time()))
 
     @staticmethod
     def _busy(limit: str, why: str) -> RateLimited:
@@ -252,13 +272,15 @@ def get_limiter() -> KeyLimiter | None:
 @lru_cache(maxsize=1)
 def _build_limiter() -> KeyLimiter | None:
     rates = parse_rates(settings.CONTEXTSVC_RATE_LIMIT)
-    if not rates and not settings.CONTEXTSVC_MAX_CONCURRENT_PER_KEY:
+    body_rates = parse_rates(settings.CONTEXTSVC_RATE_LIMIT_MB)
+    if not rates and not body_rates and not settings.CONTEXTSVC_MAX_CONCURRENT_PER_KEY:
         return None
     return KeyLimiter(
         settings.CONTEXTSVC_RATE_LIMIT_STORAGE,
         settings.CONTEXTSVC_RATE_LIMIT,
         settings.CONTEXTSVC_MAX_CONCURRENT_PER_KEY,
         settings.CONTEXTSVC_CONCURRENCY_LEASE_SECONDS,
+        body_rates=settings.CONTEXTSVC_RATE_LIMIT_MB,
         web_threads=settings.CONTEXTSVC_WEB_THREADS,
     )
 
@@ -277,7 +299,12 @@ def admit_key(request: HttpRequest, identity: str) -> None:
     """Admit an authenticated agent key's request; ``RateLimitMiddleware`` releases it."""
     limiter = get_limiter()
     if limiter is not None:
-        request.contextsvc_slot = limiter.admit(identity)
+        try:
+            size = int(request.META.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            size = 0
+        # Whole megabytes: the calls an agent makes all the time cost nothing here.
+        request.contextsvc_slot = limiter.admit(identity, size // 1_000_000)
 
 
 class RateLimitMiddleware:

@@ -103,6 +103,7 @@ def alice_identity(client) -> str:
 
 def test_limits_off_means_no_limiter(settings):
     settings.CONTEXTSVC_RATE_LIMIT = "off"
+    settings.CONTEXTSVC_RATE_LIMIT_MB = "off"
     settings.CONTEXTSVC_MAX_CONCURRENT_PER_KEY = 0
     assert get_limiter() is None
 
@@ -229,3 +230,39 @@ def test_a_malformed_rate_setting_stops_the_start():
     )
     assert result.returncode != 0
     assert "CONTEXTSVC_RATE_LIMIT" in result.stderr and "ImproperlyConfigured" in result.stderr
+
+
+@pytest.mark.parametrize("storage", storages())
+def test_request_bodies_are_limited_by_the_megabyte(storage):
+    limiter = KeyLimiter(storage, "off", 0, 60, body_rates="10/minute")
+    key = uuid.uuid4().hex
+    limiter.admit(key, 6)
+    limiter.admit(key, 0)  # small requests cost nothing here
+    with pytest.raises(RateLimited) as refused:
+        limiter.admit(key, 6)
+    assert refused.value.details["scope"] == "body_rate"
+    assert refused.value.details["limit"] == "10 MB of request bodies per 1 minute"
+    assert 1 <= refused.value.retry_after <= 60
+    # A body bigger than a whole period's budget still passes on a fresh one.
+    other = uuid.uuid4().hex
+    limiter.admit(other, 50)
+    with pytest.raises(RateLimited):
+        limiter.admit(other, 1)
+
+
+def test_a_key_posting_too_many_megabytes_gets_429(alice, make_session, settings):
+    settings.CONTEXTSVC_RATE_LIMIT_MB = "2/minute"
+    sid = make_session()["id"]
+    big = "word " * 500_000  # 2.5 MB: counts as 2 (whole megabytes)
+    assert (
+        alice.post(
+            f"sessions/{sid}/messages", {"messages": [{"role": "user", "content": big}]}
+        ).status_code
+        == 200
+    )
+    response = alice.post(
+        f"sessions/{sid}/messages", {"messages": [{"role": "user", "content": big}]}
+    )
+    assert response.status_code == 429 and int(response["Retry-After"]) >= 1
+    assert response.json()["error"]["details"]["scope"] == "body_rate"
+    assert one_user_message(alice, sid).status_code == 200  # small calls go on
