@@ -31,7 +31,7 @@ def main() -> None:
     for storage in storages:
         limiter = KeyLimiter(
             storage,
-            "1000000/second;100000000/minute",  # the shipped shape, never reached here
+            "100000000/minute",  # the shipped shape (one rate), never reached here
             settings.CONTEXTSVC_MAX_CONCURRENT_PER_KEY,
             settings.CONTEXTSVC_CONCURRENCY_LEASE_SECONDS,
             body_rates=settings.CONTEXTSVC_RATE_LIMIT_MB,
