@@ -23,3 +23,9 @@ keepalive = int(os.environ.get("GUNICORN_KEEPALIVE", "15"))
 # Compaction runs in Celery, not in requests; 120 s covers a large upload.
 timeout = int(os.environ.get("GUNICORN_TIMEOUT", "120"))
 graceful_timeout = 30
+
+
+def post_fork(server, worker):
+    # Before the worker loads Django: contextsvc's per-key limit keeps one of
+    # this worker's threads free for other agent keys (contextsvc/ratelimit.py).
+    os.environ["CONTEXTSVC_WEB_THREADS"] = str(worker.cfg.threads)

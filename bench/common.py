@@ -91,6 +91,15 @@ def gunicorn(
     """A real gunicorn serving the project on a free loopback port: (port, process)."""
     port = free_port()
     env = {**os.environ, "DATABASE_URL": db_url, "DEBUG": "false", "LOG_LEVEL": "WARNING"}
+    # The benchmarks drive one agent key from several clients as fast as they can:
+    # per-key limits would refuse them. Rates stay on (their cost is measured),
+    # far out of reach; the concurrency limit is off (bench_ratelimit.py times it).
+    for name, value in (
+        ("CONTEXTSVC_RATE_LIMIT", "1000000/second"),
+        ("CONTEXTSVC_RATE_LIMIT_MB", "1000000/second"),
+        ("CONTEXTSVC_MAX_CONCURRENT_PER_KEY", "0"),
+    ):
+        env.setdefault(name, value)
     server = subprocess.Popen(
         [
             sys.executable,

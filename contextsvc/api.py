@@ -21,6 +21,7 @@ from contextsvc.engine.errors import EngineUnavailableError, EngineValidationErr
 from contextsvc.errors import ServiceError, error_body
 from contextsvc.http import ORJSONParser, ORJSONRenderer
 from contextsvc.middleware import database_unavailable, internal_error
+from contextsvc.ratelimit import RateLimited
 from sessions.auth import AgentKeyAuth
 
 api = NinjaAPI(
@@ -62,6 +63,14 @@ def on_validation_error(request: HttpRequest, exc: NinjaValidationError):
 @api.exception_handler(ServiceError)
 def on_service_error(request: HttpRequest, exc: ServiceError):
     return api.create_response(request, exc.body(), status=exc.status)
+
+
+@api.exception_handler(RateLimited)
+def on_rate_limited(request: HttpRequest, exc: RateLimited):
+    response = on_service_error(request, exc)
+    response["Retry-After"] = str(exc.retry_after)
+    response._has_been_logged = True  # a flood's refusals would flood the log as warnings
+    return response
 
 
 @api.exception_handler(EngineValidationError)

@@ -15,6 +15,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+import limits
 from csp.constants import NONE, SELF, UNSAFE_INLINE
 from django.core.exceptions import ImproperlyConfigured
 
@@ -183,6 +184,8 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    # gives back a request's per-key concurrency slot (contextsvc/ratelimit.py)
+    "contextsvc.ratelimit.RateLimitMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "csp.middleware.CSPMiddleware",
@@ -368,6 +371,45 @@ CONTEXTSVC_MAX_BATCH = env_int("CONTEXTSVC_MAX_BATCH", 1000, minimum=1)
 # naming the first item over the limit, and nothing is applied.
 CONTEXTSVC_MAX_SECTIONS = env_int("CONTEXTSVC_MAX_SECTIONS", 100, minimum=1)
 CONTEXTSVC_MAX_TOOLS = env_int("CONTEXTSVC_MAX_TOOLS", 1000, minimum=1)
+
+# --- per-key limits -----------------------------------------------------------
+
+# No agent key may starve the others (contextsvc/ratelimit.py): each key gets at
+# most these request rates ("limits" notation: N/second, N/minute, ";" between;
+# "off" for none) and at most this many requests in flight (0 for no limit),
+# answered 429 + Retry-After past them. An agent calls a few times per LLM call,
+# i.e. well under one request a second: 25 a second leaves room for bursts, a small
+# fleet on one key and bulk imports. Keep the concurrency below the web threads
+# (gunicorn workers x threads: 8 in docker-compose) so other keys always get some.
+# Each rate is one Redis round trip per call: one per-minute rate by default (the
+# concurrency limit already stops a burst from taking the threads).
+CONTEXTSVC_RATE_LIMIT = env_str("CONTEXTSVC_RATE_LIMIT", "1500/minute")
+# Megabytes of request bodies per key, same notation: parsing and counting a big
+# body costs CPU by the megabyte (4 appends of 30 MB a minute; a 5 MB tool output
+# is an ordinary one).
+CONTEXTSVC_RATE_LIMIT_MB = env_str("CONTEXTSVC_RATE_LIMIT_MB", "128/minute")
+for _name in ("CONTEXTSVC_RATE_LIMIT", "CONTEXTSVC_RATE_LIMIT_MB"):
+    _rate = globals()[_name]
+    if _rate.strip().lower() not in ("off", "none", "0"):
+        try:
+            limits.parse_many(_rate)
+        except ValueError as exc:
+            raise ImproperlyConfigured(
+                f"{_name}={_rate!r} is not a rate such as '50/second;1500/minute': {exc}"
+            ) from exc
+CONTEXTSVC_MAX_CONCURRENT_PER_KEY = env_int("CONTEXTSVC_MAX_CONCURRENT_PER_KEY", 4, minimum=0)
+# Shared by every worker through Redis; without REDIS_URL, counted per process
+# (exact for the quick start's one process; N gunicorn workers allow N times it).
+CONTEXTSVC_RATE_LIMIT_STORAGE = env_str("CONTEXTSVC_RATE_LIMIT_STORAGE", REDIS_URL or "memory://")
+# Web threads per server process: a key may hold all but one of them. Set by
+# gunicorn.conf.py's post_fork hook from gunicorn's --threads; 0 = unknown (runserver
+# starts a thread per connection, so there is always one for another key).
+CONTEXTSVC_WEB_THREADS = env_int("CONTEXTSVC_WEB_THREADS", 0, minimum=0)
+# A request's slot outlives a worker killed under it at most this long; keep it
+# above the gunicorn timeout, so a slow request never loses its slot.
+CONTEXTSVC_CONCURRENCY_LEASE_SECONDS = env_int(
+    "CONTEXTSVC_CONCURRENCY_LEASE_SECONDS", 300, minimum=1
+)
 
 # --- logging ----------------------------------------------------------------
 

@@ -8,6 +8,8 @@ from django.http import HttpRequest
 from django.utils import timezone
 from ninja.security import HttpBearer
 
+from contextsvc.ratelimit import admit_key
+
 from .hotpath import session_for_key
 from .models import AgentKey, hash_key
 from .selectors import is_session_id
@@ -40,4 +42,8 @@ class AgentKeyAuth(HttpBearer):
         now = timezone.now()
         if key.last_used_at is None or now - key.last_used_at > LAST_USED_RESOLUTION:
             AgentKey.objects.filter(pk=key.pk).update(last_used_at=now)
+        # Per-key limits, counted once the key is known (a bad key stays a 401).
+        # The hash prefix names the key in the limiter's storage: random, unlike
+        # ids reused by a rolled-back test database.
+        admit_key(request, key.key_hash[:16])
         return key

@@ -177,6 +177,7 @@ def test_every_operation_keeps_its_contract_under_schemathesis(transactional_db,
         "PYTHONUNBUFFERED": "1",
         # One key sends every request: its rate limit would answer most of them 429.
         "CONTEXTSVC_RATE_LIMIT": "off",
+        "CONTEXTSVC_RATE_LIMIT_MB": "off",
         # Queued runs (no worker here) go to a queue of their own, removed afterwards.
         "CONTEXTSVC_COMPACTION_QUEUE": f"contract-fuzz-{uuid.uuid4().hex[:8]}",
     }

@@ -20,6 +20,8 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Any, Protocol
 
+import regex
+
 from contextsvc.engine.errors import EngineValidationError
 from contextsvc.engine.messages import Message, PromptSection, ToolDef
 
@@ -60,9 +62,7 @@ class TiktokenTokenizer:
     encoding: Any  # tiktoken.Encoding; typed loosely so importing this module stays cheap
 
     def count(self, text: str) -> int:
-        # encode_ordinary: agent text may legitimately contain "<|endoftext|>"
-        # (a tool output quoting a tokenizer doc); plain encode() would raise on it.
-        return len(self.encoding.encode_ordinary(text))
+        return bounded_count(self.encoding, text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +82,65 @@ class CharRatioTokenizer:
         # Go's integer division would floor; we round up like spec 001's
         # Math.ceil, so a non-empty text never estimates to 0 tokens.
         return math.ceil(len(text) / self.ratio)
+
+
+# BPE cost grows faster than linearly in the length of one pre-tokenised piece
+# (a 30 MB run without spaces took minutes), so text longer than this is counted
+# segment by segment. A segment ends at a piece boundary wherever the text has
+# one (the count is then exactly the whole text's); only a run of this many
+# characters with no boundary at all is cut inside, which can move a token or
+# two per segment — the estimate's chars/4 floor covers that.
+SEGMENT_CHARS = 8192
+# Where to look for a boundary: the last characters of a segment. Bounded so that
+# a run with none costs this many regex steps per segment, not a segment's worth.
+_BOUNDARY_SEARCH_CHARS = 1024
+
+# Positions where cl100k's pre-tokeniser always starts a new piece, whatever
+# follows: after a letter before a non-letter (letters run possessively), after a
+# digit before a non-digit (digits group 1-3 from the run's start), after other
+# punctuation before a blank that is not a line break (a punctuation piece may
+# swallow \r\n, not a space). Its pattern has no lookbehind and anchors only at
+# the very end, so counting the two sides of such a position separately gives
+# the same pieces, hence the same tokens. Searched backwards: the last one wins.
+_PIECE_BOUNDARY = regex.compile(
+    r"(?r)(?<=\p{L})(?=\P{L})|(?<=\p{N})(?=\P{N})"
+    r"|(?<=[^\p{White_Space}\p{L}\p{N}])(?=[^\P{White_Space}\r\n])"
+)
+
+
+def segment_bounds(text: str, size: int = SEGMENT_CHARS) -> list[tuple[int, int, bool]]:
+    """``(start, end, forced)`` segments of at most ``size`` chars covering ``text``.
+
+    ``forced`` marks a segment cut where no piece boundary was found (its count
+    may differ from the whole text's by a token or so).
+    """
+    bounds = []
+    start, n = 0, len(text)
+    while n - start > size:
+        end = start + size
+        found = _PIECE_BOUNDARY.search(text, max(start + 1, end - _BOUNDARY_SEARCH_CHARS), end + 1)
+        cut = found.start() if found else end
+        bounds.append((start, cut, found is None))
+        start = cut
+    bounds.append((start, n, False))
+    return bounds
+
+
+def bounded_count(encoding: Any, text: str, size: int = SEGMENT_CHARS) -> int:
+    """Tokens of ``text`` under a tiktoken ``encoding``, in time linear in its length.
+
+    Up to ``size`` chars (nearly every message) this is one plain encode; past
+    it, segments of at most ``size`` chars, which also bounds memory (a 30 MB
+    text would otherwise build a list of millions of token ids just to count).
+    encode_ordinary: agent text may legitimately contain "<|endoftext|>" (a tool
+    output quoting a tokenizer doc); plain encode() would raise on it.
+    """
+    if len(text) <= size:
+        return len(encoding.encode_ordinary(text))
+    return sum(
+        len(encoding.encode_ordinary(text[start:end]))
+        for start, end, _ in segment_bounds(text, size)
+    )
 
 
 def parse_tokenizer_spec(spec: str | None) -> str:

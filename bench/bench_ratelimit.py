@@ -1,0 +1,53 @@
+"""What the per-key limiter adds to every API call: admit + release, timed.
+Prints figures; asserts nothing.
+
+    REDIS_URL=redis://127.0.0.1:6379/0 python bench/bench_ratelimit.py
+
+The shipped limits (two request rates, body megabytes, a concurrency slot) in
+process memory, and in Redis when REDIS_URL is set (what production uses).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+
+import django
+from common import ROOT, pct  # noqa: F401  (bench/ is sys.path[0]; common puts ROOT on sys.path)
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "contextsvc.settings")
+django.setup()
+
+from django.conf import settings  # noqa: E402
+
+from contextsvc.ratelimit import KeyLimiter  # noqa: E402
+
+N = 3000
+
+
+def main() -> None:
+    storages = ["memory://"] + ([os.environ["REDIS_URL"]] if os.environ.get("REDIS_URL") else [])
+    for storage in storages:
+        limiter = KeyLimiter(
+            storage,
+            "100000000/minute",  # the shipped shape (one rate), never reached here
+            settings.CONTEXTSVC_MAX_CONCURRENT_PER_KEY,
+            settings.CONTEXTSVC_CONCURRENCY_LEASE_SECONDS,
+            body_rates=settings.CONTEXTSVC_RATE_LIMIT_MB,
+            web_threads=2,
+        )
+        key = uuid.uuid4().hex
+        times = []
+        for _ in range(N):
+            start = time.perf_counter()
+            limiter.admit(key).release()
+            times.append((time.perf_counter() - start) * 1e6)
+        print(
+            f"admit + release, {storage.split(':')[0]}: p50 {pct(times, 0.5):.0f} µs, "
+            f"p99 {pct(times, 0.99):.0f} µs over {N} calls"
+        )
+
+
+if __name__ == "__main__":
+    main()
