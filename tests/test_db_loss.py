@@ -98,6 +98,11 @@ def _gunicorn(tmp_path: Path, application_name: str) -> Iterator[int]:
         "WEB_CONCURRENCY": "1",
         "GUNICORN_THREADS": str(THREADS),
         "LOG_LEVEL": "WARNING",
+        # One key plays every agent here: the per-key limits would answer its
+        # concurrent calls 429 (tests/sessions/test_starvation.py covers them).
+        "CONTEXTSVC_MAX_CONCURRENT_PER_KEY": "0",
+        "CONTEXTSVC_RATE_LIMIT": "off",
+        "CONTEXTSVC_RATE_LIMIT_MB": "off",
     }
     log = (tmp_path / "gunicorn.log").open("wb")
     server = subprocess.Popen(
