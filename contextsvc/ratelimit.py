@@ -308,15 +308,28 @@ def admit_key(request: HttpRequest, identity: str) -> None:
 
 
 class RateLimitMiddleware:
-    """Gives back the request's concurrency slot once its response is built."""
+    """Gives back the request's concurrency slot once its response is sent.
+
+    The release is a Redis round trip: run it when the server closes the
+    response (after the last byte went out), so the agent never waits for it.
+    A response that is never built (an exception past every handler) releases
+    at once.
+    """
 
     def __init__(self, get_response: Any) -> None:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = None
         try:
-            return self.get_response(request)
+            response = self.get_response(request)
+            return response
         finally:
             slot = getattr(request, "contextsvc_slot", None)
             if slot is not None:
-                slot.release()
+                if response is None:
+                    slot.release()
+                else:
+                    # Django's own hook for work at close() (FileResponse closes
+                    # its file there); the WSGI server calls close() after sending.
+                    response._resource_closers.append(slot.release)
