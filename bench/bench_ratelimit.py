@@ -36,6 +36,7 @@ def main() -> None:
             settings.CONTEXTSVC_CONCURRENCY_LEASE_SECONDS,
             body_rates=settings.CONTEXTSVC_RATE_LIMIT_MB,
             web_threads=2,
+            max_heavy=settings.CONTEXTSVC_MAX_HEAVY_PER_KEY,
         )
         key = uuid.uuid4().hex
         times = []

@@ -98,6 +98,8 @@ def gunicorn(
         ("CONTEXTSVC_RATE_LIMIT", "1000000/second"),
         ("CONTEXTSVC_RATE_LIMIT_MB", "1000000/second"),
         ("CONTEXTSVC_MAX_CONCURRENT_PER_KEY", "0"),
+        ("CONTEXTSVC_KEEP_THREAD_FREE", "false"),
+        ("CONTEXTSVC_MAX_HEAVY_PER_KEY", "0"),
     ):
         env.setdefault(name, value)
     server = subprocess.Popen(

@@ -7,11 +7,23 @@ so concurrent requests are counted here as leases in the same storage: a Redis
 sorted set scored by expiry (a request killed with its worker frees its slot
 when the lease lapses), or a dict in process memory.
 
-The global count alone cannot keep a worker free: an agent's keep-alive
+A global count alone cannot keep a worker free: an agent's keep-alive
 connection stays with the gunicorn worker that accepted it, so a key holding
 every thread of one worker stalls every other key connected there, whatever
-its total. So a key may also never hold all of one process's web threads
+its total. So a key may never hold all of one process's web threads
 (``web_threads``, told by gunicorn.conf.py's post_fork hook): one stays free.
+That check is in process memory and costs nothing; the global count
+(``max_concurrent``) is a Redis round trip per request, off by default.
+
+A big body costs CPU by the megabyte (parsing, the NUL scan, counting
+tokens): a key may have at most ``max_heavy`` requests with a body of
+``heavy_bytes`` or more in flight at once, so one key's uploads take at most
+that many cores, whatever its share of threads.
+
+Request rates cost one round trip per *batch*: each process takes a few
+tokens at a time from the shared window (at most 1 % of the limit) and
+spends them locally, so an agent's ordinary call pays no round trip. Near the
+limit, when a batch no longer fits, tokens are taken one at a time (exact).
 
 A key over a limit gets a 429 (``RateLimited``) with ``Retry-After``. The
 limiter fails open: if its storage is unreachable the request goes through
@@ -45,6 +57,10 @@ logger = logging.getLogger(__name__)
 STORAGE_RETRY_SECONDS = 5.0
 # Nobody can tell when one of a key's running requests will end: ask for a second.
 CONCURRENCY_RETRY_AFTER = 1
+# Rate tokens taken in a batch are spent within this share of the window, so
+# the shared count never runs far ahead of (or behind) the requests it counts.
+TOKEN_LIFETIME_SHARE = 0.1
+MAX_TOKEN_BATCH = 20
 
 # Atomic in Redis: drop lapsed leases, take a slot if one is free. TIME is the
 # server's clock, so workers on hosts with skewed clocks agree on expiry.
@@ -69,11 +85,13 @@ class RateLimited(ServiceError):
 
 @dataclass(frozen=True, slots=True)
 class Slot:
-    """A concurrency lease held by one request; ``release`` gives it back."""
+    """What one admitted request holds (its share of this process's threads,
+    leases in the shared storage); ``release`` gives it back."""
 
     limiter: KeyLimiter
     identity: str
-    token: str
+    token: str  # the global concurrency lease, or ""
+    heavy_token: str = ""  # the big-body lease, or ""
 
     def release(self) -> None:
         self.limiter.release(self)
@@ -81,9 +99,11 @@ class Slot:
 
 class KeyLimiter:
     """Rate limits (``limits`` notation, e.g. "50/second;1500/minute"), megabytes
-    of request bodies per period (``body_rates``, same notation), and at most
-    ``max_concurrent`` requests in flight per identity (0 turns that off), of
-    which at most ``web_threads - 1`` in this process (when it has 2 or more)."""
+    of request bodies per period (``body_rates``, same notation), at most
+    ``web_threads - 1`` requests in flight per identity in this process (when it
+    has 2 or more threads and ``keep_thread_free``), at most ``max_concurrent``
+    in flight across processes (0: no global count), and at most ``max_heavy``
+    of those with a big body (0: no limit)."""
 
     def __init__(
         self,
@@ -94,6 +114,8 @@ class KeyLimiter:
         *,
         body_rates: str = "off",
         web_threads: int = 0,
+        keep_thread_free: bool = True,
+        max_heavy: int = 0,
         timeout: float = 0.5,
     ) -> None:
         options = {} if storage_uri.startswith("memory") else {"socket_timeout": timeout}
@@ -104,19 +126,28 @@ class KeyLimiter:
         self.body_rates = parse_rates(body_rates)
         self.strategy = SlidingWindowCounterRateLimiter(self.storage)
         self.max_concurrent = max_concurrent
-        self.process_cap = web_threads - 1 if max_concurrent and web_threads >= 2 else 0
+        self.max_heavy = max_heavy
+        self.process_cap = web_threads - 1 if keep_thread_free and web_threads >= 2 else 0
         self.lease_seconds = lease_seconds
         self._in_process: dict[str, int] = {}
         self._down_until = 0.0
         self._local: dict[str, dict[str, float]] = {}
         self._lock = threading.Lock()
         self._acquire_script = None
-        if isinstance(self.storage, RedisStorage):
+        # Process memory is as cheap as a local batch: batches are for Redis.
+        self._batched = isinstance(self.storage, RedisStorage)
+        self._tokens: dict[tuple[str, str], tuple[int, float]] = {}
+        if self._batched:
             self._acquire_script = self.storage.storage.register_script(_ACQUIRE)
 
-    def admit(self, identity: str, megabytes: int = 0) -> Slot | None:
-        """Count one request of ``identity`` with a body of ``megabytes``; its slot
-        (if concurrency is limited).
+    @property
+    def holds_slots(self) -> bool:
+        """Whether admitted requests hold anything ``release`` must give back."""
+        return bool(self.process_cap or self.max_concurrent or self.max_heavy)
+
+    def admit(self, identity: str, megabytes: int = 0, *, heavy: bool = False) -> Slot | None:
+        """Count one request of ``identity`` with a body of ``megabytes`` (``heavy``:
+        a big one); its slot (None when nothing is held).
 
         Raises ``RateLimited`` when a rate or a concurrency limit is reached.
         """
@@ -125,22 +156,44 @@ class KeyLimiter:
                 f"{self.process_cap} concurrent requests on one server worker",
                 "this agent key would take every thread of this server worker",
             )
-        token = ""  # a lease in the shared storage, when one is taken
+        token = heavy_token = ""  # leases in the shared storage, when taken
         try:
             if time.monotonic() >= self._down_until:
                 token = uuid.uuid4().hex if self.max_concurrent else ""
-                self._count(identity, token, megabytes)
+                heavy_token = uuid.uuid4().hex if heavy and self.max_heavy else ""
+                self._count(identity, megabytes)
+                self._lease(identity, token, heavy_token)
         except RateLimited:
             self._leave_process(identity)
             raise
         except Exception:  # any storage failure: stand aside (fail open)
             self._storage_failed("admit")
-            token = ""  # no lease to give back (one taken lapses on its own)
-        return Slot(self, identity, token) if self.max_concurrent else None
+            token = heavy_token = ""  # nothing to give back (a lease taken lapses)
+        return Slot(self, identity, token, heavy_token) if self.holds_slots else None
 
-    def _count(self, identity: str, token: str, megabytes: int) -> None:
+    def _hit(self, item: limits.RateLimitItem, identity: str) -> bool:
+        """One request against ``item``: from this process's batch of tokens, else
+        a new batch from the shared window, else (near the limit) one token."""
+        if self._batched:
+            key, now = (str(item), identity), time.monotonic()
+            with self._lock:
+                left, until = self._tokens.get(key, (0, 0.0))
+                if left > 0 and until > now:
+                    self._tokens[key] = (left - 1, until)
+                    return True
+            size = min(MAX_TOKEN_BATCH, item.amount // 100)
+            if size > 1 and self.strategy.hit(item, identity, cost=size):
+                lifetime = item.get_expiry() * TOKEN_LIFETIME_SHARE
+                with self._lock:
+                    if len(self._tokens) > 10_000:  # keys come and go: drop the spent
+                        self._tokens = {k: v for k, v in self._tokens.items() if v[1] > now}
+                    self._tokens[key] = (size - 1, now + lifetime)
+                return True
+        return self.strategy.hit(item, identity)
+
+    def _count(self, identity: str, megabytes: int) -> None:
         for item in self.rates:
-            if not self.strategy.hit(item, identity):
+            if not self._hit(item, identity):
                 retry = self._retry_after(item, identity)
                 raise RateLimited(
                     f"Too many requests for this agent key (limit {item}); retry in {retry} s",
@@ -160,31 +213,45 @@ class KeyLimiter:
                     retry_after=retry,
                     details={"limit": limit, "scope": "body_rate"},
                 )
-        if token and not self._acquire(identity, token):
+
+    def _lease(self, identity: str, token: str, heavy_token: str) -> None:
+        if token and not self._acquire(self._slots_key(identity), self.max_concurrent, token):
             raise self._busy(
                 f"{self.max_concurrent} concurrent requests",
                 f"this agent key already has {self.max_concurrent} requests in progress",
             )
+        heavy_key = self._slots_key(identity, "heavy")
+        if heavy_token and not self._acquire(heavy_key, self.max_heavy, heavy_token):
+            self._give_back(self._slots_key(identity), token)
+            raise self._busy(
+                f"{self.max_heavy} concurrent requests with a large body",
+                f"this agent key already has {self.max_heavy} large request(s) in progress",
+            )
 
     def release(self, slot: Slot) -> None:
         self._leave_process(slot.identity)
-        if not slot.token:
-            return
         try:
-            if self._acquire_script is not None:
-                self.storage.storage.zrem(self._slots_key(slot.identity), slot.token)
-            else:
-                with self._lock:
-                    self._local.get(slot.identity, {}).pop(slot.token, None)
+            self._give_back(self._slots_key(slot.identity), slot.token)
+            self._give_back(self._slots_key(slot.identity, "heavy"), slot.heavy_token)
         except Exception:  # the lease lapses on its own
             self._storage_failed("release")
 
-    def in_flight(self, identity: str) -> int:
-        """Requests of ``identity`` holding a slot now (for tests and operators)."""
+    def _give_back(self, name: str, token: str) -> None:
+        if not token:
+            return
         if self._acquire_script is not None:
-            return int(self.storage.storage.zcard(self._slots_key(identity)))
+            self.storage.storage.zrem(name, token)
+        else:
+            with self._lock:
+                self._local.get(name, {}).pop(token, None)
+
+    def in_flight(self, identity: str, kind: str = "") -> int:
+        """Requests of ``identity`` holding a lease now (``kind="heavy"``: big ones)."""
+        name = self._slots_key(identity, kind)
+        if self._acquire_script is not None:
+            return int(self.storage.storage.zcard(name))
         with self._lock:
-            return len(self._live(identity))
+            return len(self._live(name))
 
     def _retry_after(self, item: limits.RateLimitItem, *identifiers: str) -> int:
         reset = self.strategy.get_window_stats(item, *identifiers).reset_time
@@ -218,26 +285,27 @@ class KeyLimiter:
             else:
                 self._in_process.pop(identity, None)
 
-    def _acquire(self, identity: str, token: str) -> bool:
+    def _acquire(self, name: str, limit: int, token: str) -> bool:
         if self._acquire_script is not None:
-            keys = [self._slots_key(identity)]
-            args = [self.max_concurrent, self.lease_seconds, token]
-            return bool(self._acquire_script(keys=keys, args=args))
+            args = [limit, self.lease_seconds, token]
+            return bool(self._acquire_script(keys=[name], args=args))
         with self._lock:
-            live = self._live(identity)
-            if len(live) >= self.max_concurrent:
+            live = self._live(name)
+            if len(live) >= limit:
                 return False
             live[token] = time.monotonic() + self.lease_seconds
             return True
 
-    def _live(self, identity: str) -> dict[str, float]:
+    def _live(self, name: str) -> dict[str, float]:
         now = time.monotonic()
-        live = {t: exp for t, exp in self._local.get(identity, {}).items() if exp > now}
-        self._local[identity] = live
+        live = {t: exp for t, exp in self._local.get(name, {}).items() if exp > now}
+        self._local[name] = live
         return live
 
-    def _slots_key(self, identity: str) -> str:
-        return f"{self.storage.key_prefix}:contextsvc:inflight:{identity}"
+    def _slots_key(self, identity: str, kind: str = "") -> str:
+        suffix = f":{kind}" if kind else ""
+        prefix = getattr(self.storage, "key_prefix", "")  # Redis's; memory needs none
+        return f"{prefix}:contextsvc:inflight:{identity}{suffix}"
 
     def _storage_failed(self, what: str) -> None:
         self._down_until = time.monotonic() + STORAGE_RETRY_SECONDS
@@ -271,23 +339,32 @@ def get_limiter() -> KeyLimiter | None:
 
 @lru_cache(maxsize=1)
 def _build_limiter() -> KeyLimiter | None:
-    rates = parse_rates(settings.CONTEXTSVC_RATE_LIMIT)
-    body_rates = parse_rates(settings.CONTEXTSVC_RATE_LIMIT_MB)
-    if not rates and not body_rates and not settings.CONTEXTSVC_MAX_CONCURRENT_PER_KEY:
-        return None
-    return KeyLimiter(
+    limiter = KeyLimiter(
         settings.CONTEXTSVC_RATE_LIMIT_STORAGE,
         settings.CONTEXTSVC_RATE_LIMIT,
         settings.CONTEXTSVC_MAX_CONCURRENT_PER_KEY,
         settings.CONTEXTSVC_CONCURRENCY_LEASE_SECONDS,
         body_rates=settings.CONTEXTSVC_RATE_LIMIT_MB,
         web_threads=settings.CONTEXTSVC_WEB_THREADS,
+        keep_thread_free=settings.CONTEXTSVC_KEEP_THREAD_FREE,
+        max_heavy=settings.CONTEXTSVC_MAX_HEAVY_PER_KEY,
     )
+    if not (limiter.rates or limiter.body_rates or limiter.holds_slots):
+        return None
+    return limiter
 
 
 def _settings_changed(*, setting: str, **kwargs: Any) -> None:
     if setting.startswith(
-        ("CONTEXTSVC_RATE_LIMIT", "CONTEXTSVC_MAX_CONCURRENT", "CONTEXTSVC_CONC")
+        (
+            "CONTEXTSVC_RATE_LIMIT",
+            "CONTEXTSVC_MAX_CONCURRENT",
+            "CONTEXTSVC_CONC",
+            "CONTEXTSVC_MAX_HEAVY",
+            "CONTEXTSVC_HEAVY",
+            "CONTEXTSVC_KEEP_THREAD",
+            "CONTEXTSVC_WEB_THREADS",
+        )
     ):
         _build_limiter.cache_clear()
 
@@ -304,7 +381,9 @@ def admit_key(request: HttpRequest, identity: str) -> None:
         except ValueError:
             size = 0
         # Whole megabytes: the calls an agent makes all the time cost nothing here.
-        request.contextsvc_slot = limiter.admit(identity, size // 1_000_000)
+        request.contextsvc_slot = limiter.admit(
+            identity, size // 1_000_000, heavy=size >= settings.CONTEXTSVC_HEAVY_BODY_BYTES
+        )
 
 
 class RateLimitMiddleware:

@@ -397,7 +397,18 @@ for _name in ("CONTEXTSVC_RATE_LIMIT", "CONTEXTSVC_RATE_LIMIT_MB"):
             raise ImproperlyConfigured(
                 f"{_name}={_rate!r} is not a rate such as '50/second;1500/minute': {exc}"
             ) from exc
-CONTEXTSVC_MAX_CONCURRENT_PER_KEY = env_int("CONTEXTSVC_MAX_CONCURRENT_PER_KEY", 4, minimum=0)
+# A key never holds every thread of one server worker (its keep-alive
+# connections stay there): checked in process memory, free. On by default.
+CONTEXTSVC_KEEP_THREAD_FREE = env_bool("CONTEXTSVC_KEEP_THREAD_FREE", True)
+# Requests in flight per key across all workers (0: no global count). Each
+# request then pays a Redis round trip (~0.3 ms, a tenth of an append), and the
+# per-worker share above already bounds a key to workers x (threads - 1).
+CONTEXTSVC_MAX_CONCURRENT_PER_KEY = env_int("CONTEXTSVC_MAX_CONCURRENT_PER_KEY", 0, minimum=0)
+# Requests with a body of HEAVY_BODY_BYTES or more in flight per key (0: no
+# limit): each costs a core for seconds (a 30 MB body: ~3 s of parsing and
+# counting), so one key's uploads take at most this many cores.
+CONTEXTSVC_MAX_HEAVY_PER_KEY = env_int("CONTEXTSVC_MAX_HEAVY_PER_KEY", 1, minimum=0)
+CONTEXTSVC_HEAVY_BODY_BYTES = env_int("CONTEXTSVC_HEAVY_BODY_BYTES", 1_000_000, minimum=1)
 # Shared by every worker through Redis; without REDIS_URL, counted per process
 # (exact for the quick start's one process; N gunicorn workers allow N times it).
 CONTEXTSVC_RATE_LIMIT_STORAGE = env_str("CONTEXTSVC_RATE_LIMIT_STORAGE", REDIS_URL or "memory://")

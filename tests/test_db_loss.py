@@ -100,7 +100,7 @@ def _gunicorn(tmp_path: Path, application_name: str) -> Iterator[int]:
         "LOG_LEVEL": "WARNING",
         # One key plays every agent here: the per-key limits would answer its
         # concurrent calls 429 (tests/sessions/test_starvation.py covers them).
-        "CONTEXTSVC_MAX_CONCURRENT_PER_KEY": "0",
+        "CONTEXTSVC_KEEP_THREAD_FREE": "false",
         "CONTEXTSVC_RATE_LIMIT": "off",
         "CONTEXTSVC_RATE_LIMIT_MB": "off",
     }

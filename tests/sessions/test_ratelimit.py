@@ -105,6 +105,8 @@ def test_limits_off_means_no_limiter(settings):
     settings.CONTEXTSVC_RATE_LIMIT = "off"
     settings.CONTEXTSVC_RATE_LIMIT_MB = "off"
     settings.CONTEXTSVC_MAX_CONCURRENT_PER_KEY = 0
+    settings.CONTEXTSVC_MAX_HEAVY_PER_KEY = 0
+    settings.CONTEXTSVC_KEEP_THREAD_FREE = False
     assert get_limiter() is None
 
 
@@ -266,3 +268,61 @@ def test_a_key_posting_too_many_megabytes_gets_429(alice, make_session, settings
     assert response.status_code == 429 and int(response["Retry-After"]) >= 1
     assert response.json()["error"]["details"]["scope"] == "body_rate"
     assert one_user_message(alice, sid).status_code == 200  # small calls go on
+
+
+@needs_redis
+@pytest.mark.redis
+def test_rate_tokens_come_in_batches_and_the_limit_still_holds_across_workers():
+    # 300/minute: each process takes 3 tokens a round trip (1 % of the limit).
+    one = KeyLimiter(REDIS_URL, "300/minute", max_concurrent=0, lease_seconds=60)
+    two = KeyLimiter(REDIS_URL, "300/minute", max_concurrent=0, lease_seconds=60)
+    key = uuid.uuid4().hex
+    item = one.rates[0]
+    one.admit(key)
+    # One request took a batch of three from the shared window.
+    assert item.amount - one.strategy.get_window_stats(item, key).remaining == 3
+    one.admit(key), one.admit(key)  # spent locally: nothing more counted
+    assert item.amount - one.strategy.get_window_stats(item, key).remaining == 3
+    admitted = 3
+    with pytest.raises(RateLimited) as refused:
+        for n in range(1000):
+            (one if n % 2 else two).admit(key)
+            admitted += 1
+    assert refused.value.details["scope"] == "rate"
+    # Never more than the limit; refused at most a batch early per process.
+    assert 300 - 2 * 2 <= admitted <= 300
+
+
+@pytest.mark.parametrize("storage", storages())
+def test_a_key_has_one_large_request_in_flight_at_a_time(storage):
+    limiter = KeyLimiter(storage, "off", max_concurrent=0, lease_seconds=60, max_heavy=1)
+    key = uuid.uuid4().hex
+    big = limiter.admit(key, 30, heavy=True)
+    assert limiter.in_flight(key, "heavy") == 1
+    with pytest.raises(RateLimited) as refused:
+        limiter.admit(key, 30, heavy=True)
+    assert refused.value.details == {
+        "limit": "1 concurrent requests with a large body",
+        "scope": "concurrency",
+        "retry_after": 1,
+    }
+    small = limiter.admit(key)  # the key's ordinary calls go on meanwhile
+    other = limiter.admit(uuid.uuid4().hex, 30, heavy=True)  # and other keys' uploads
+    big.release()
+    assert limiter.in_flight(key, "heavy") == 0
+    limiter.admit(key, 30, heavy=True).release()
+    for slot in (small, other):
+        slot.release()
+
+
+@needs_redis
+@pytest.mark.redis
+def test_a_refused_large_request_gives_back_its_global_slot():
+    limiter = KeyLimiter(REDIS_URL, "off", max_concurrent=3, lease_seconds=60, max_heavy=1)
+    key = uuid.uuid4().hex
+    held = limiter.admit(key, 5, heavy=True)
+    with pytest.raises(RateLimited):
+        limiter.admit(key, 5, heavy=True)
+    assert limiter.in_flight(key) == 1  # only the admitted one holds a global slot
+    held.release()
+    assert limiter.in_flight(key) == 0 and limiter.in_flight(key, "heavy") == 0
