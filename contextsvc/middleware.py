@@ -15,8 +15,10 @@ import sys
 import uuid
 from collections.abc import Callable
 
+from csp.middleware import CSPMiddleware
 from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse
+from django.http.response import HttpResponseBase
 from django.views import defaults
 
 from contextsvc.errors import error_body
@@ -151,3 +153,19 @@ def server_error(request: HttpRequest) -> HttpResponse:
     if _is_api(request) and exc is not None:
         return internal_error(request, exc)
     return defaults.server_error(request)
+
+
+class DocumentCSPMiddleware(CSPMiddleware):
+    """django-csp's policy on pages, not on the API's JSON answers.
+
+    A JSON answer (served with ``nosniff``) runs no script, so the policy does
+    nothing there, and building it costs ~70 µs a call: a fiftieth of an
+    append. The API's docs page is HTML and keeps its policy.
+    """
+
+    def process_response(
+        self, request: HttpRequest, response: HttpResponseBase
+    ) -> HttpResponseBase:
+        if response.get("Content-Type", "").startswith("application/json"):
+            return response
+        return super().process_response(request, response)

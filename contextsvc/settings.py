@@ -188,7 +188,8 @@ MIDDLEWARE = [
     "contextsvc.ratelimit.RateLimitMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
-    "csp.middleware.CSPMiddleware",
+    # django-csp, for documents only (JSON answers run no script).
+    "contextsvc.middleware.DocumentCSPMiddleware",
     # Last, as its documentation asks: it turns a locked-out sign-in into the
     # lockout page.
     "axes.middleware.AxesMiddleware",

@@ -63,3 +63,11 @@ def test_dashboard_html_has_no_inline_script_or_eval(op, make_dash_session):
         # htmx trigger filters ([...]) are code htmx would eval.
         for trigger in re.findall(r'hx-trigger="([^"]*)"', html):
             assert "[" not in trigger, f"{trigger!r} on {url}"
+
+
+def test_json_answers_of_the_api_carry_no_policy_and_pages_do(alice, client):
+    answer = alice.post("sessions", {"model": "claude-sonnet-4-5"})
+    assert answer.status_code == 201 and answer["Content-Type"].startswith("application/json")
+    assert "Content-Security-Policy" not in answer
+    assert answer["X-Content-Type-Options"] == "nosniff"  # no sniffing a script out of it
+    assert "script-src 'self'" in client.get("/api/v1/docs")["Content-Security-Policy"]
