@@ -19,7 +19,6 @@ import json
 import logging
 import os
 import secrets
-import socket
 import subprocess
 import sys
 import time
@@ -27,7 +26,6 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from urllib.parse import quote
 
 import httpx
 import pytest
@@ -36,6 +34,7 @@ from django.db import connection
 
 from sessions.services import agent_key_create
 from tests.conftest import IN_CI, tool_turn
+from tests.live_server import database_url, gunicorn
 
 pytestmark = [pytest.mark.postgres]
 
@@ -58,45 +57,7 @@ def _test_database_url() -> str:
         if IN_CI:
             pytest.fail(reason)
         pytest.skip(reason)
-    s = connection.settings_dict
-    user = quote(s.get("USER") or "", safe="")
-    password = quote(s.get("PASSWORD") or "", safe="")
-    auth = f"{user}:{password}@" if password else (f"{user}@" if user else "")
-    return f"postgres://{auth}{s.get('HOST') or '127.0.0.1'}:{s.get('PORT') or 5432}/{s['NAME']}"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextmanager
-def _gunicorn(env: dict[str, str], log: Path) -> Iterator[str]:
-    """The project's gunicorn (gthread, its gunicorn.conf.py) on a free loopback port."""
-    port = _free_port()
-    with log.open("ab") as out:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "contextsvc.wsgi:application"],
-            cwd=ROOT,
-            env={**env, "GUNICORN_BIND": f"127.0.0.1:{port}", "WEB_CONCURRENCY": "2"},
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                assert server.poll() is None, log.read_text(errors="replace")
-                assert time.monotonic() < deadline, "gunicorn did not start"
-                time.sleep(0.2)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.terminate()
-        server.wait(timeout=20)
+    return database_url()
 
 
 @contextmanager
@@ -183,7 +144,9 @@ def test_every_operation_keeps_its_contract_under_schemathesis(transactional_db,
         "CONTEXTSVC_COMPACTION_QUEUE": f"contract-fuzz-{uuid.uuid4().hex[:8]}",
     }
     _, raw_key = agent_key_create(name="fuzz")
-    with _gunicorn(env, tmp_path / "gunicorn.log") as base, _forgotten(env):
+    env["WEB_CONCURRENCY"] = "2"
+    with gunicorn(env, tmp_path / "gunicorn.log") as port, _forgotten(env):
+        base = f"http://127.0.0.1:{port}"
         ids = _seed(base, raw_key)
         command = [
             sys.executable, "-m", "schemathesis.cli", "run", f"{base}/api/v1/openapi.json",

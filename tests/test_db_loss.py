@@ -16,15 +16,11 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import socket
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from urllib.parse import quote
 
 import psycopg
 import pytest
@@ -36,6 +32,7 @@ from sessions import hotpath
 from sessions.models import Message
 from sessions.services import agent_key_create, session_create
 from tests.conftest import IN_CI
+from tests.live_server import database_url, gunicorn
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -52,18 +49,11 @@ def _require_postgres():
         pytest.skip(reason)
 
 
-def _dsn(application_name: str | None = None) -> str:
-    s = connection.settings_dict
-    user = quote(s.get("USER") or "", safe="")
-    password = quote(s.get("PASSWORD") or "", safe="")
-    auth = f"{user}:{password}@" if password else (f"{user}@" if user else "")
-    url = f"postgres://{auth}{s.get('HOST') or '127.0.0.1'}:{s.get('PORT') or 5432}/{s['NAME']}"
-    return f"{url}?application_name={application_name}" if application_name else url
-
-
 def _admin_sql(sql: str, params: tuple = ()) -> list[tuple]:
     """On a connection of its own, so the test's Django connection is not involved."""
-    with psycopg.connect(_dsn().replace("postgres://", "postgresql://", 1), autocommit=True) as c:
+    with psycopg.connect(
+        database_url().replace("postgres://", "postgresql://", 1), autocommit=True
+    ) as c:
         return c.execute(sql, params).fetchall()
 
 
@@ -88,12 +78,9 @@ def _terminate(pids: list[int]) -> None:
 
 @contextmanager
 def _gunicorn(tmp_path: Path, application_name: str) -> Iterator[int]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     env = {
         **os.environ,
-        "DATABASE_URL": _dsn(application_name),
+        "DATABASE_URL": database_url(application_name),
         "DEBUG": "false",
         "WEB_CONCURRENCY": "1",
         "GUNICORN_THREADS": str(THREADS),
@@ -104,30 +91,8 @@ def _gunicorn(tmp_path: Path, application_name: str) -> Iterator[int]:
         "CONTEXTSVC_RATE_LIMIT": "off",
         "CONTEXTSVC_RATE_LIMIT_MB": "off",
     }
-    log = (tmp_path / "gunicorn.log").open("wb")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "contextsvc.wsgi:application"]
-        + ["-b", f"127.0.0.1:{port}"],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                assert server.poll() is None, (tmp_path / "gunicorn.log").read_text()
-                assert time.monotonic() < deadline, "gunicorn did not start"
-                time.sleep(0.1)
+    with gunicorn(env, tmp_path / "gunicorn.log") as port:
         yield port
-    finally:
-        server.terminate()
-        server.wait(timeout=15)
-        log.close()
 
 
 class _Agent:

@@ -9,6 +9,7 @@ Locally they skip without ``REDIS_URL`` / a PostgreSQL ``DATABASE_URL``; in CI
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import signal
@@ -18,7 +19,6 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from urllib.parse import quote
 
 import pytest
 from django.conf import settings as django_settings
@@ -29,6 +29,7 @@ from compaction.models import CompactionRun, Snapshot
 from sessions.models import Session
 from tests.conftest import IN_CI
 from tests.fakes.anthropic_server import FakeAnthropic
+from tests.live_server import database_url, gunicorn
 
 from .conftest import SMALL, turn
 
@@ -50,14 +51,6 @@ def _require_services() -> str:
             pytest.fail(reason)
         pytest.skip(reason)
     return redis_url
-
-
-def _test_database_url() -> str:
-    s = connection.settings_dict
-    user = quote(s.get("USER") or "", safe="")
-    password = quote(s.get("PASSWORD") or "", safe="")
-    auth = f"{user}:{password}@" if password else (f"{user}@" if user else "")
-    return f"postgres://{auth}{s.get('HOST') or '127.0.0.1'}:{s.get('PORT') or 5432}/{s['NAME']}"
 
 
 class Worker:
@@ -128,7 +121,7 @@ def worker_env(transactional_db, tmp_path, settings, monkeypatch):
     settings.CONTEXTSVC_COMPACTION_QUEUE = queue
     env = {
         **os.environ,
-        "DATABASE_URL": _test_database_url(),
+        "DATABASE_URL": database_url(),
         "REDIS_URL": redis_url,
         "CELERY_BROKER_URL": django_settings.CELERY_BROKER_URL,
         "CONTEXTSVC_VAR_DIR": str(tmp_path / "var"),
@@ -322,8 +315,6 @@ def test_concurrent_context_calls_answer_within_the_bound_while_a_dead_run_holds
     while the run that would unblock it belongs to a worker that just died (its
     lease not yet out). Each answers within the bound with the context it has;
     once the lease lapsed, the next call takes the run over and is unblocked."""
-    from bench.common import Http, gunicorn
-
     from .test_leases import _at_block, _auto_run, _dead_claim
 
     tmp_path, queue, env = worker_env
@@ -336,13 +327,32 @@ def test_concurrent_context_calls_answer_within_the_bound_while_a_dead_run_holds
     run = _dead_claim(_auto_run(session), lease_left=10)  # its worker died ~5 s ago
     before = Session.objects.filter(pk=session.pk).values().get()
     path = f"sessions/{session.external_id}/context"
+    server_env = {
+        **os.environ,
+        "DATABASE_URL": database_url(),
+        "DEBUG": "false",
+        "WEB_CONCURRENCY": "1",
+        # One key plays all six agents: no per-key thread share or rate here.
+        "CONTEXTSVC_KEEP_THREAD_FREE": "false",
+        "CONTEXTSVC_RATE_LIMIT": "off",
+    }
+
+    def get(port: int, url: str) -> tuple[int, bytes, float]:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        started = time.perf_counter()
+        conn.request("GET", f"/api/v1/{url}", headers={"Authorization": f"Bearer {alice_key[1]}"})
+        response = conn.getresponse()
+        body = response.read()
+        conn.close()
+        return response.status, body, time.perf_counter() - started
+
     try:
-        with gunicorn(_test_database_url(), workers=1) as (port, _):
-            Http(port, alice_key[1], timeout=60).call("GET", "openapi.json")  # warm up
+        with gunicorn(server_env, tmp_path / "gunicorn.log") as port:
+            get(port, "openapi.json")  # warm up
 
             def fetch(_: int) -> tuple[int, str, float]:
-                status, body, ms = Http(port, alice_key[1], timeout=60).call("GET", path)
-                return status, json.loads(body)["budget"]["guard"]["status"], ms / 1000
+                status, body, seconds = get(port, path)
+                return status, json.loads(body)["budget"]["guard"]["status"], seconds
 
             with ThreadPoolExecutor(6) as pool:
                 results = list(pool.map(fetch, range(6)))
@@ -355,7 +365,7 @@ def test_concurrent_context_calls_answer_within_the_bound_while_a_dead_run_holds
 
             while CompactionRun.objects.get(pk=run.pk).lease_expires_at > timezone.now():
                 time.sleep(0.2)
-            status, body, ms = Http(port, alice_key[1], timeout=60).call("GET", path)
+            status, body, _ = get(port, path)
             assert status == 200 and json.loads(body)["budget"]["guard"]["status"] != "block"
             run.refresh_from_db()
             assert run.status == "succeeded" and run.attempts == 2

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from django.db import connection
 
 from sessions.services import agent_key_create, session_create
 from tests.fakes.flood_agent import Client, append_body
+from tests.live_server import database_url, gunicorn
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -43,65 +43,18 @@ def _needs_postgres():
         pytest.skip("a server sharing the test database needs PostgreSQL (DATABASE_URL)")
 
 
-def database_url() -> str:
-    db = connection.settings_dict
-    auth = db["USER"] + (f":{db['PASSWORD']}" if db["PASSWORD"] else "")
-    return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def server(tmp_path):
     """A real gunicorn on the test database: a small pool of WORKERS x THREADS."""
-    port = free_port()
     env = {
         key: value
         for key, value in os.environ.items()
         if not key.startswith(("CONTEXTSVC_RATE", "CONTEXTSVC_MAX_CONC", "CONTEXTSVC_WEB"))
     }  # the limits as shipped
     env.update(DATABASE_URL=database_url(), DEBUG="false", LOG_LEVEL="WARNING")
-    # A file, not a pipe nobody reads: a full pipe would block the server's logging.
-    log = (tmp_path / "gunicorn.log").open("wb")
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gunicorn",
-            "contextsvc.wsgi:application",
-            "-b",
-            f"127.0.0.1:{port}",
-            "-w",
-            str(WORKERS),
-            "--threads",
-            str(THREADS),
-            "--timeout",
-            "300",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=log,
-    )
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            break
-        except OSError:
-            assert process.poll() is None, (tmp_path / "gunicorn.log").read_text()
-            assert time.monotonic() < deadline, "gunicorn did not start"
-            time.sleep(0.2)
-    try:
+    args = ("-w", str(WORKERS), "--threads", str(THREADS), "--timeout", "300")
+    with gunicorn(env, tmp_path / "gunicorn.log", *args) as port:
         yield port
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
-        log.close()
 
 
 def p99(values: list[float]) -> float:
