@@ -206,6 +206,24 @@ def test_worker_compacts_after_guard_reaches_compact(alice, alice_key, start_wor
     assert alice.get(f"compactions/{run.pk}").json()["result"]["after_tokens"] < run.before_tokens
 
 
+def _summary_in_flight(alice, alice_key, sid: str, fake, worker):
+    """A five-turn session whose summarize run is inside the (slow) LLM call:
+    ``(session, its row before, its raw context before, run id)``."""
+    assert alice.post("sessions", {**SMALL, "id": sid}).status_code == 201
+    for t in range(5):
+        alice.post(f"sessions/{sid}/messages", {"messages": turn(t)})
+    session = Session.objects.get(owner=alice_key[0], external_id=sid)
+    before_row = Session.objects.filter(pk=session.pk).values().get()
+    before_ctx = alice.get(f"sessions/{sid}/context", format="raw").json()["messages"]
+    response = alice.post(f"sessions/{sid}/compact", {"strategy": "summarize"})
+    assert response.status_code == 202
+    deadline = time.monotonic() + 30
+    while not fake.messages_requests() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert fake.messages_requests(), worker.log()
+    return session, before_row, before_ctx, response.json()["run_id"]
+
+
 def test_worker_killed_mid_run_leaves_session_unchanged_and_run_is_retried(
     alice, alice_key, start_worker
 ):
@@ -216,20 +234,9 @@ def test_worker_killed_mid_run_leaves_session_unchanged_and_run_is_retried(
             ANTHROPIC_BASE_URL=fake.base_url,
             CONTEXTSVC_SUMMARIZER_MAX_RETRIES="0",
         )
-        assert alice.post("sessions", {**SMALL, "id": "e2e-kill"}).status_code == 201
-        for t in range(5):
-            alice.post("sessions/e2e-kill/messages", {"messages": turn(t)})
-        session = Session.objects.get(owner=alice_key[0], external_id="e2e-kill")
-        before_row = Session.objects.filter(pk=session.pk).values().get()
-        before_ctx = alice.get("sessions/e2e-kill/context", format="raw").json()["messages"]
-
-        response = alice.post("sessions/e2e-kill/compact", {"strategy": "summarize"})
-        assert response.status_code == 202
-        run_id = response.json()["run_id"]
-        deadline = time.monotonic() + 30
-        while not fake.messages_requests() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert fake.messages_requests(), worker.log()
+        session, before_row, before_ctx, run_id = _summary_in_flight(
+            alice, alice_key, "e2e-kill", fake, worker
+        )
         # The worker's child is inside the LLM call: kill it.
         (child,) = worker.child_pids()
         os.kill(child, signal.SIGKILL)
@@ -264,20 +271,9 @@ def test_whole_worker_killed_mid_run_is_recovered_by_the_next_worker_within_30s(
             "CONTEXTSVC_COMPACTION_LEASE_SECONDS": "6",
         }
         worker = start_worker(**env)
-        assert alice.post("sessions", {**SMALL, "id": "e2e-killpg"}).status_code == 201
-        for t in range(5):
-            alice.post("sessions/e2e-killpg/messages", {"messages": turn(t)})
-        session = Session.objects.get(owner=alice_key[0], external_id="e2e-killpg")
-        before_row = Session.objects.filter(pk=session.pk).values().get()
-        before_ctx = alice.get("sessions/e2e-killpg/context", format="raw").json()["messages"]
-
-        response = alice.post("sessions/e2e-killpg/compact", {"strategy": "summarize"})
-        assert response.status_code == 202
-        run_id = response.json()["run_id"]
-        deadline = time.monotonic() + 30
-        while not fake.messages_requests() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert fake.messages_requests(), worker.log()
+        session, before_row, before_ctx, run_id = _summary_in_flight(
+            alice, alice_key, "e2e-killpg", fake, worker
+        )
         assert CompactionRun.objects.get(pk=run_id).status == "running"
 
         worker.kill_group()
