@@ -27,5 +27,5 @@ graceful_timeout = 30
 
 def post_fork(server, worker):
     # Before the worker loads Django: contextsvc's per-key limit keeps one of
-    # this worker's threads free for other agent keys (contextsvc/ratelimit.py).
+    # this worker's threads free for other agent keys (contextsvc/ratelimit/).
     os.environ["CONTEXTSVC_WEB_THREADS"] = str(worker.cfg.threads)

@@ -184,7 +184,7 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
-    # gives back a request's per-key concurrency slot (contextsvc/ratelimit.py)
+    # gives back a request's per-key concurrency slot (contextsvc/ratelimit/)
     "contextsvc.ratelimit.RateLimitMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -375,7 +375,7 @@ CONTEXTSVC_MAX_TOOLS = env_int("CONTEXTSVC_MAX_TOOLS", 1000, minimum=1)
 
 # --- per-key limits -----------------------------------------------------------
 
-# No agent key may starve the others (contextsvc/ratelimit.py): each key gets at
+# No agent key may starve the others (contextsvc/ratelimit/): each key gets at
 # most these request rates ("limits" notation: N/second, N/minute, ";" between;
 # "off" for none) and at most this many requests in flight (0 for no limit),
 # answered 429 + Retry-After past them. An agent calls a few times per LLM call,

@@ -8,7 +8,7 @@ from django.http import HttpRequest
 from django.utils import timezone
 from ninja.security import HttpBearer
 
-from contextsvc.ratelimit import admit_key
+from contextsvc.ratelimit import admit_key, refuse_flooding_key
 
 from .hotpath import session_for_key
 from .models import AgentKey, hash_key
@@ -24,6 +24,7 @@ class AgentKeyAuth(HttpBearer):
         if not token:
             return None
         digest = hash_key(token)
+        refuse_flooding_key(request, digest[:16])
         key = None
         match = request.resolver_match
         sid = match.kwargs.get("sid") if match else None

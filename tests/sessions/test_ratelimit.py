@@ -326,3 +326,46 @@ def test_a_refused_large_request_gives_back_its_global_slot():
     assert limiter.in_flight(key) == 1  # only the admitted one holds a global slot
     held.release()
     assert limiter.in_flight(key) == 0 and limiter.in_flight(key, "heavy") == 0
+
+
+@pytest.mark.parametrize("storage", storages())
+def test_a_key_just_refused_is_refused_again_before_any_lookup(storage):
+    limiter = KeyLimiter(storage, "2/minute", max_concurrent=0, lease_seconds=60)
+    key = uuid.uuid4().hex
+    limiter.refuse_known(key)  # nothing known yet: no refusal
+    limiter.admit(key), limiter.admit(key)
+    with pytest.raises(RateLimited) as first:
+        limiter.admit(key)
+    with pytest.raises(RateLimited) as again:
+        limiter.refuse_known(key)  # what auth calls before looking the key up
+    assert again.value.details == first.value.details
+    assert 1 <= again.value.retry_after <= first.value.retry_after
+    limiter.refuse_known(uuid.uuid4().hex)  # other keys are not affected
+
+
+def test_a_flooding_key_is_refused_before_its_key_is_looked_up(
+    alice, make_session, settings, django_assert_num_queries
+):
+    sid = make_session()["id"]
+    settings.CONTEXTSVC_RATE_LIMIT = "2/minute"
+    for _ in range(2):
+        assert alice.get(f"sessions/{sid}/budget").status_code == 200
+    assert alice.get(f"sessions/{sid}/budget").status_code == 429
+    with django_assert_num_queries(0):
+        refused = alice.get(f"sessions/{sid}/budget")
+    assert refused.status_code == 429 and refused.json()["error"]["code"] == "RATE_LIMITED"
+    assert int(refused["Retry-After"]) == refused.json()["error"]["details"]["retry_after"]
+
+
+@pytest.mark.parametrize("storage", storages())
+def test_a_big_body_while_this_process_serves_the_key_s_big_one_is_refused_early(storage):
+    limiter = KeyLimiter(storage, "off", max_concurrent=0, lease_seconds=60, max_heavy=1)
+    key = uuid.uuid4().hex
+    limiter.refuse_known(key, 30, heavy=True)  # none in flight: no refusal
+    held = limiter.admit(key, 30, heavy=True)
+    with pytest.raises(RateLimited) as refused:
+        limiter.refuse_known(key, 30, heavy=True)
+    assert refused.value.details["limit"] == "1 concurrent requests with a large body"
+    limiter.refuse_known(key)  # its small calls are not refused
+    held.release()
+    limiter.refuse_known(key, 30, heavy=True)

@@ -38,13 +38,9 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
 import limits
-from django.conf import settings
-from django.core.signals import setting_changed
-from django.http import HttpRequest, HttpResponse
 from limits.storage import RedisStorage, storage_from_string
 from limits.strategies import SlidingWindowCounterRateLimiter
 
@@ -61,6 +57,10 @@ CONCURRENCY_RETRY_AFTER = 1
 # the shared count never runs far ahead of (or behind) the requests it counts.
 TOKEN_LIFETIME_SHARE = 0.1
 MAX_TOKEN_BATCH = 20
+# A key this process refused for a rate is refused again at once, before its
+# key is even looked up, for at most this long: a flood's retries then cost
+# next to nothing, and the shared window is asked again every second.
+REFUSAL_MEMORY_SECONDS = 1.0
 
 # Atomic in Redis: drop lapsed leases, take a slot if one is free. TIME is the
 # server's clock, so workers on hosts with skewed clocks agree on expiry.
@@ -130,6 +130,7 @@ class KeyLimiter:
         self.process_cap = web_threads - 1 if keep_thread_free and web_threads >= 2 else 0
         self.lease_seconds = lease_seconds
         self._in_process: dict[str, int] = {}
+        self._heavy_here: dict[str, int] = {}  # big-body leases held in this process
         self._down_until = 0.0
         self._local: dict[str, dict[str, float]] = {}
         self._lock = threading.Lock()
@@ -137,6 +138,8 @@ class KeyLimiter:
         # Process memory is as cheap as a local batch: batches are for Redis.
         self._batched = isinstance(self.storage, RedisStorage)
         self._tokens: dict[tuple[str, str], tuple[int, float]] = {}
+        # (identity, scope) -> (ask again after, retry after, the refusal's details)
+        self._refused: dict[tuple[str, str], tuple[float, float, dict[str, Any]]] = {}
         if self._batched:
             self._acquire_script = self.storage.storage.register_script(_ACQUIRE)
 
@@ -163,6 +166,9 @@ class KeyLimiter:
                 heavy_token = uuid.uuid4().hex if heavy and self.max_heavy else ""
                 self._count(identity, megabytes)
                 self._lease(identity, token, heavy_token)
+                if heavy_token:
+                    with self._lock:
+                        self._heavy_here[identity] = self._heavy_here.get(identity, 0) + 1
         except RateLimited:
             self._leave_process(identity)
             raise
@@ -170,6 +176,38 @@ class KeyLimiter:
             self._storage_failed("admit")
             token = heavy_token = ""  # nothing to give back (a lease taken lapses)
         return Slot(self, identity, token, heavy_token) if self.holds_slots else None
+
+    def refuse_known(self, identity: str, megabytes: int = 0, *, heavy: bool = False) -> None:
+        """Raise ``RateLimited`` at once for a request this process knows it would
+        refuse (a rate just refused and not recovered, or a big body while this
+        process already serves the key's allowed ones): no lookup, no round trip."""
+        if heavy and self.max_heavy and self._heavy_here.get(identity, 0) >= self.max_heavy:
+            raise self._heavy_busy()
+        if not self._refused:
+            return
+        now = time.monotonic()
+        for scope in ("rate", "body_rate") if megabytes else ("rate",):
+            known = self._refused.get((identity, scope))
+            if known is not None and known[0] > now:
+                retry = max(1, math.ceil(known[1] - now))
+                raise RateLimited(
+                    f"Too many requests for this agent key ({known[2]['limit']}); "
+                    f"retry in {retry} s",
+                    retry_after=retry,
+                    details={**known[2], "scope": scope},
+                )
+
+    def _refuse(self, identity: str, scope: str, message: str, retry: int, limit: str) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if len(self._refused) > 10_000:
+                self._refused = {k: v for k, v in self._refused.items() if v[0] > now}
+            self._refused[(identity, scope)] = (
+                now + min(retry, REFUSAL_MEMORY_SECONDS),
+                now + retry,
+                {"limit": limit},
+            )
+        raise RateLimited(message, retry_after=retry, details={"limit": limit, "scope": scope})
 
     def _hit(self, item: limits.RateLimitItem, identity: str) -> bool:
         """One request against ``item``: from this process's batch of tokens, else
@@ -195,10 +233,12 @@ class KeyLimiter:
         for item in self.rates:
             if not self._hit(item, identity):
                 retry = self._retry_after(item, identity)
-                raise RateLimited(
+                self._refuse(
+                    identity,
+                    "rate",
                     f"Too many requests for this agent key (limit {item}); retry in {retry} s",
-                    retry_after=retry,
-                    details={"limit": str(item), "scope": "rate"},
+                    retry,
+                    str(item),
                 )
         # Big bodies cost CPU by the megabyte (parsing, counting tokens): a key
         # posting 30 MB appends in a loop passes every request rate yet would
@@ -208,10 +248,12 @@ class KeyLimiter:
             if not self.strategy.hit(item, identity, "mb", cost=min(megabytes, item.amount)):
                 retry = self._retry_after(item, identity, "mb")
                 limit = f"{item.amount} MB of request bodies per {item.multiples} {item.GRANULARITY.name}"
-                raise RateLimited(
+                self._refuse(
+                    identity,
+                    "body_rate",
                     f"Too much data from this agent key (limit {limit}); retry in {retry} s",
-                    retry_after=retry,
-                    details={"limit": limit, "scope": "body_rate"},
+                    retry,
+                    limit,
                 )
 
     def _lease(self, identity: str, token: str, heavy_token: str) -> None:
@@ -223,13 +265,23 @@ class KeyLimiter:
         heavy_key = self._slots_key(identity, "heavy")
         if heavy_token and not self._acquire(heavy_key, self.max_heavy, heavy_token):
             self._give_back(self._slots_key(identity), token)
-            raise self._busy(
-                f"{self.max_heavy} concurrent requests with a large body",
-                f"this agent key already has {self.max_heavy} large request(s) in progress",
-            )
+            raise self._heavy_busy()
+
+    def _heavy_busy(self) -> RateLimited:
+        return self._busy(
+            f"{self.max_heavy} concurrent requests with a large body",
+            f"this agent key already has {self.max_heavy} large request(s) in progress",
+        )
 
     def release(self, slot: Slot) -> None:
         self._leave_process(slot.identity)
+        if slot.heavy_token:
+            with self._lock:
+                held = self._heavy_here.get(slot.identity, 0) - 1
+                if held > 0:
+                    self._heavy_here[slot.identity] = held
+                else:
+                    self._heavy_here.pop(slot.identity, None)
         try:
             self._give_back(self._slots_key(slot.identity), slot.token)
             self._give_back(self._slots_key(slot.identity, "heavy"), slot.heavy_token)
@@ -323,92 +375,3 @@ def parse_rates(rates: str) -> list[limits.RateLimitItem]:
     if text in ("", "off", "none", "0"):
         return []
     return limits.parse_many(text)
-
-
-_build_lock = threading.Lock()
-
-
-def get_limiter() -> KeyLimiter | None:
-    """The process's limiter from settings (None when both limits are off)."""
-    # Built once under a lock: the first requests arrive on several threads at
-    # once, and limits' lazy dependency check is not safe to run concurrently
-    # (it reported redis as version 0.0.0 to one of them).
-    with _build_lock:
-        return _build_limiter()
-
-
-@lru_cache(maxsize=1)
-def _build_limiter() -> KeyLimiter | None:
-    limiter = KeyLimiter(
-        settings.CONTEXTSVC_RATE_LIMIT_STORAGE,
-        settings.CONTEXTSVC_RATE_LIMIT,
-        settings.CONTEXTSVC_MAX_CONCURRENT_PER_KEY,
-        settings.CONTEXTSVC_CONCURRENCY_LEASE_SECONDS,
-        body_rates=settings.CONTEXTSVC_RATE_LIMIT_MB,
-        web_threads=settings.CONTEXTSVC_WEB_THREADS,
-        keep_thread_free=settings.CONTEXTSVC_KEEP_THREAD_FREE,
-        max_heavy=settings.CONTEXTSVC_MAX_HEAVY_PER_KEY,
-    )
-    if not (limiter.rates or limiter.body_rates or limiter.holds_slots):
-        return None
-    return limiter
-
-
-def _settings_changed(*, setting: str, **kwargs: Any) -> None:
-    if setting.startswith(
-        (
-            "CONTEXTSVC_RATE_LIMIT",
-            "CONTEXTSVC_MAX_CONCURRENT",
-            "CONTEXTSVC_CONC",
-            "CONTEXTSVC_MAX_HEAVY",
-            "CONTEXTSVC_HEAVY",
-            "CONTEXTSVC_KEEP_THREAD",
-            "CONTEXTSVC_WEB_THREADS",
-        )
-    ):
-        _build_limiter.cache_clear()
-
-
-setting_changed.connect(_settings_changed)
-
-
-def admit_key(request: HttpRequest, identity: str) -> None:
-    """Admit an authenticated agent key's request; ``RateLimitMiddleware`` releases it."""
-    limiter = get_limiter()
-    if limiter is not None:
-        try:
-            size = int(request.META.get("CONTENT_LENGTH") or 0)
-        except ValueError:
-            size = 0
-        # Whole megabytes: the calls an agent makes all the time cost nothing here.
-        request.contextsvc_slot = limiter.admit(
-            identity, size // 1_000_000, heavy=size >= settings.CONTEXTSVC_HEAVY_BODY_BYTES
-        )
-
-
-class RateLimitMiddleware:
-    """Gives back the request's concurrency slot once its response is sent.
-
-    The release is a Redis round trip: run it when the server closes the
-    response (after the last byte went out), so the agent never waits for it.
-    A response that is never built (an exception past every handler) releases
-    at once.
-    """
-
-    def __init__(self, get_response: Any) -> None:
-        self.get_response = get_response
-
-    def __call__(self, request: HttpRequest) -> HttpResponse:
-        response = None
-        try:
-            response = self.get_response(request)
-            return response
-        finally:
-            slot = getattr(request, "contextsvc_slot", None)
-            if slot is not None:
-                if response is None:
-                    slot.release()
-                else:
-                    # Django's own hook for work at close() (FileResponse closes
-                    # its file there); the WSGI server calls close() after sending.
-                    response._resource_closers.append(slot.release)

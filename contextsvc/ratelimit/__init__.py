@@ -1,0 +1,129 @@
+"""Per-agent-key limits, bound to the settings and the request cycle: the
+process's limiter, the checks the auth layer calls, and the middleware that
+gives a request's slot back. The limiter itself is ``limiter.py``."""
+
+from __future__ import annotations
+
+import threading
+from functools import lru_cache
+from typing import Any
+
+from django.conf import settings
+from django.core.signals import setting_changed
+from django.http import HttpRequest, HttpResponse
+
+from .limiter import KeyLimiter, RateLimited, Slot, parse_rates
+
+__all__ = [
+    "KeyLimiter",
+    "RateLimitMiddleware",
+    "RateLimited",
+    "Slot",
+    "admit_key",
+    "get_limiter",
+    "parse_rates",
+    "refuse_flooding_key",
+]
+
+_build_lock = threading.Lock()
+
+
+def get_limiter() -> KeyLimiter | None:
+    """The process's limiter from settings (None when both limits are off)."""
+    # Built once under a lock: the first requests arrive on several threads at
+    # once, and limits' lazy dependency check is not safe to run concurrently
+    # (it reported redis as version 0.0.0 to one of them).
+    with _build_lock:
+        return _build_limiter()
+
+
+@lru_cache(maxsize=1)
+def _build_limiter() -> KeyLimiter | None:
+    limiter = KeyLimiter(
+        settings.CONTEXTSVC_RATE_LIMIT_STORAGE,
+        settings.CONTEXTSVC_RATE_LIMIT,
+        settings.CONTEXTSVC_MAX_CONCURRENT_PER_KEY,
+        settings.CONTEXTSVC_CONCURRENCY_LEASE_SECONDS,
+        body_rates=settings.CONTEXTSVC_RATE_LIMIT_MB,
+        web_threads=settings.CONTEXTSVC_WEB_THREADS,
+        keep_thread_free=settings.CONTEXTSVC_KEEP_THREAD_FREE,
+        max_heavy=settings.CONTEXTSVC_MAX_HEAVY_PER_KEY,
+    )
+    if not (limiter.rates or limiter.body_rates or limiter.holds_slots):
+        return None
+    return limiter
+
+
+def _settings_changed(*, setting: str, **kwargs: Any) -> None:
+    if setting.startswith(
+        (
+            "CONTEXTSVC_RATE_LIMIT",
+            "CONTEXTSVC_MAX_CONCURRENT",
+            "CONTEXTSVC_CONC",
+            "CONTEXTSVC_MAX_HEAVY",
+            "CONTEXTSVC_HEAVY",
+            "CONTEXTSVC_KEEP_THREAD",
+            "CONTEXTSVC_WEB_THREADS",
+        )
+    ):
+        _build_limiter.cache_clear()
+
+
+setting_changed.connect(_settings_changed)
+
+
+def _body_size(request: HttpRequest) -> int:
+    try:
+        return int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        return 0
+
+
+def refuse_flooding_key(request: HttpRequest, identity: str) -> None:
+    """Before the key is looked up: a key this process just refused for a rate
+    is refused again at once (a flood's retries cost no query, no round trip).
+    A bad key never gets here refused, so it stays a 401."""
+    limiter = get_limiter()
+    if limiter is not None:
+        size = _body_size(request)
+        heavy = size >= settings.CONTEXTSVC_HEAVY_BODY_BYTES
+        limiter.refuse_known(identity, size // 1_000_000, heavy=heavy)
+
+
+def admit_key(request: HttpRequest, identity: str) -> None:
+    """Admit an authenticated agent key's request; ``RateLimitMiddleware`` releases it."""
+    limiter = get_limiter()
+    if limiter is not None:
+        size = _body_size(request)
+        # Whole megabytes: the calls an agent makes all the time cost nothing here.
+        request.contextsvc_slot = limiter.admit(
+            identity, size // 1_000_000, heavy=size >= settings.CONTEXTSVC_HEAVY_BODY_BYTES
+        )
+
+
+class RateLimitMiddleware:
+    """Gives back the request's concurrency slot once its response is sent.
+
+    The release is a Redis round trip: run it when the server closes the
+    response (after the last byte went out), so the agent never waits for it.
+    A response that is never built (an exception past every handler) releases
+    at once.
+    """
+
+    def __init__(self, get_response: Any) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = None
+        try:
+            response = self.get_response(request)
+            return response
+        finally:
+            slot = getattr(request, "contextsvc_slot", None)
+            if slot is not None:
+                if response is None:
+                    slot.release()
+                else:
+                    # Django's own hook for work at close() (FileResponse closes
+                    # its file there); the WSGI server calls close() after sending.
+                    response._resource_closers.append(slot.release)
