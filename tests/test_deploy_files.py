@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPTS = ["bin/setup", "bin/run", "bin/test", ".ci/run"]
+SCRIPTS = ["bin/setup", "bin/run", "bin/test", "bin/manage", ".ci/run"]
 
 
 def _compose() -> dict:
@@ -390,3 +390,41 @@ def test_quick_start_is_one_command_with_a_generated_key_over_plain_http(tmp_pat
             os.killpg(run.pid, signal.SIGKILL)
             run.wait()
         log.close()
+
+
+# --- bin/manage: manage.py from any shell ---------------------------------------------
+
+
+def test_readme_runs_manage_py_through_bin_manage():
+    """A newcomer's shell has no venv active (its python has no Django) and no
+    SECRET_KEY: outside a container the README says bin/manage, never python manage.py."""
+    lines = (ROOT / "README.md").read_text().splitlines()
+    bare = [line for line in lines if "python manage.py" in line and "docker compose" not in line]
+    assert not bare, bare
+    assert any("bin/manage create_agent_key" in line for line in lines)
+
+
+def test_bin_manage_works_without_the_venv_or_a_secret_key(tmp_path):
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("VIRTUAL_ENV", "SECRET_KEY", "SECRET_KEY_FILE", "DJANGO_SETTINGS_MODULE")
+    }
+    env["PATH"] = "/usr/local/bin:/usr/bin:/bin"  # the venv's python is not on it
+    env["DATABASE_URL"] = f"sqlite:///{tmp_path / 'db.sqlite3'}"
+    env["DEBUG"] = "false"
+    manage = str(ROOT / "bin" / "manage")
+    migrate = subprocess.run(
+        [manage, "migrate", "--noinput"], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert migrate.returncode == 0, migrate.stderr
+    made = subprocess.run(
+        [manage, "create_agent_key", "readme-agent"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert made.returncode == 0, made.stderr
+    key = made.stdout.strip().splitlines()[-1]
+    assert key.startswith("cx_") and len(key) > 20
