@@ -43,8 +43,15 @@ def read_page(
     meta = _size({"ref": output.ref, "tool_name": output.tool_name}) + 400
     text_cap = max(room - meta, 256)
     lines, line_cap = limit, max_line_length
+    # One read, capped by the text's size in JSON (escapes included): read again
+    # only when the rest of the answer still overflows, or one line alone does.
     result = output_store.output_slice(
-        output, offset=offset, limit=lines, max_line_length=line_cap, max_bytes=text_cap
+        output,
+        offset=offset,
+        limit=lines,
+        max_line_length=line_cap,
+        max_bytes=text_cap,
+        json_bytes=True,
     )
     capped = result["truncated"]
     rounds = 0
@@ -52,14 +59,19 @@ def read_page(
         rounds += 1
         capped = True
         if result["lines"] > 1:
-            lines = result["lines"] // 2  # escapes made the text bigger than its bytes
+            lines = result["lines"] // 2  # what the text's cap leaves out (a long cut_lines)
         else:
             # One line alone is too big: cut it to what fits even if every
             # character is escaped (the rest: a narrower read or /raw).
             fit = text_cap // MAX_JSON_BYTES_PER_CHAR
             line_cap = fit if line_cap is None or line_cap > fit else max(1, line_cap // 2)
         result = output_store.output_slice(
-            output, offset=offset, limit=lines, max_line_length=line_cap, max_bytes=text_cap
+            output,
+            offset=offset,
+            limit=lines,
+            max_line_length=line_cap,
+            max_bytes=text_cap,
+            json_bytes=True,
         )
     result["limit"] = limit
     result["truncated"] = capped

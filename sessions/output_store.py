@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+import orjson
 import regex
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
@@ -476,12 +477,15 @@ def output_slice(
     limit: int = 100,
     max_line_length: int | None = None,
     max_bytes: int | None = None,
+    json_bytes: bool = False,
 ) -> dict[str, Any]:
     """spec 000 §1.8: lines ``offset`` … ``offset + limit - 1``, numbered like a ``read`` tool.
 
     ``offset`` is the 1-based first line (0 reads from the start). Past the end
     the slice is empty, not an error. The text is capped at ``max_bytes``
     (a slice stops early with ``has_more``); ``max_line_length`` cuts each line.
+    ``json_bytes``: the cap counts the text as it will be sent in JSON (with
+    its escapes), so an answer of escaped characters fits in one read.
     """
     if limit <= 0:
         raise ValidationFailed(
@@ -500,7 +504,8 @@ def output_slice(
     for raw in iter_raw_lines(output, start, max_line_bytes=per_line):
         text, cut = _decode(raw, max_line_length)
         entry = f"{raw.number:>6}\t{text}{CUT_MARK if cut else ''}"
-        entry_size = len(entry.encode("utf-8")) + 1
+        # + 1: the newline joining entries (two bytes, "\n", in JSON).
+        entry_size = len(orjson.dumps(entry)) if json_bytes else len(entry.encode("utf-8")) + 1
         if entries and size + entry_size > cap:
             truncated = True
             break
