@@ -653,3 +653,26 @@ def test_upload_ref_with_the_cache_off_keeps_its_usual_view(alice, make_session)
     assert response.status_code == 200, response.content
     shown = alice.get(f"sessions/{sid}/context", format="raw").json()["messages"][-1]
     assert shown["content"] == "first line\nsecond\n"
+
+
+def test_a_capped_read_of_many_escaped_lines_reads_the_output_once(
+    alice, make_session, monkeypatch
+):
+    from sessions import output_pages, output_store
+
+    sid = make_session()["id"]
+    text = ("\x01" * 2_000 + "\n") * 400  # ~4.8 MB in JSON: far over the cap
+    ref = alice.post(f"sessions/{sid}/messages", {"messages": tool_turn("c1", text)}).json()[
+        "messages"
+    ][-1]["output_ref"]
+    calls = []
+    real = output_store.output_slice
+    monkeypatch.setattr(
+        output_pages.output_store, "output_slice", lambda *a, **k: calls.append(1) or real(*a, **k)
+    )
+    response = alice.get(f"refs/{ref}", limit=400)
+    assert len(response.content) <= CAP, len(response.content)
+    page = response.json()
+    assert page["truncated"] and page["has_more"] and page["lines"] > 1
+    assert page["next_offset"] == 1 + page["lines"]
+    assert len(calls) == 1  # one read, not one per halving
