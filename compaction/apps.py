@@ -7,22 +7,20 @@ class CompactionConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # Registered here so that sessions never imports compaction (issue 4):
-        # the auto-trigger after appends/usage (spec 000 §2.8), the 80 % note
-        # (spec 002 §7), the budget's compaction block, and compact_context.
-        from sessions import builtin_tools, output_store
-        from sessions import selectors as session_selectors
-        from sessions import services as session_services
+        # Imported here, not at module level: models are not ready before ready().
+        # Compaction plugs into sessions through its registry: the auto-trigger
+        # after appends/usage (spec 000 §2.8), the 80 % note (spec 002 §7), the
+        # budget's compaction block, the tool-budget check, and compact_context.
+        from sessions.extensions import REGISTRY
 
         from . import selectors, services
 
         for hooks, hook in (
-            (session_services.after_append_hooks, services.on_session_activity),
-            (session_selectors.context_note_hooks, services.context_note),
-            (session_selectors.budget_block_hooks, selectors.budget_block),
-            (output_store.compaction_available_checks, services.can_make_room),
-            (session_services.context_preflight_hooks, services.compact_before_call),
+            (REGISTRY.after_append, services.on_session_activity),
+            (REGISTRY.context_notes, services.context_note),
+            (REGISTRY.budget_blocks, selectors.budget_block),
+            (REGISTRY.compaction_available, services.can_make_room),
+            (REGISTRY.context_preflight, services.compact_before_call),
         ):
-            if hook not in hooks:
-                hooks.append(hook)
-        builtin_tools.register(services.COMPACT_CONTEXT_TOOL, services.compact_context_tool)
+            REGISTRY.add(hooks, hook)
+        REGISTRY.register_tool(services.COMPACT_CONTEXT_TOOL, services.compact_context_tool)

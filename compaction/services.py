@@ -165,7 +165,7 @@ def should_auto_compact(
 
 
 def on_session_activity(session: Session, state: accounting.BudgetState, last_role: str) -> None:
-    """``sessions.services.after_append_hooks``: spec 000 §2.8's check points.
+    """``REGISTRY.after_append``: spec 000 §2.8's check points.
 
     Runs after the append/usage transaction committed: after an assistant
     message (an LLM call ended), after tool results, and on reported usage.
@@ -186,7 +186,7 @@ def on_session_activity(session: Session, state: accounting.BudgetState, last_ro
 
 
 def can_make_room(session: Session) -> bool:
-    """``sessions.output_store.compaction_available_checks``: may an automatic
+    """``REGISTRY.compaction_available``: may an automatic
     compaction still run for this session?"""
     policy = compaction_policy(session)
     if not policy.get("enabled", True) or not policy.get("auto", True):
@@ -197,7 +197,7 @@ def can_make_room(session: Session) -> bool:
 
 
 def compact_before_call(session: Session, state: accounting.BudgetState) -> bool:
-    """``sessions.services.context_preflight_hooks``: at block or final, compact
+    """``REGISTRY.context_preflight``: at block or final, compact
     now, in the request, while compaction can make room (spec 002 §8 step 3).
     Joins (and runs) an automatic run already queued. Answers within
     ``CONTEXTSVC_CONTEXT_WAIT_SECONDS`` whatever the run does (a slow summary

@@ -2,7 +2,7 @@ from django.apps import AppConfig
 
 
 class PromptingConfig(AppConfig):
-    """Prompt sections & cache breakpoints, tool deferral, cache accounting (issue 6)."""
+    """Prompt sections & cache breakpoints, tool deferral, cache accounting."""
 
     name = "prompting"
     label = "prompting"
@@ -10,5 +10,10 @@ class PromptingConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # Registers the built-in ``tool_search`` with sessions.builtin_tools.
-        from . import tool_search  # noqa: F401
+        # Imported here, not at module level: models are not ready before ready().
+        from contextsvc.engine import deferral
+        from sessions.extensions import REGISTRY
+
+        from . import tool_search
+
+        REGISTRY.register_tool(deferral.TOOL_SEARCH, tool_search.tool_search)

@@ -20,7 +20,6 @@ from django.utils import timezone
 from contextsvc.engine import deferral
 from contextsvc.engine.messages import ToolDef
 from contextsvc.errors import ValidationFailed
-from sessions import builtin_tools
 from sessions.models import Message, Session
 
 from . import services
@@ -184,5 +183,3 @@ def tool_search(session: Session, arguments: dict[str, Any]) -> dict[str, Any]:
         "message": message,
     }
 
-
-builtin_tools.register(deferral.TOOL_SEARCH, tool_search)

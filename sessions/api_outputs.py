@@ -18,7 +18,7 @@ from contextsvc.engine.messages import ToolDef
 from contextsvc.errors import ValidationFailed
 from contextsvc.openapi import ErrorOut, declare_errors
 
-from . import builtin_tools, output_pages, output_store, selectors
+from . import output_pages, output_store, selectors
 from .models import Session
 from .schemas import MAX_ID, MAX_SEQ, MAX_TOKENS
 from .schemas_out import (
@@ -273,7 +273,7 @@ def _parse(model: type[Schema], arguments: dict[str, Any]) -> Any:
         raise ValidationFailed(summary or "Invalid arguments", details=errors) from None
 
 
-def _call_read(session: Session, arguments: dict[str, Any]) -> dict[str, Any]:
+def call_read(session: Session, arguments: dict[str, Any]) -> dict[str, Any]:
     args = _parse(CacheReadArgs, arguments)
     output = output_store.output_get(owner=session.owner, ref=args.ref_id)
     # Lines cut like the session's views, as a `read` tool cuts long lines.
@@ -285,7 +285,7 @@ def _call_read(session: Session, arguments: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def _call_grep(session: Session, arguments: dict[str, Any]) -> dict[str, Any]:
+def call_grep(session: Session, arguments: dict[str, Any]) -> dict[str, Any]:
     args = _parse(CacheGrepArgs, arguments)
     output = output_store.output_get(owner=session.owner, ref=args.ref_id)
     result = output_pages.grep_page(
@@ -369,8 +369,5 @@ GREP_TOOL = ToolDef(
     },
     category="builtin",
 )
-
-builtin_tools.register(READ_TOOL, _call_read)
-builtin_tools.register(GREP_TOOL, _call_grep)
 
 declare_errors(router)

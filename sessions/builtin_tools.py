@@ -1,41 +1,26 @@
 """Built-in tools the service itself executes for agents.
 
-Each issue's module registers its tools here at start-up
-(``tool_output_cache``, ``tool_output_cache_grep``, ``compact_context``,
-``tool_search``); ``GET /tools`` lists their definitions in provider formats
-and ``POST /sessions/{sid}/tools/{name}/call`` runs one with the arguments the
-model produced.
+Apps register them in ``sessions.extensions.REGISTRY`` from their
+``AppConfig.ready()`` (sessions: ``tool_output_cache``,
+``tool_output_cache_grep``; prompting: ``tool_search``; compaction:
+``compact_context``). ``GET /tools`` lists their definitions in provider
+formats and ``POST /sessions/{sid}/tools/{name}/call`` runs one with the
+arguments the model produced.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from contextsvc.engine.messages import ToolDef
 from contextsvc.errors import NotFound
 
+from .extensions import REGISTRY
 from .models import Session
-
-Handler = Callable[[Session, dict[str, Any]], dict[str, Any]]
-
-
-@dataclass(frozen=True, slots=True)
-class BuiltinTool:
-    definition: ToolDef
-    handler: Handler
-
-
-REGISTRY: dict[str, BuiltinTool] = {}
-
-
-def register(definition: ToolDef, handler: Handler) -> None:
-    REGISTRY[definition.name] = BuiltinTool(definition=definition, handler=handler)
 
 
 def definitions() -> list[ToolDef]:
-    return [tool.definition for tool in REGISTRY.values()]
+    return [tool.definition for tool in REGISTRY.tools.values()]
 
 
 def as_format(tool: ToolDef, fmt: str) -> dict[str, Any]:
@@ -52,7 +37,7 @@ def as_format(tool: ToolDef, fmt: str) -> dict[str, Any]:
 
 
 def call(session: Session, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    tool = REGISTRY.get(name)
+    tool = REGISTRY.tools.get(name)
     if tool is None:
         raise NotFound(f"No built-in tool {name!r}; see GET /api/v1/tools")
     return tool.handler(session, arguments)

@@ -56,6 +56,7 @@ from contextsvc.engine.views import (
 from contextsvc.errors import Conflict, NotFound, PayloadTooLarge, ValidationFailed
 
 from . import hotpath
+from .extensions import REGISTRY
 from .models import AgentKey, Message, Session, ToolOutput, ToolOutputChunk
 
 CHUNK_BYTES = 256 * 1024
@@ -1014,20 +1015,15 @@ def _switch_refs(
 
 # --- GC ----------------------------------------------------------------------------------
 
-# Each check gets candidate outputs and returns the refs among them that are
-# still referenced. Other apps append theirs (compaction: snapshots) and GC
-# never deletes a ref any check returns.
-ReferenceCheck = Callable[[Sequence[ToolOutput]], Iterable[str]]
 
-
-def _live_message_refs(outputs: Sequence[ToolOutput]) -> Iterable[str]:
+def live_message_refs(outputs: Sequence[ToolOutput]) -> Iterable[str]:
     """Refs a message in its session's live window carries (its view may be a placeholder)."""
     return Message.objects.filter(
         output_ref__in=[o.ref for o in outputs], seq__gte=F("session__window_start_seq")
     ).values_list("output_ref", flat=True)
 
 
-def _retained_text_refs(outputs: Sequence[ToolOutput]) -> Iterable[str]:
+def retained_text_refs(outputs: Sequence[ToolOutput]) -> Iterable[str]:
     """Refs named in a session's retain or summary (spec 000 §2.6.4 lists refs to keep)."""
     by_session: dict[int, list[str]] = {}
     for o in outputs:
@@ -1040,14 +1036,11 @@ def _retained_text_refs(outputs: Sequence[ToolOutput]) -> Iterable[str]:
     return found
 
 
-reference_checks: list[ReferenceCheck] = [_live_message_refs, _retained_text_refs]
-
-
 def output_referenced_refs(outputs: Sequence[ToolOutput]) -> set[str]:
     referenced: set[str] = set()
     if not outputs:
         return referenced
-    for check in reference_checks:
+    for check in REGISTRY.reference_checks:
         referenced.update(check(outputs))
     return referenced
 
@@ -1196,15 +1189,8 @@ def _stored_candidates(session: Session) -> Iterator[TrimCandidate]:
         after = rows[-1][1]
 
 
-# Whether compaction can still make room in a session. The compaction app
-# registers one (enabled, auto, breaker closed); with none registered, spec
-# 001's tool preflight applies as written (failure view, session final).
-CompactionCheck = Callable[[Session], bool]
-compaction_available_checks: list[CompactionCheck] = []
-
-
 def _compaction_can_help(session: Session) -> bool:
-    return any(check(session) for check in compaction_available_checks)
+    return any(check(session) for check in REGISTRY.compaction_available)
 
 
 @dataclass(slots=True)

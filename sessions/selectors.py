@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,22 +20,16 @@ from contextsvc.engine.prompt import order_sections
 from contextsvc.errors import NotFound, ValidationFailed
 
 from . import accounting
+from .extensions import REGISTRY
 from .models import AgentKey, Message, Session, UsageReport
 
 SECTION_ORDER = prompt_order.SECTION_ORDER
-
-# Other apps contribute to the built context and the budget without sessions
-# importing them (compaction, issue 4: the 80 % note of spec 002 §7 and the
-# auto-compaction / circuit-breaker block). Registered in their AppConfig.ready().
-ContextNote = Callable[[Session, "accounting.BudgetState"], "str | None"]
-context_note_hooks: list[ContextNote] = []
-budget_block_hooks: list[Callable[[Session], dict[str, Any]]] = []
 
 
 def app_budget_blocks(session: Session) -> dict[str, Any]:
     """Blocks other apps add to the budget (``compaction``: auto, circuit breaker)."""
     out: dict[str, Any] = {}
-    for hook in budget_block_hooks:
+    for hook in REGISTRY.budget_blocks:
         out.update(hook(session))
     return out
 
@@ -317,7 +310,7 @@ def session_context(
     )
     notes = [tool_plan.note] if tool_plan.note and not final else []
     if not final:
-        notes.extend(note for hook in context_note_hooks if (note := hook(session, state)))
+        notes.extend(note for hook in REGISTRY.context_notes if (note := hook(session, state)))
     parts = ContextParts(
         model=session.model,
         max_output_tokens=session.max_output_tokens,

@@ -38,19 +38,9 @@ from contextsvc.engine.views import ViewConfig
 from contextsvc.errors import Conflict, ValidationFailed
 
 from . import accounting, hotpath, output_store
+from .extensions import REGISTRY
 from .models import AgentKey, IdempotencyRecord, Message, Session, UsageReport, hash_key
 from .schemas import PolicyIn
-
-# Hooks other apps register to run after a committed append/usage report
-# (compaction enqueues its auto-trigger here) without sessions importing them.
-AfterAppendHook = Callable[[Session, "accounting.BudgetState", str], None]
-after_append_hooks: list[AfterAppendHook] = []
-# Run before a context is built when the guard says block or final; a hook
-# returns True when it changed the session (the compaction app registers one
-# that compacts synchronously, spec 002 §8 step 3).
-ContextPreflightHook = Callable[[Session, "accounting.BudgetState"], bool]
-context_preflight_hooks: list[ContextPreflightHook] = []
-
 
 # --- agent keys -------------------------------------------------------------------
 
@@ -680,7 +670,7 @@ def session_append_messages(
             )
         # "tool_overflow": an output did not fit, compaction is due whatever the tier.
         last_role = "tool_overflow" if tool_effects.overflow_seqs else rows[-1].role
-        for hook in after_append_hooks:
+        for hook in REGISTRY.after_append:
             transaction.on_commit(lambda hook=hook: hook(session, state, last_role))
     return response
 
@@ -734,7 +724,7 @@ def session_record_usage(
     state = _refresh_guard(session)
     session.updated_at = timezone.now()
     session.save()
-    for hook in after_append_hooks:
+    for hook in REGISTRY.after_append:
         transaction.on_commit(lambda hook=hook: hook(session, state, "usage"))
     return report, state
 
@@ -757,12 +747,12 @@ def session_context_preflight(*, session: Session, extra: int = 0) -> Session:
     """Before an LLM call: at block or final, give the hooks a chance to make
     room (spec 002 §8: "Check IsBlocked (98%) → ForceCompact"), so a session
     that compaction can save is not ended by spec 001's final turn."""
-    if session.status != Session.Status.ACTIVE or not context_preflight_hooks:
+    if session.status != Session.Status.ACTIVE or not REGISTRY.context_preflight:
         return session
     state = accounting.compute_budget(session, extra=extra)
     if state.guard.status not in ("block", "final"):
         return session
-    for hook in context_preflight_hooks:
+    for hook in REGISTRY.context_preflight:
         if hook(session, state):
             session.refresh_from_db()
             break

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from contextsvc.errors import PayloadTooLarge, ValidationFailed
 from sessions import output_store
+from sessions.extensions import REGISTRY
 from sessions.models import AgentKey, Message, Session, ToolOutput, ToolOutputChunk
 from sessions.services import agent_key_create, session_append_messages, session_create
 from sessions.tasks import gc_outputs
@@ -375,9 +376,9 @@ def test_gc_honours_reference_checks_registered_by_other_apps(session, monkeypat
     output = store(session, b"in a snapshot\n")
     age(output, 30)
     monkeypatch.setattr(
-        output_store,
+        REGISTRY,
         "reference_checks",
-        [*output_store.reference_checks, lambda outputs: {o.ref for o in outputs}],
+        [*REGISTRY.reference_checks, lambda outputs: {o.ref for o in outputs}],
     )
     assert output_store.outputs_gc(older_than_days=7)["count"] == 0
     assert ToolOutput.objects.filter(pk=output.pk).exists()

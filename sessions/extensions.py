@@ -1,0 +1,66 @@
+"""The one typed registry through which apps above ``sessions`` plug into it.
+
+``sessions`` never imports the apps built on it (compaction, prompting); they
+register built-in tools and hooks here from their ``AppConfig.ready()``, so
+dependencies run one way and every extension point is listed in one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from contextsvc.engine.messages import ToolDef
+
+if TYPE_CHECKING:
+    from .accounting import BudgetState
+    from .models import Session, ToolOutput
+
+# Runs after a committed append or usage report; the last argument is the role
+# of the last appended message, or "usage" (compaction's auto-trigger, spec 000 §2.8).
+AfterAppend = Callable[["Session", "BudgetState", str], None]
+# Runs before a context is built at block or final; True when it changed the
+# session (compaction compacts synchronously, spec 002 §8 step 3).
+ContextPreflight = Callable[["Session", "BudgetState"], bool]
+# A note for the built context, or None (compaction's 80 % note, spec 002 §7).
+ContextNote = Callable[["Session", "BudgetState"], "str | None"]
+# Blocks merged into the budget (compaction: auto, circuit breaker).
+BudgetBlock = Callable[["Session"], dict[str, Any]]
+# Whether compaction can still make room; with none registered, spec 001's
+# tool preflight applies as written (failure view, session final).
+CompactionCheck = Callable[["Session"], bool]
+# Given candidate outputs, the refs among them still referenced; GC never
+# deletes one (compaction: snapshots).
+ReferenceCheck = Callable[[Sequence["ToolOutput"]], Iterable[str]]
+# A built-in tool's handler: the session and the model's arguments → its result.
+ToolHandler = Callable[["Session", dict[str, Any]], dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class BuiltinTool:
+    definition: ToolDef
+    handler: ToolHandler
+
+
+@dataclass(slots=True)
+class Extensions:
+    after_append: list[AfterAppend] = field(default_factory=list)
+    context_preflight: list[ContextPreflight] = field(default_factory=list)
+    context_notes: list[ContextNote] = field(default_factory=list)
+    budget_blocks: list[BudgetBlock] = field(default_factory=list)
+    compaction_available: list[CompactionCheck] = field(default_factory=list)
+    reference_checks: list[ReferenceCheck] = field(default_factory=list)
+    tools: dict[str, BuiltinTool] = field(default_factory=dict)
+
+    def register_tool(self, definition: ToolDef, handler: ToolHandler) -> None:
+        self.tools[definition.name] = BuiltinTool(definition=definition, handler=handler)
+
+    @staticmethod
+    def add(hooks: list[Any], hook: Any) -> None:
+        """Append once: ``ready()`` may run more than once (tests, reloads)."""
+        if hook not in hooks:
+            hooks.append(hook)
+
+
+REGISTRY = Extensions()
