@@ -10,7 +10,7 @@ from contextsvc.errors import NotFound
 from contextsvc.http import json_response
 from contextsvc.openapi import ErrorOut, declare_errors
 from sessions import selectors as session_selectors
-from sessions import services as session_services
+from sessions import status
 
 from . import selectors, services
 from .schemas import CompactIn, OverflowIn
@@ -134,7 +134,7 @@ def overflow(request: HttpRequest, sid: str, payload: OverflowIn, q: Query[Conte
     session.refresh_from_db()
     body = session_selectors.session_context(session, q.format)
     if body["budget"]["guard"]["status"] == "final":
-        session_services.session_mark_final(session=session, reason="context")
+        status.session_mark_final(session=session, reason="context")
     body["compaction"] = selectors.run_to_dict(run, detail=False)
     return json_response(body)
 

@@ -13,7 +13,7 @@ from contextsvc import nul
 from contextsvc.http import json_response
 from contextsvc.openapi import ErrorOut, declare_errors
 
-from . import selectors, services
+from . import selectors, services, status
 from .schemas import (
     MAX_ID,
     MAX_TOKENS,
@@ -162,7 +162,7 @@ def get_context(request: HttpRequest, sid: str, q: Query[ContextQuery]):
         session = services.session_context_preflight(session=session, extra=q.extra_tokens)
     body = selectors.session_context(session, q.format, extra=q.extra_tokens)
     if body["budget"]["guard"]["status"] == "final":
-        services.session_mark_final(session=session, reason="context")
+        status.session_mark_final(session=session, reason="context")
     # Built by hand with orjson: a 1,000-message body is the hot read path.
     return json_response(body)
 

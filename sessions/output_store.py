@@ -12,7 +12,7 @@ chunks). Every chunk knows the number of the line holding its first byte, so:
 
 The bytes are kept exactly as posted (non-UTF-8 included); everything shown to
 a model decodes with ``errors="replace"``. The blob is never tokenized: only
-the view is (``contextsvc.engine.views``), and the blob's size is bytes/4 where
+the view is (``contextsvc.engine.output_views``), and the blob's size is bytes/4 where
 an estimate is needed (DESIGN.md: tokenizing 10 MB takes 2 s).
 """
 
@@ -36,8 +36,7 @@ from django.db.models import F, Max, Sum
 from django.utils import timezone
 
 from contextsvc.engine.messages import Message as EngineMessage
-from contextsvc.engine.tokens import estimate_message, estimate_text
-from contextsvc.engine.views import (
+from contextsvc.engine.output_views import (
     OutputInfo,
     TrimCandidate,
     View,
@@ -53,9 +52,10 @@ from contextsvc.engine.views import (
     trimmed_view,
     view_bytes_estimate,
 )
+from contextsvc.engine.tokens import estimate_message, estimate_text
 from contextsvc.errors import Conflict, NotFound, PayloadTooLarge, ValidationFailed
 
-from . import hotpath
+from . import hotpath, status
 from .extensions import REGISTRY
 from .models import AgentKey, Message, Session, ToolOutput, ToolOutputChunk
 
@@ -1442,7 +1442,6 @@ def session_reserve_tool_output(
     the session turns final and canExecuteTool answers false from then on.
     """
     from . import accounting
-    from .services import _refresh_guard, session_mark_final
 
     session = hotpath.lock_session(session.pk)
     price = tool_output_cost(session, **cost)
@@ -1462,12 +1461,12 @@ def session_reserve_tool_output(
             if previous:
                 reservations[key] = previous
             session.tool_budget_exceeded = True
-            session_mark_final(session=session, reason="toolBudgetExceeded")
+            status.session_mark_final(session=session, reason="toolBudgetExceeded")
         else:
             reservations[key] = price["tokens"]
     session.tool_reservations = reservations
     session.reserved_tokens = sum(reservations.values())
-    state = _refresh_guard(session)
+    state = status.refresh_guard(session)
     session.updated_at = timezone.now()
     session.save(
         update_fields=[
@@ -1497,7 +1496,6 @@ def session_release_tool_reservation(
     *, session: Session, tool_call_id: str | None = None
 ) -> dict[str, Any]:
     """Drop one reservation (by tool_call_id or reservation key), or all of them."""
-    from .services import _refresh_guard
 
     session = hotpath.lock_session(session.pk)
     reservations = dict(session.tool_reservations or {})
@@ -1509,7 +1507,7 @@ def session_release_tool_reservation(
         released = reservations.pop(tool_call_id)
     session.tool_reservations = reservations
     session.reserved_tokens = sum(reservations.values())
-    state = _refresh_guard(session)
+    state = status.refresh_guard(session)
     session.updated_at = timezone.now()
     session.save(
         update_fields=[

@@ -28,16 +28,16 @@ from contextsvc.engine.budget import DEFAULT_BLOCK_RATIO, DEFAULT_COMPACT_RATIO,
 from contextsvc.engine.errors import EngineValidationError
 from contextsvc.engine.messages import Message as EngineMessage
 from contextsvc.engine.messages import PromptSection, ToolCall, ToolDef, content_text
+from contextsvc.engine.output_views import ViewConfig
 from contextsvc.engine.tokens import (
     estimate_message,
     estimate_sections,
     estimate_tool_schemas,
     get_tokenizer,
 )
-from contextsvc.engine.views import ViewConfig
 from contextsvc.errors import Conflict, ValidationFailed
 
-from . import accounting, hotpath, output_store
+from . import accounting, hotpath, output_store, status
 from .extensions import REGISTRY
 from .models import AgentKey, IdempotencyRecord, Message, Session, UsageReport, hash_key
 from .schemas import PolicyIn
@@ -180,17 +180,10 @@ def session_update(*, session: Session, data: dict[str, Any]) -> Session:
         _check_policy(data["policy"])
         merged = {**(session.policy or {}), **data["policy"]}
         session.policy = _normalise_policy(merged, tokenizer=session.tokenizer)
-    _refresh_guard(session)
+    status.refresh_guard(session)
     session.updated_at = timezone.now()
     session.save()
     return session
-
-
-def _refresh_guard(session: Session) -> accounting.BudgetState:
-    state = accounting.compute_budget(session)
-    session.guard_status = state.guard.status
-    session.used_tokens = state.budget.used
-    return state
 
 
 def _reject_duplicates(items: Sequence[dict[str, Any]], what: str) -> None:
@@ -268,7 +261,7 @@ def session_set_sections(*, session: Session, sections: list[dict[str, Any]]) ->
     session.sections = sections
     session.system_tokens = estimate_sections([s for s in parsed if s.kind != "skill"], tokenizer)
     session.skill_tokens = estimate_sections([s for s in parsed if s.kind == "skill"], tokenizer)
-    _refresh_guard(session)
+    status.refresh_guard(session)
     session.updated_at = timezone.now()
     session.save()
     return session
@@ -312,7 +305,7 @@ def session_set_tools(*, session: Session, tools: list[dict[str, Any]]) -> Sessi
         sent = estimate_tool_schemas(parsed, accounting.tokenizer_of(session), scale=scale)
     session.tools = tools
     session.tool_tokens = sent
-    _refresh_guard(session)
+    status.refresh_guard(session)
     session.updated_at = timezone.now()
     session.save()
     return session
@@ -334,7 +327,7 @@ def session_set_sent_tool_tokens(*, session: Session, tokens: int) -> Session:
     locked = qs.get(pk=session.pk)
     if locked.tool_tokens != tokens:
         locked.tool_tokens = tokens
-        _refresh_guard(locked)
+        status.refresh_guard(locked)
         locked.save(update_fields=["tool_tokens", "guard_status", "used_tokens"])
     session.tool_tokens = locked.tool_tokens
     session.guard_status = locked.guard_status
@@ -629,7 +622,7 @@ def session_append_messages(
         # spec 000 §1.7 budget trim and spec 001 tool preflight, from cached counters.
         tool_effects = output_store.apply_tool_outputs(session, prepared, first)
         if tool_effects.budget_exceeded:
-            session_mark_final(session=session, reason="toolBudgetExceeded")
+            status.session_mark_final(session=session, reason="toolBudgetExceeded")
         now = timezone.now()
         rows = [
             Message(session=session, seq=first + i, created_at=now, **p.row)
@@ -642,7 +635,7 @@ def session_append_messages(
         session.live_message_count += len(rows)
         session.conversation_tokens += added
         session.updated_at = now
-        state = _refresh_guard(session)
+        state = status.refresh_guard(session)
         hotpath.save_fields(session, APPEND_FIELDS)
         response = {
             "session_id": session.external_id,
@@ -721,7 +714,7 @@ def session_record_usage(
     session.reported_total = total
     session.reported_through_seq = through
     session.estimated_at_report = estimated_then
-    state = _refresh_guard(session)
+    state = status.refresh_guard(session)
     session.updated_at = timezone.now()
     session.save()
     for hook in REGISTRY.after_append:
@@ -756,15 +749,4 @@ def session_context_preflight(*, session: Session, extra: int = 0) -> Session:
         if hook(session, state):
             session.refresh_from_db()
             break
-    return session
-
-
-def session_mark_final(*, session: Session, reason: str) -> Session:
-    """spec 001 enforcement: forcedFinalTurnReason is set once and sticks."""
-    updated = Session.objects.filter(pk=session.pk, status=Session.Status.ACTIVE).update(
-        status=Session.Status.FINAL, final_reason=reason, updated_at=timezone.now()
-    )
-    if updated:
-        session.status = Session.Status.FINAL
-        session.final_reason = reason
     return session

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from contextsvc.engine.build import ContextParts, build_request
 from contextsvc.engine.errors import EngineValidationError
 from contextsvc.engine.messages import Message, ToolCall, ToolDef
-from contextsvc.engine.views import (
+from contextsvc.engine.output_views import (
     OutputInfo,
     TrimCandidate,
     ViewConfig,

@@ -1,0 +1,29 @@
+"""The session's guard figures and its final status: the writes the append path,
+the tool budget and the context build share.
+"""
+
+from __future__ import annotations
+
+from django.utils import timezone
+
+from . import accounting
+from .models import Session
+
+
+def refresh_guard(session: Session) -> accounting.BudgetState:
+    """Recompute the budget and set the guard figures on ``session`` (the caller saves)."""
+    state = accounting.compute_budget(session)
+    session.guard_status = state.guard.status
+    session.used_tokens = state.budget.used
+    return state
+
+
+def session_mark_final(*, session: Session, reason: str) -> Session:
+    """spec 001 enforcement: forcedFinalTurnReason is set once and sticks."""
+    updated = Session.objects.filter(pk=session.pk, status=Session.Status.ACTIVE).update(
+        status=Session.Status.FINAL, final_reason=reason, updated_at=timezone.now()
+    )
+    if updated:
+        session.status = Session.Status.FINAL
+        session.final_reason = reason
+    return session
