@@ -1,0 +1,291 @@
+"""The house rules, checked on the source: dependencies run one way, the engine
+stays pure, no import circles, no hidden imports, small documented modules.
+
+An AST walk over the project's own packages (no import-linter dependency: the
+rules are few and the walk is fast). A new upward import, a Django or I/O
+import in the engine, a circle or a 500-line module fails here with the file
+and line to look at.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("contextsvc", "sessions", "prompting", "compaction")
+MAX_LINES = 400
+
+# Lowest first; a module may import its own layer and the ones below it.
+# The platform layer is the project's plumbing every app uses; the top layer
+# assembles the apps (the API router, the URL conf, the WSGI entry point).
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("engine", ("contextsvc.engine",)),
+    (
+        "platform",
+        (
+            "contextsvc.errors",
+            "contextsvc.http",
+            "contextsvc.nul",
+            "contextsvc.openapi",
+            "contextsvc.lru",
+            "contextsvc.ratelimit",
+            "contextsvc.middleware",
+            "contextsvc.settings",
+            "contextsvc.celery",
+            "contextsvc",
+        ),
+    ),
+    ("sessions", ("sessions",)),
+    ("prompting", ("prompting",)),
+    ("compaction", ("compaction",)),
+    ("assembly", ("contextsvc.api", "contextsvc.urls", "contextsvc.wsgi")),
+)
+
+# The engine is pure computation: these (and anything not stdlib or listed in
+# ENGINE_THIRD_PARTY) must never appear in it.
+ENGINE_THIRD_PARTY = {"regex", "tiktoken"}
+IO_MODULES = {
+    "os", "io", "socket", "subprocess", "sqlite3", "urllib", "http", "shutil",
+    "tempfile", "pathlib", "logging", "threading", "multiprocessing", "asyncio",
+    "time", "random", "uuid", "select", "signal",
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Import:
+    source: str  # importing module
+    target: str  # imported project module
+    line: int
+    local: bool  # inside a function
+    type_only: bool  # under ``if TYPE_CHECKING:``
+
+
+def _modules() -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            if "migrations" in path.parts:
+                continue
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            found[name] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _resolve(name: str) -> str | None:
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _is_package(module: str) -> bool:
+    return MODULES[module].name == "__init__.py"
+
+
+def _raw_imports(module: str) -> list[tuple[str, ast.stmt, bool, bool]]:
+    """(dotted name, node, in a function, under TYPE_CHECKING) for every import."""
+    tree = ast.parse(MODULES[module].read_text(), filename=str(MODULES[module]))
+    local: set[int] = set()
+    type_only: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            local.update(id(n) for n in ast.walk(node))
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            type_only.update(id(n) for stmt in node.body for n in ast.walk(stmt))
+    package = module if _is_package(module) else module.rpartition(".")[0]
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package
+                for _ in range(node.level - 1):
+                    anchor = anchor.rpartition(".")[0]
+                base = f"{anchor}.{base}" if base else anchor
+            names = [f"{base}.{alias.name}" for alias in node.names] or [base]
+        else:
+            continue
+        for name in names:
+            out.append((name, node, id(node) in local, id(node) in type_only))
+    return out
+
+
+def _imports() -> list[Import]:
+    edges = []
+    for module in MODULES:
+        for name, node, local, type_only in _raw_imports(module):
+            if name.split(".")[0] not in PACKAGES:
+                continue
+            target = _resolve(name)
+            if target and target != module:
+                edges.append(Import(module, target, node.lineno, local, type_only))
+    return edges
+
+
+IMPORTS = _imports()
+
+
+def _layer(module: str) -> int:
+    best, best_len = -1, -1
+    for index, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best_len:
+                best, best_len = index, len(prefix)
+    return best
+
+
+def _where(module: str, line: int) -> str:
+    return f"{MODULES[module].relative_to(ROOT)}:{line}"
+
+
+def test_every_module_belongs_to_a_layer():
+    assert [m for m in MODULES if _layer(m) < 0] == []
+
+
+def test_dependencies_run_one_way():
+    upward = [
+        f"{_where(i.source, i.line)} imports {i.target} "
+        f"({LAYERS[_layer(i.source)][0]} → {LAYERS[_layer(i.target)][0]})"
+        for i in IMPORTS
+        if not i.type_only and _layer(i.target) > _layer(i.source)
+    ]
+    assert upward == []
+
+
+def test_prompting_and_compaction_meet_only_through_the_registry():
+    # compaction sits above prompting; prompting never reaches up into it.
+    bad = [
+        _where(i.source, i.line)
+        for i in IMPORTS
+        if i.source.startswith("prompting") and i.target.startswith("compaction")
+    ]
+    assert bad == []
+
+
+def test_engine_is_pure():
+    stdlib = set(sys.stdlib_module_names)
+    bad = []
+    for module in MODULES:
+        if not module.startswith("contextsvc.engine"):
+            continue
+        for name, node, _, _ in _raw_imports(module):
+            top = name.split(".")[0]
+            if top == "contextsvc":
+                if not name.startswith("contextsvc.engine"):
+                    bad.append(f"{_where(module, node.lineno)} imports {name}")
+            elif top in IO_MODULES or (top not in stdlib and top not in ENGINE_THIRD_PARTY):
+                bad.append(f"{_where(module, node.lineno)} imports {name}")
+    assert bad == []
+
+
+def _is_ready(module: str, line: int) -> bool:
+    """Whether ``line`` lies in an ``AppConfig.ready()``: app registries may only
+    be filled once models are loaded, so those imports are local by necessity."""
+    tree = ast.parse(MODULES[module].read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and node.name == "ready":
+            if node.lineno <= line <= (node.end_lineno or node.lineno):
+                return True
+    return False
+
+
+def test_no_function_local_imports_of_project_modules():
+    hidden = [
+        f"{_where(i.source, i.line)} imports {i.target} inside a function"
+        for i in IMPORTS
+        if i.local and not (i.source.endswith(".apps") and _is_ready(i.source, i.line))
+    ]
+    assert hidden == []
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one member (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(edges[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def _edges(key) -> dict[str, set[str]]:
+    edges: dict[str, set[str]] = defaultdict(set)
+    for i in IMPORTS:
+        if i.type_only:
+            continue
+        a, b = key(i.source), key(i.target)
+        if a != b:
+            edges[a].add(b)
+        edges[b]  # every node present
+    return edges
+
+
+def test_no_import_circle_between_modules():
+    assert _cycles(_edges(lambda m: m)) == []
+
+
+def _app(module: str) -> str:
+    return LAYERS[_layer(module)][0]
+
+
+def test_no_import_circle_between_apps():
+    assert _cycles(_edges(_app)) == []
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_module_is_small_and_says_what_it_is_for(module):
+    path = MODULES[module]
+    text = path.read_text()
+    lines = text.count("\n")
+    assert lines <= MAX_LINES, f"{path.relative_to(ROOT)} has {lines} lines (max {MAX_LINES})"
+    if text.strip():
+        assert ast.get_docstring(ast.parse(text)), f"{path.relative_to(ROOT)} has no docstring"
+
+
+ISSUE_REFERENCE = re.compile(r"\b[Ii]ssues? ?#?\d+\b|\(#\d+\)")
+
+
+def test_comments_give_reasons_not_issue_numbers():
+    cited = []
+    for module, path in MODULES.items():
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if ISSUE_REFERENCE.search(line):
+                cited.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert cited == []
