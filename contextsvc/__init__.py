@@ -1,3 +1,5 @@
+"""The project package: settings, URL and API assembly, the pure engine, shared plumbing."""
+
 # Load the Celery app whenever Django starts so @shared_task binds to it.
 from .celery import app as celery_app
 
