@@ -522,7 +522,7 @@ def compaction_plan(
     the same window, chain, target and strategies as a real run (the
     dashboard's preview). ``summarizer`` defaults to the offline one, so no LLM
     is called."""
-    from contextsvc.engine.summarize import OfflineSummarizer
+    from contextsvc.engine.offline_summarizer import OfflineSummarizer
 
     draft = CompactionRun(
         session=session,

@@ -125,7 +125,7 @@ def test_nothing_to_keep_scores_one():
 def test_a_retain_block_carries_its_facts_forward_unchanged():
     """Compacting twice must not stack labels ("Constraint: Constraint: ...")."""
     from contextsvc.engine.build import RETAIN_HEADER
-    from contextsvc.engine.summarize import OfflineSummarizer
+    from contextsvc.engine.offline_summarizer import OfflineSummarizer
 
     block = "\n".join(
         [

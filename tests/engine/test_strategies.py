@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from contextsvc.engine.budget import usage_note
 from contextsvc.engine.errors import EngineValidationError
 from contextsvc.engine.messages import Message, ToolCall
+from contextsvc.engine.offline_summarizer import OfflineSummarizer
 from contextsvc.engine.strategies.base import (
     CompactionConfig,
     ContextState,
@@ -30,7 +31,6 @@ from contextsvc.engine.strategies.dropping import drop_oldest_turns
 from contextsvc.engine.strategies.sandwich import SandwichStrategy, sandwich
 from contextsvc.engine.strategies.summary import fit_summary_input, summarize
 from contextsvc.engine.summarize import (
-    OfflineSummarizer,
     PromptConfig,
     SummarizerError,
     SummaryRequest,
