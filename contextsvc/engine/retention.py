@@ -1,4 +1,4 @@
-"""Key facts of a compacted span and whether they survive (issue 4 §7).
+"""Key facts of a compacted span and whether they survive the compaction (the retention score).
 
 Deterministic: regular expressions over the in-context text, no model. A
 compaction extracts the facts of everything it removes or rewrites, then looks

@@ -1,4 +1,4 @@
-"""Key-fact extraction and the retention check (issue 4 §7): deterministic, no model."""
+"""Key-fact extraction and the retention check a compaction reports: deterministic, no model."""
 
 from __future__ import annotations
 
