@@ -85,7 +85,7 @@ _HEADERS = (
 )
 
 
-# The labels the offline summariser writes in a retain block (summarize.py).
+# The labels the offline summariser writes in a retain block (engine.offline_summarizer).
 _LABEL_KINDS: dict[str, FactKind] = {
     "Constraint": "constraint",
     "User request": "request",

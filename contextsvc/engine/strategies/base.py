@@ -199,6 +199,8 @@ class StrategyContext:
 
 @dataclass(slots=True)
 class StrategyReport:
+    """What one strategy did: tokens and messages before and after, and why it skipped."""
+
     name: str
     before_tokens: int
     after_tokens: int
@@ -221,6 +223,8 @@ class StrategyReport:
 
 @dataclass(slots=True)
 class StrategyOutcome:
+    """A strategy's result: the window to continue with and its report."""
+
     window: Window
     report: StrategyReport
     # Sandwich only: the state to cache (None with ``state_changed`` means "clear it").
