@@ -225,6 +225,17 @@ def test_tool_clearing_can_clear_inputs_too():
     assert out.report.details["cleared_inputs"] == 1
 
 
+def test_tool_clearing_inputs_follow_the_result_that_answers_the_call():
+    # A legacy transcript reusing an id: only the call whose own result was
+    # cleared loses its inputs (engine.pairing), not every call with that id.
+    msgs = numbered([user(), call("a"), result("a", BIG), call("a"), result("a", BIG)])
+    cfg = CompactionConfig(keep_tool_uses=1, clear_tool_inputs=True)
+    out = tool_clearing(Window(msgs), ctx(force=True, config=cfg))
+    assert out.window.messages[1].tool_calls[0].arguments == {}
+    assert out.window.messages[3].tool_calls[0].arguments  # its result is kept: inputs kept
+    assert out.report.details["cleared_inputs"] == 1
+
+
 def test_tool_clearing_skips_trimmed_and_cleared_outputs():
     msgs = numbered([user(), call("a"), result("a", BIG), call("b"), result("b", BIG)])
     msgs[2].view, msgs[2].view_state = "[tool output trimmed; ref=r]", "trimmed"

@@ -6,6 +6,7 @@ from dataclasses import replace
 from typing import Any
 
 from contextsvc.engine.messages import Message, ToolCall
+from contextsvc.engine.pairing import pair_tool_calls
 from contextsvc.engine.strategies.base import (
     StrategyContext,
     StrategyOutcome,
@@ -90,18 +91,16 @@ def tool_clearing(window: Window, ctx: StrategyContext) -> StrategyOutcome:
             {**details, "skipped": f"would free {freed} tokens, below clear_at_least"},
         )
     if cfg.clear_tool_inputs:
-        done = {
-            msgs[i].tool_call_id
-            for i, m in enumerate(msgs)
-            if m.role == "tool" and m.view_state == "cleared"
-        }
+        # A call's inputs go once the result answering it (``engine.pairing``) is cleared.
+        result_of = pair_tool_calls(msgs).result_of
+        done = {call for call, r in result_of.items() if msgs[r].view_state == "cleared"}
         inputs = 0
         for i, msg in enumerate(msgs):
             if (
                 msg.role == "assistant"
                 and msg.tool_calls
                 and msg.view_state != "cleared"
-                and all(c.id in done for c in msg.tool_calls)
+                and all((i, k) in done for k in range(len(msg.tool_calls)))
                 and not any(c.name in cfg.exclude_tools for c in msg.tool_calls)
                 and any(c.arguments for c in msg.tool_calls)
             ):
