@@ -36,24 +36,21 @@ from django.db import DatabaseError, IntegrityError, connection, connections, tr
 from django.db.models import Count, F, Sum
 from django.utils import timezone
 
+from contextsvc.engine.budget import usage_note
 from contextsvc.engine.build import message_to_dict
 from contextsvc.engine.errors import EngineValidationError
 from contextsvc.engine.guard import STATUS_RANK
 from contextsvc.engine.messages import Message as EngineMessage
 from contextsvc.engine.messages import ToolDef
 from contextsvc.engine.retention import WindowText, check_retention, extract_key_facts
-from contextsvc.engine.strategies import (
-    DEFAULT_CHAIN,
-    ChainResult,
+from contextsvc.engine.strategies.base import (
     CompactionConfig,
     ContextState,
     StrategyContext,
     TokenCounter,
     Window,
-    run_chain,
-    usage_note,
-    validate_chain,
 )
+from contextsvc.engine.strategies.chain import DEFAULT_CHAIN, ChainResult, run_chain, validate_chain
 from contextsvc.engine.summarize import Summarizer, SummarizerError, preamble
 from contextsvc.errors import Conflict, ServiceError, Unavailable, ValidationFailed
 from sessions import accounting, hotpath
@@ -525,7 +522,7 @@ def compaction_plan(
     the same window, chain, target and strategies as a real run (the
     dashboard's preview). ``summarizer`` defaults to the offline one, so no LLM
     is called."""
-    from contextsvc.engine.summarize import OfflineSummarizer
+    from contextsvc.engine.offline_summarizer import OfflineSummarizer
 
     draft = CompactionRun(
         session=session,

@@ -22,8 +22,8 @@ from functools import lru_cache
 from typing import Any
 
 from compaction.conf import setting_number, setting_str
+from contextsvc.engine.offline_summarizer import OfflineSummarizer
 from contextsvc.engine.summarize import (
-    OfflineSummarizer,
     Summarizer,
     SummarizerError,
     SummaryRequest,

@@ -17,7 +17,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from contextsvc.engine import deferral
+from contextsvc.engine import deferral, tool_index
 from contextsvc.engine.messages import ToolDef
 from contextsvc.errors import ValidationFailed
 from sessions.models import Message, Session
@@ -31,18 +31,18 @@ DEFAULT_LIMIT = 5
 # Search indexes per tool list (keyed by its digest), kept per process: an
 # agent searches the same few hundred tools many times, and building the index
 # costs more than a search.
-_INDEXES: OrderedDict[str, deferral.SearchIndex] = OrderedDict()
+_INDEXES: OrderedDict[str, tool_index.SearchIndex] = OrderedDict()
 _INDEXES_LOCK = threading.Lock()
 _INDEXES_SIZE = 32
 
 
-def index_for(tools_hash: str, tools: Sequence[ToolDef]) -> deferral.SearchIndex:
+def index_for(tools_hash: str, tools: Sequence[ToolDef]) -> tool_index.SearchIndex:
     with _INDEXES_LOCK:
         index = _INDEXES.get(tools_hash)
         if index is not None:
             _INDEXES.move_to_end(tools_hash)
             return index
-    index = deferral.build_index(tools)
+    index = tool_index.build_index(tools)
     with _INDEXES_LOCK:
         _INDEXES[tools_hash] = index
         if len(_INDEXES) > _INDEXES_SIZE:
@@ -118,7 +118,7 @@ def tool_search(session: Session, arguments: dict[str, Any]) -> dict[str, Any]:
         turn = _current_turn(session, selection)
         # With nothing deferred every tool is already sent; search them all anyway.
         candidates = deferred if deferred else [t.name for t in tools]
-        hits = deferral.search(
+        hits = tool_index.search(
             index_for(state.tools_hash, tools), query, limit=limit, among=candidates
         )
 

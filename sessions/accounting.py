@@ -16,7 +16,8 @@ from django.conf import settings
 
 from contextsvc.engine.budget import ContextBudget, Limits, Thresholds, resolve_limits
 from contextsvc.engine.guard import GuardCounters, GuardResult, Target, evaluate_guard
-from contextsvc.engine.output_views import resolve_view_config, tool_output_budget, trim_target
+from contextsvc.engine.output_trim import tool_output_budget, trim_target
+from contextsvc.engine.output_views import resolve_view_config
 from contextsvc.engine.tokens import EstimateConfig, Tokenizer, get_tokenizer
 
 from .models import ModelProfile, Session

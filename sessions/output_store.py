@@ -36,9 +36,9 @@ from django.db.models import F, Max, Sum
 from django.utils import timezone
 
 from contextsvc.engine.messages import Message as EngineMessage
+from contextsvc.engine.output_trim import TrimCandidate, plan_trim, tool_output_budget, trimmed_view
 from contextsvc.engine.output_views import (
     OutputInfo,
-    TrimCandidate,
     View,
     ViewConfig,
     count_lines,
@@ -46,10 +46,7 @@ from contextsvc.engine.output_views import (
     failed_view,
     iter_text_lines,
     make_view,
-    plan_trim,
     resolve_view_config,
-    tool_output_budget,
-    trimmed_view,
     view_bytes_estimate,
 )
 from contextsvc.engine.tokens import estimate_message, estimate_text

@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from contextsvc.engine.errors import EngineValidationError
-from contextsvc.engine.strategies import validate_chain
+from contextsvc.engine.strategies.chain import validate_chain
 
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:\-]{0,127}$"
 TOOL_NAME_PATTERN = r"^[A-Za-z0-9_\-]{1,64}$"

@@ -1,4 +1,4 @@
-"""Limits, thresholds and the component budget (spec 001 limits, spec 002 §1 and §3, spec 003).
+"""Limits, thresholds, the component budget and the usage note (spec 001, 002 §1-§3 §7, 003).
 
 One effective window everywhere: ``window - buffer - max_output`` (spec 001's
 limit), which is spec 002's ``EffectiveWindow = Total - MaxOutputTokens`` when
@@ -25,8 +25,12 @@ DEFAULT_BUFFER_TOKENS = 8_192
 DEFAULT_COMPACT_RATIO = 0.95
 DEFAULT_BLOCK_RATIO = 0.98
 DEFAULT_TOKENIZER = DEFAULT_TOKENIZER_SPEC
-
-_LIMIT_KEYS = ("context_window", "max_output_tokens", "buffer_tokens", "tokenizer")
+# spec 002 §7: "When usage exceeds 80%, inject a non-cacheable note".
+USAGE_NOTE_RATIO = 0.8
+USAGE_NOTE = (
+    "[Context: {pct}% used. You can call compact_context to free space before continuing"
+    " with large operations.]"
+)
 
 
 def floor_ratio(ratio: float, tokens: int) -> int:
@@ -323,3 +327,10 @@ class ContextBudget:
             },
             "history_budget": self.history_budget,
         }
+
+
+def usage_note(used: int, effective_window: int, ratio: float = USAGE_NOTE_RATIO) -> str | None:
+    """spec 002 §7 context awareness: the note once usage exceeds 80 %."""
+    if effective_window <= 0 or used / effective_window <= ratio:
+        return None
+    return USAGE_NOTE.format(pct=math.floor(used * 100 / effective_window))

@@ -20,13 +20,12 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from .messages import Message, PromptSection, ToolDef
 from .prompt import MAX_BREAKPOINTS, CachePlan, plain_concatenation, split_sections
 from .wellformed import well_formed
 
-Format = Literal["anthropic", "openai", "raw"]
 FORMATS: tuple[str, ...] = ("anthropic", "openai", "raw")
 
 # spec 000 §2.7: retain and summary travel as user messages at the top.
@@ -98,14 +97,6 @@ def layout(parts: ContextParts) -> Layout:
     tail = [s.content for s in tail_sections]
     tail.extend(note for note in parts.notes if note)
     return Layout(system=system, tail=tail)
-
-
-def system_blocks(parts: ContextParts) -> list[tuple[str, bool]]:
-    """(text, cacheable) per system block in order, the tail last."""
-    lay = layout(parts)
-    blocks = [(s.content, s.cacheable) for s in lay.system]
-    blocks.extend((text, False) for text in lay.tail)
-    return blocks
 
 
 def _plan(parts: ContextParts) -> CachePlan | None:

@@ -30,11 +30,10 @@ from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
-from typing import Any, Literal
+from typing import Any
 
 from .errors import EngineValidationError
 
-CacheMode = Literal["breakpoints", "automatic", "none"]
 CACHE_MODES: tuple[str, ...] = ("breakpoints", "automatic", "none")
 
 DIGEST_BYTES = 8

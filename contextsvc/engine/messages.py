@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 Role = Literal["user", "assistant", "tool"]
-ROLES: tuple[str, ...] = ("user", "assistant", "tool")
 
 # How the in-context view of a message relates to what the agent posted.
 ViewState = Literal["full", "cut", "trimmed", "offloaded", "cleared", "failed"]

@@ -1,24 +1,21 @@
-"""In-context views of tool outputs and the budget trim (spec 000 §1, spec 002 §2, spec 001).
+"""In-context views of tool outputs (spec 000 §1.6, spec 002 §2, spec 001) and their config.
 
-Pure: lines in, a view out; token sizes in, a trim plan out. The storage layer
-(``sessions/output_store.py``) keeps the full output and feeds this module only
-the head of it, so a 200 MB output costs the same here as a 2 KB one.
+Pure: lines in, a view out. The storage layer (``sessions/output_store.py``)
+keeps the full output and feeds this module only the head of it, so a 200 MB
+output costs the same here as a 2 KB one.
 
 - ``make_view``: spec 000 §1.6 — every line cut at ``max_line_length``
   characters, the whole view cut at ``max_message_bytes`` bytes, and when
   anything was cut a notice saying how to expand the rest by ref. The
   ``offload`` preset follows spec 002 §2 instead: above the threshold the view
   is the replacement text with a 200-character preview.
-- ``plan_trim``: spec 000 §1.7 — when the tool outputs in context exceed the
-  budget, the oldest are replaced by ``[tool output trimmed; ref=…]``; with
-  hysteresis, one trim frees enough room that the next ones are turns away,
-  so the request prefix a provider caches does not move on every turn.
+- The budget trim of outputs already in context (spec 000 §1.7) is
+  ``engine.output_trim``.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Hashable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -34,10 +31,7 @@ OFFLOAD_THRESHOLD_BYTES = 4096
 OFFLOAD_PREVIEW_CHARS = 200
 # spec 001: toolResponseMaxBytes default 12,288.
 TOOL_RESPONSE_MAX_BYTES = 12_288
-# spec 000 §1.3: budget = clamp(context_window * 0.25, 20_000, 60_000).
-BUDGET_RATIO = 0.25
-BUDGET_MIN = 20_000
-BUDGET_MAX = 60_000
+# spec 000 §1.7 trim: one trim brings the outputs down to (1 − this) × budget.
 DEFAULT_TRIM_HYSTERESIS = 0.25
 
 # The names of the built-in expansion tools the notices tell the model to call.
@@ -125,29 +119,6 @@ def resolve_view_config(policy: Mapping[str, Any] | None) -> ViewConfig:
         if name in policy and (policy[name] is not None or name == "context_budget_tokens"):
             values[name] = policy[name]
     return ViewConfig(**values)
-
-
-def tool_output_budget(
-    config: ViewConfig, context_window: int, effective_window: int | None = None
-) -> int:
-    """spec 000 §1.3: the explicit budget, else clamp(window × 0.25, 20 000, 60 000).
-
-    The clamp's 20,000 floor is sized for large windows: in a 16k-32k window
-    it is more than the whole effective window, and trimming would never run.
-    So the derived budget is also capped at half the effective window, which
-    leaves every window of 128k and up exactly at the spec's figure.
-    """
-    if config.context_budget_tokens is not None:
-        return config.context_budget_tokens
-    budget = int(min(max(context_window * BUDGET_RATIO, BUDGET_MIN), BUDGET_MAX))
-    if effective_window is not None:
-        budget = min(budget, max(1, effective_window // 2))
-    return budget
-
-
-def trim_target(budget: int, hysteresis: float) -> int:
-    """Where one trim brings the total down to: (1 − hysteresis) × budget."""
-    return math.floor(budget * (1 - hysteresis))
 
 
 # --- lines ----------------------------------------------------------------------
@@ -364,11 +335,6 @@ def _offload_view(lines: Iterable[str], info: OutputInfo, config: ViewConfig) ->
     )
 
 
-def trimmed_view(ref: str) -> str:
-    """spec 000 §1.7 placeholder."""
-    return f"[tool output trimmed; ref={ref}]"
-
-
 def failed_view(info: OutputInfo) -> str:
     """spec 001 tool_preflight: the failure put in context instead of the output."""
     return (
@@ -392,68 +358,3 @@ def view_bytes_estimate(raw_bytes: int, config: ViewConfig) -> int:
     if config.style == "offload":
         return len(_offload_notice(info, "x" * config.preview_chars, config.preview_chars).encode())
     return config.max_message_bytes
-
-
-# --- budget trim ------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class TrimCandidate:
-    """An output in context that may be trimmed, oldest first."""
-
-    key: Hashable
-    tokens: int
-
-
-@dataclass(frozen=True, slots=True)
-class TrimPlan:
-    trimmed: tuple[Hashable, ...]
-    freed: int
-    total_before: int
-    total_after: int
-    budget: int
-    target: int
-
-    @property
-    def changed(self) -> bool:
-        return bool(self.trimmed)
-
-
-def plan_trim(
-    total: int,
-    budget: int,
-    candidates: Iterable[TrimCandidate],
-    *,
-    hysteresis: float = DEFAULT_TRIM_HYSTERESIS,
-) -> TrimPlan:
-    """spec 000 §1.7: which outputs to trim, oldest first.
-
-    ``total`` is the tokens of all untrimmed outputs in context; ``candidates``
-    lists them oldest → newest (lazily: only as many are read as get trimmed).
-    Nothing happens while ``total <= budget``. Over it, the oldest go until the
-    total is at most ``(1 − hysteresis) × budget``, so the next trims are
-    several outputs away (the prefix stays put). The newest output is never a
-    candidate: the model must see the result it just asked for.
-    """
-    if budget <= 0:
-        raise EngineValidationError("The tool output budget must be positive", field="budget")
-    if not 0 <= hysteresis < 1:
-        raise EngineValidationError("trim_hysteresis must be in [0, 1)", field="trim_hysteresis")
-    target = trim_target(budget, hysteresis)
-    if total <= budget:
-        return TrimPlan((), 0, total, total, budget, target)
-    trimmed: list[Hashable] = []
-    freed = 0
-    remaining = total
-    held: TrimCandidate | None = None
-    for candidate in candidates:
-        # One-candidate lookahead: ``held`` is trimmable only once a newer one exists.
-        if held is not None:
-            trimmed.append(held.key)
-            freed += held.tokens
-            remaining -= held.tokens
-            if remaining <= target:
-                held = None
-                break
-        held = candidate
-    return TrimPlan(tuple(trimmed), freed, total, max(remaining, 0), budget, target)

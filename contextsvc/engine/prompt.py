@@ -22,7 +22,7 @@ Providers cache *prefixes*, in the order tools → system → messages
 - ``status`` sections and the service's notes (usage %, the deferral note)
   form the *tail*: they are sent after the newest history block, i.e. after
   every breakpoint, so text that changes on every call never invalidates a
-  cached prefix (issue 6 §1);
+  cached prefix;
 - breakpoints go after the leading run of cacheable system sections (after
   sections 1–3 too when cacheable skill sections follow, so activating a skill
   keeps base … memory cached), on the last tool definition when room is left,
@@ -137,9 +137,6 @@ class CachePlan:
             "count": self.count,
             "prefix_tokens": list(self.prefix_tokens),
         }
-
-
-NO_CACHE = CachePlan()
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,4 @@
-"""Key facts of a compacted span and whether they survive (issue 4 §7).
+"""Key facts of a compacted span and whether they survive the compaction (the retention score).
 
 Deterministic: regular expressions over the in-context text, no model. A
 compaction extracts the facts of everything it removes or rewrites, then looks
@@ -85,7 +85,7 @@ _HEADERS = (
 )
 
 
-# The labels the offline summariser writes in a retain block (summarize.py).
+# The labels the offline summariser writes in a retain block (engine.offline_summarizer).
 _LABEL_KINDS: dict[str, FactKind] = {
     "Constraint": "constraint",
     "User request": "request",

@@ -324,15 +324,6 @@ def estimate_message(
     return tokens + config.per_message_overhead + msg.media_count * config.media_item_tokens
 
 
-def estimate_messages(
-    messages: Iterable[Message],
-    tokenizer: Tokenizer,
-    config: EstimateConfig = DEFAULT_ESTIMATE_CONFIG,
-) -> int:
-    """Sum of ``estimate_message`` (always recomputed: a stored count may predate a trim)."""
-    return sum(estimate_message(m, tokenizer, config) for m in messages)
-
-
 def estimate_tool_def(tool: ToolDef, tokenizer: Tokenizer) -> int:
     """spec 003 estimateToolDefsTokens for one tool: name, description, JSON schema (unscaled)."""
     return estimate_text(

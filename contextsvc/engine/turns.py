@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 from contextsvc.engine.errors import EngineValidationError
 from contextsvc.engine.messages import Message
+from contextsvc.engine.pairing import pair_tool_calls
 
 
 def parse_turn_boundaries(history: Sequence[Message]) -> list[int]:
@@ -23,35 +24,17 @@ def parse_turn_boundaries(history: Sequence[Message]) -> list[int]:
     return [i for i, msg in enumerate(history) if msg.role == "user"]
 
 
-def _call_result_pairs(history: Sequence[Message]) -> list[tuple[int, int]]:
-    """(call index, result index) for every tool result answering an earlier call.
-
-    Each result is matched to the most recent unanswered call with its id, so an
-    id reused later in the transcript does not pair with an old call. Results
-    with no earlier call are already orphans; no cut can make that worse.
-    """
-    pending: dict[str, list[int]] = {}
-    pairs: list[tuple[int, int]] = []
-    for i, msg in enumerate(history):
-        if msg.role == "assistant":
-            for call in msg.tool_calls:
-                pending.setdefault(call.id, []).append(i)
-        elif msg.role == "tool" and msg.tool_call_id is not None:
-            calls = pending.get(msg.tool_call_id)
-            if calls:
-                pairs.append((calls.pop(), i))
-    return pairs
-
-
-def _unsafe_cuts(history: Sequence[Message]) -> list[bool]:
+def unsafe_cuts(history: Sequence[Message]) -> list[bool]:
     """``unsafe[k]`` is True when a cut at k separates a call from its result.
 
     A pair (c, r) is split by every cut in c+1 … r; a difference array marks all
     of them in O(n + pairs) instead of checking each cut against each pair.
+    Results with no earlier call (``engine.pairing`` orphans) are already
+    orphans; no cut can make that worse.
     """
     n = len(history)
     delta = [0] * (n + 2)
-    for call_at, result_at in _call_result_pairs(history):
+    for result_at, (call_at, _) in pair_tool_calls(history).call_of.items():
         delta[call_at + 1] += 1
         delta[result_at + 1] -= 1
     unsafe = [False] * (n + 1)
@@ -60,21 +43,6 @@ def _unsafe_cuts(history: Sequence[Message]) -> list[bool]:
         open_pairs += delta[k]
         unsafe[k] = open_pairs > 0
     return unsafe
-
-
-def _check_index(history: Sequence[Message], index: int) -> None:
-    if not 0 <= index <= len(history):
-        raise EngineValidationError(
-            f"Cut index {index} is outside 0..{len(history)}", field="index"
-        )
-
-
-def is_safe_cut(history: Sequence[Message], index: int) -> bool:
-    """Does cutting at ``index`` keep every tool call on the same side as its results?"""
-    _check_index(history, index)
-    if index == 0 or index == len(history):
-        return True
-    return not _unsafe_cuts(history)[index]
 
 
 def find_safe_boundary(history: Sequence[Message], target_index: int) -> int:
@@ -89,7 +57,7 @@ def find_safe_boundary(history: Sequence[Message], target_index: int) -> int:
     target = min(max(target_index, 0), len(history))
     if target == 0:
         return 0
-    unsafe = _unsafe_cuts(history)
+    unsafe = unsafe_cuts(history)
     candidates = [b for b in parse_turn_boundaries(history) if b > 0 and not unsafe[b]]
     before = [b for b in candidates if b <= target]
     if before:

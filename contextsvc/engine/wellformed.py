@@ -39,6 +39,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from .messages import Message, ToolCall
+from .pairing import pair_tool_calls
 
 NO_RESULT_TEXT = "[no result: this tool call was not answered]"
 LEADING_USER_TEXT = "[Earlier turns of this conversation are not shown.]"
@@ -87,21 +88,12 @@ def well_formed(messages: Sequence[Message], *, tools: bool = True) -> list[Mess
     """
     if not tools:
         return _leading_user(_as_text(messages))
-    # Pass 1: which result answers which call. A call is keyed by (message
-    # index, call index) so even duplicate ids in an old transcript pair up
-    # with the nearest open call of that id, as the agent meant.
-    open_calls: dict[str, tuple[int, int]] = {}
-    answers: dict[tuple[int, int], Message] = {}
-    paired: set[int] = set()
-    for i, msg in enumerate(messages):
-        if msg.role == "assistant":
-            for k, call in enumerate(msg.tool_calls):
-                open_calls[call.id] = (i, k)
-        elif msg.role == "tool":
-            key = open_calls.pop(msg.tool_call_id or "", None)
-            if key is not None:
-                answers[key] = msg
-                paired.add(i)
+    # Pass 1: which result answers which call (``engine.pairing``). A call is
+    # keyed by (message index, call index), so even duplicate ids in an old
+    # transcript pair up with the nearest open call of that id, as the agent meant.
+    pairing = pair_tool_calls(messages)
+    result_of = pairing.result_of
+    paired = pairing.call_of
     # Pass 2: emit in order, each call's results right after its message.
     ids = _Ids()
     out: list[Message] = []
@@ -121,7 +113,8 @@ def well_formed(messages: Sequence[Message], *, tools: bool = True) -> list[Mess
         )
         out.append(msg if calls == msg.tool_calls else replace(msg, tool_calls=calls))
         for k, call in enumerate(calls):
-            out.append(_result_for(call, answers.get((i, k))))
+            answer = result_of.get((i, k))
+            out.append(_result_for(call, None if answer is None else messages[answer]))
     return _leading_user(out)
 
 

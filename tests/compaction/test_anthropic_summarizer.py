@@ -16,8 +16,8 @@ from compaction import services, summarizers
 from compaction.models import CompactionRun
 from contextsvc.engine.build import ContextParts, build_request
 from contextsvc.engine.messages import Message, ToolCall, ToolDef
+from contextsvc.engine.offline_summarizer import OfflineSummarizer
 from contextsvc.engine.summarize import (
-    OfflineSummarizer,
     PromptConfig,
     SummarizerError,
     build_interrupt,

@@ -12,7 +12,8 @@ from django.utils import timezone
 
 from compaction import selectors, services
 from compaction.models import CompactionRun, CompactionState, Snapshot, ViewChange
-from contextsvc.engine.summarize import OfflineSummarizer, SummarizerError
+from contextsvc.engine.offline_summarizer import OfflineSummarizer
+from contextsvc.engine.summarize import SummarizerError
 from contextsvc.errors import ValidationFailed
 from sessions.models import Message, Session
 from sessions.selectors import live_messages, session_context

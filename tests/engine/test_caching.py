@@ -1,4 +1,4 @@
-"""Prompt-cache accounting: prefix identity between builds and cost (issue 6 §3)."""
+"""Prompt-cache accounting: prefix identity between builds and cost."""
 
 from __future__ import annotations
 

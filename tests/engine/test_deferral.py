@@ -11,16 +11,14 @@ from contextsvc.engine.deferral import (
     TOOL_SEARCH,
     TOOL_SEARCH_NAME,
     assemble,
-    build_index,
     choose_deferred,
     deferral_limit,
     scaled,
-    search,
-    terms,
 )
 from contextsvc.engine.errors import EngineValidationError
 from contextsvc.engine.messages import ToolDef
 from contextsvc.engine.tokens import estimate_tool_def, estimate_tool_schemas, get_tokenizer
+from contextsvc.engine.tool_index import build_index, search, terms
 
 
 def T(name: str, category: str = "mcp", description: str = "", **schema) -> ToolDef:

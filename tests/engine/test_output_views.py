@@ -9,20 +9,22 @@ from hypothesis import strategies as st
 from contextsvc.engine.build import ContextParts, build_request
 from contextsvc.engine.errors import EngineValidationError
 from contextsvc.engine.messages import Message, ToolCall, ToolDef
+from contextsvc.engine.output_trim import (
+    TrimCandidate,
+    plan_trim,
+    tool_output_budget,
+    trim_target,
+    trimmed_view,
+)
 from contextsvc.engine.output_views import (
     OutputInfo,
-    TrimCandidate,
     ViewConfig,
     count_lines,
     failed_view,
     iter_text_lines,
     make_view,
     notice_reserve,
-    plan_trim,
     resolve_view_config,
-    tool_output_budget,
-    trim_target,
-    trimmed_view,
     utf8_prefix,
     view_bytes_estimate,
 )

@@ -1,4 +1,4 @@
-"""Key-fact extraction and the retention check (issue 4 §7): deterministic, no model."""
+"""Key-fact extraction and the retention check a compaction reports: deterministic, no model."""
 
 from __future__ import annotations
 
@@ -125,7 +125,7 @@ def test_nothing_to_keep_scores_one():
 def test_a_retain_block_carries_its_facts_forward_unchanged():
     """Compacting twice must not stack labels ("Constraint: Constraint: ...")."""
     from contextsvc.engine.build import RETAIN_HEADER
-    from contextsvc.engine.summarize import OfflineSummarizer
+    from contextsvc.engine.offline_summarizer import OfflineSummarizer
 
     block = "\n".join(
         [

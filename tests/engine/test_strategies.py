@@ -13,26 +13,24 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from contextsvc.engine.budget import usage_note
 from contextsvc.engine.errors import EngineValidationError
 from contextsvc.engine.messages import Message, ToolCall
-from contextsvc.engine.strategies import (
-    DEFAULT_CHAIN,
+from contextsvc.engine.offline_summarizer import OfflineSummarizer
+from contextsvc.engine.strategies.base import (
     CompactionConfig,
     ContextState,
-    SandwichStrategy,
     StrategyContext,
     TokenCounter,
     Window,
-    drop_oldest_turns,
-    open_call_floor,
-    run_chain,
-    sandwich,
-    summarize,
-    tool_clearing,
-    usage_note,
 )
+from contextsvc.engine.strategies.chain import DEFAULT_CHAIN, run_chain
+from contextsvc.engine.strategies.clearing import tool_clearing
+from contextsvc.engine.strategies.cuts import open_call_floor
+from contextsvc.engine.strategies.dropping import drop_oldest_turns
+from contextsvc.engine.strategies.sandwich import SandwichStrategy, sandwich
+from contextsvc.engine.strategies.summary import fit_summary_input, summarize
 from contextsvc.engine.summarize import (
-    OfflineSummarizer,
     PromptConfig,
     SummarizerError,
     SummaryRequest,
@@ -119,6 +117,21 @@ def ctx(**kw) -> StrategyContext:
     kw.setdefault("counter", COUNTER)
     kw.setdefault("summarizer", FakeSummarizer())
     return StrategyContext(**kw)
+
+
+def unanswered_calls(messages: list[Message]) -> set[str]:
+    """Call ids in ``messages`` with no result in ``messages`` (counted independently
+    of ``engine.pairing``, so it can check it)."""
+    pending: dict[str, int] = {}
+    for msg in messages:
+        if msg.role == "assistant":
+            for c in msg.tool_calls:
+                pending[c.id] = pending.get(c.id, 0) + 1
+        elif msg.role == "tool" and msg.tool_call_id in pending:
+            pending[msg.tool_call_id] -= 1
+            if not pending[msg.tool_call_id]:
+                del pending[msg.tool_call_id]
+    return set(pending)
 
 
 def pairs_ok(messages: list[Message]) -> bool:
@@ -208,6 +221,17 @@ def test_tool_clearing_can_clear_inputs_too():
     out = tool_clearing(Window(msgs), ctx(force=True, config=cfg))
     cleared_call = out.window.messages[1]
     assert cleared_call.tool_calls[0].arguments == {} and cleared_call.view_state == "cleared"
+    assert out.window.messages[3].tool_calls[0].arguments  # its result is kept: inputs kept
+    assert out.report.details["cleared_inputs"] == 1
+
+
+def test_tool_clearing_inputs_follow_the_result_that_answers_the_call():
+    # A legacy transcript reusing an id: only the call whose own result was
+    # cleared loses its inputs (engine.pairing), not every call with that id.
+    msgs = numbered([user(), call("a"), result("a", BIG), call("a"), result("a", BIG)])
+    cfg = CompactionConfig(keep_tool_uses=1, clear_tool_inputs=True)
+    out = tool_clearing(Window(msgs), ctx(force=True, config=cfg))
+    assert out.window.messages[1].tool_calls[0].arguments == {}
     assert out.window.messages[3].tool_calls[0].arguments  # its result is kept: inputs kept
     assert out.report.details["cleared_inputs"] == 1
 
@@ -688,8 +712,6 @@ STRATEGY_SETTINGS = settings(
 @STRATEGY_SETTINGS
 @given(conversations(), st.integers(0, 3), st.booleans())
 def test_property_summarize(msgs, keep_turns, force):
-    from contextsvc.engine.strategies import unanswered_calls
-
     window = Window(msgs)
     cfg = CompactionConfig(retain_last_turns=keep_turns)
     out = summarize(window, ctx(summarizer=OfflineSummarizer(), config=cfg, force=force))
@@ -809,8 +831,6 @@ def test_summarize_keeps_whole_turns_when_they_fit():
 @STRATEGY_SETTINGS
 @given(conversations(), st.integers(1, 3), st.integers(50, 5_000))
 def test_property_summarize_with_a_target_keeps_a_safe_suffix(msgs, keep_turns, target):
-    from contextsvc.engine.strategies import unanswered_calls
-
     window = Window(msgs)
     cfg = CompactionConfig(retain_last_turns=keep_turns)
     out = summarize(window, ctx(summarizer=OfflineSummarizer(), config=cfg, target_tokens=target))
@@ -824,7 +844,6 @@ def test_property_summarize_with_a_target_keeps_a_safe_suffix(msgs, keep_turns, 
 
 def test_summary_input_over_budget_keeps_the_task_and_marks_what_it_left_out():
     from contextsvc.engine.retention import extract_key_facts
-    from contextsvc.engine.strategies import fit_summary_input
 
     msgs = _agentic_single_turn(30)
     budget = COUNTER.messages(msgs) // 5

@@ -9,11 +9,11 @@ import pytest
 
 from contextsvc.engine.errors import EngineValidationError
 from contextsvc.engine.messages import Message, ToolCall
+from contextsvc.engine.offline_summarizer import OfflineSummarizer
 from contextsvc.engine.summarize import (
     DEFAULT_COMPRESSION_PROMPT,
     DEFAULT_RETAIN_PROMPT,
     DEFAULT_SUMMARY_PROMPT,
-    OfflineSummarizer,
     PromptConfig,
     build_compression_prompt,
     build_interrupt,

@@ -12,11 +12,22 @@ from contextsvc.engine.errors import EngineValidationError
 from contextsvc.engine.messages import Message, ToolCall
 from contextsvc.engine.turns import (
     find_safe_boundary,
-    is_safe_cut,
     last_turns_start,
     parse_turn_boundaries,
     turn_spans,
+    unsafe_cuts,
 )
+
+
+def is_safe_cut(history: list[Message], index: int) -> bool:
+    """Does cutting at ``index`` keep every tool call on the same side as its results?"""
+    if not 0 <= index <= len(history):
+        raise EngineValidationError(
+            f"Cut index {index} is outside 0..{len(history)}", field="index"
+        )
+    if index == 0 or index == len(history):
+        return True
+    return not unsafe_cuts(history)[index]
 
 
 def user(text: str = "q") -> Message:

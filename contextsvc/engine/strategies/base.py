@@ -1,0 +1,272 @@
+"""The window a compaction works on, its token counter, config, reports and outcomes.
+
+Every strategy takes a ``Window`` and a ``StrategyContext`` and returns a
+``StrategyOutcome``; ``make_outcome`` discards a result that is not smaller.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from contextsvc.engine.errors import EngineValidationError
+from contextsvc.engine.messages import Message
+from contextsvc.engine.summarize import PromptConfig, Summarizer, SummaryResult, preamble
+from contextsvc.engine.tokens import (
+    DEFAULT_ESTIMATE_CONFIG,
+    EstimateConfig,
+    Tokenizer,
+    estimate_message,
+    estimate_text,
+)
+
+# --- tokens and windows ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TokenCounter:
+    """Counts messages the way the store does: the stored count when there is
+    one (computed once at ingest), the estimate for anything rewritten."""
+
+    tokenizer: Tokenizer
+    config: EstimateConfig = DEFAULT_ESTIMATE_CONFIG
+
+    def message(self, msg: Message) -> int:
+        if msg.token_count is not None:
+            return msg.token_count
+        return estimate_message(msg, self.tokenizer, self.config)
+
+    def recount(self, msg: Message) -> Message:
+        """``msg`` with its token count recomputed (after a view or a call changed)."""
+        msg = replace(msg, token_count=None)
+        msg.token_count = estimate_message(msg, self.tokenizer, self.config)
+        return msg
+
+    def text(self, text: str) -> int:
+        return estimate_text(text, self.tokenizer)
+
+    def messages(self, messages: Sequence[Message]) -> int:
+        return sum(self.message(m) for m in messages)
+
+
+@dataclass(slots=True)
+class Window:
+    """The live context a compaction works on: retain and summary (sent first,
+    as user messages) and the live messages, oldest first."""
+
+    messages: list[Message]
+    retain: str = ""
+    summary: str = ""
+
+    def preamble(self) -> list[Message]:
+        return preamble(self.retain, self.summary)
+
+    def tokens(self, counter: TokenCounter) -> int:
+        return counter.messages(self.preamble()) + counter.messages(self.messages)
+
+    def preamble_tokens(self, counter: TokenCounter) -> int:
+        return counter.messages(self.preamble())
+
+    def message_count(self) -> int:
+        return len(self.preamble()) + len(self.messages)
+
+
+# --- configuration -------------------------------------------------------------------
+
+
+def check_nonneg_int(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise EngineValidationError(
+            f"{name} must be a non-negative integer, got {value!r}", field=name
+        )
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionConfig:
+    """spec 000 CompactionConfig + spec 004 sandwich + context-editing knobs."""
+
+    retain_last_turns: int = 1
+    keep_tool_uses: int = 3
+    exclude_tools: frozenset[str] = frozenset()
+    clear_at_least: int = 0
+    clear_tool_inputs: bool = False
+    preserve_top: int = 5
+    preserve_bottom: int = 5
+    sandwich_threshold: float = 0.7
+    summary_max_tokens: int = 4096
+    # Cap on what is sent to the summariser (None: no cap).
+    summary_input_tokens: int | None = None
+    model: str = ""
+    prompts: PromptConfig = PromptConfig()
+
+    def __post_init__(self) -> None:
+        for name in (
+            "retain_last_turns",
+            "keep_tool_uses",
+            "clear_at_least",
+            "preserve_top",
+            "preserve_bottom",
+        ):
+            check_nonneg_int(getattr(self, name), name)
+        if not 0 < self.sandwich_threshold <= 1:
+            raise EngineValidationError(
+                "sandwich_threshold must be in (0, 1]", field="sandwich_threshold"
+            )
+        if self.summary_max_tokens <= 0:
+            raise EngineValidationError(
+                "summary_max_tokens must be positive", field="summary_max_tokens"
+            )
+
+    @classmethod
+    def from_policy(
+        cls,
+        policy: Mapping[str, Any] | None,
+        *,
+        model: str = "",
+        instructions: str = "",
+        retain_last_turns: int | None = None,
+        summary_input_tokens: int | None = None,
+    ) -> CompactionConfig:
+        """From a session's ``policy["compaction"]`` (snake_case spec names)."""
+        p = dict(policy or {})
+        prompts = PromptConfig(
+            summary_prompt=p.get("summary_prompt") or None,
+            summary_directives=tuple(p.get("summary_directives") or ()),
+            retain_prompt=p.get("retain_prompt"),
+            retain_directives=tuple(p.get("retain_directives") or ()),
+            compression_prompt=p.get("compression_prompt") or None,
+            instructions=instructions or "",
+        )
+        turns = (
+            retain_last_turns if retain_last_turns is not None else p.get("retain_last_turns", 1)
+        )
+        return cls(
+            retain_last_turns=turns,
+            keep_tool_uses=p.get("keep_tool_uses", 3),
+            exclude_tools=frozenset(p.get("exclude_tools") or ()),
+            clear_at_least=p.get("clear_at_least", 0),
+            clear_tool_inputs=bool(p.get("clear_tool_inputs", False)),
+            preserve_top=p.get("preserve_top", 5),
+            preserve_bottom=p.get("preserve_bottom", 5),
+            sandwich_threshold=p.get("sandwich_threshold", 0.7),
+            summary_max_tokens=p.get("summary_max_tokens", 4096),
+            summary_input_tokens=summary_input_tokens,
+            # spec 000 §2.6.2: compaction.model wins over the caller's model.
+            model=p.get("model") or model,
+            prompts=prompts,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ContextState:
+    """spec 004 ContextState: the cached sandwich summary and the range it covers."""
+
+    strategy: str
+    summary: str
+    summary_range: tuple[int, int]
+    compressed_at: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "strategy": self.strategy,
+            "summary": self.summary,
+            "summary_range": list(self.summary_range),
+            "compressed_at": self.compressed_at,
+        }
+
+
+@dataclass(slots=True)
+class StrategyContext:
+    """Everything a strategy may need besides the window."""
+
+    counter: TokenCounter
+    config: CompactionConfig = CompactionConfig()
+    summarizer: Summarizer | None = None
+    # The chain stops once the window is at or under this many tokens (unless forced).
+    target_tokens: int = 0
+    force: bool = False
+    # "budget" (the chain's last link) or "overflow" (the provider said too long).
+    reason: str = "budget"
+    # spec 004 max_context_tokens for the sandwich threshold (None: the target).
+    max_context_tokens: int | None = None
+    sandwich_state: ContextState | None = None
+    # The whole transcript (seq order) for the sandwich; None: the window's messages.
+    transcript: Callable[[], list[Message]] | None = None
+    llm_calls: list[SummaryResult] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class StrategyReport:
+    """What one strategy did: tokens and messages before and after, and why it skipped."""
+
+    name: str
+    before_tokens: int
+    after_tokens: int
+    before_msg_count: int
+    after_msg_count: int
+    applied: bool
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "applied": self.applied,
+            "before_tokens": self.before_tokens,
+            "after_tokens": self.after_tokens,
+            "before_msg_count": self.before_msg_count,
+            "after_msg_count": self.after_msg_count,
+            "details": self.details,
+        }
+
+
+@dataclass(slots=True)
+class StrategyOutcome:
+    """A strategy's result: the window to continue with and its report."""
+
+    window: Window
+    report: StrategyReport
+    # Sandwich only: the state to cache (None with ``state_changed`` means "clear it").
+    sandwich_state: ContextState | None = None
+    state_changed: bool = False
+
+
+def make_outcome(
+    name: str,
+    before: Window,
+    after: Window | None,
+    ctx: StrategyContext,
+    details: dict[str, Any] | None = None,
+    **extra: Any,
+) -> StrategyOutcome:
+    """Report a strategy's effect; a result that is not smaller is discarded."""
+    details = dict(details or {})
+    before_tokens = before.tokens(ctx.counter)
+    before_count = before.message_count()
+    applied = after is not None
+    if after is not None:
+        after_tokens = after.tokens(ctx.counter)
+        if after_tokens > before_tokens or (
+            after_tokens == before_tokens
+            and after.message_count() >= before_count
+            and after.summary == before.summary
+            and after.retain == before.retain
+        ):
+            details.setdefault("skipped", "the result would not be smaller")
+            details["rejected_tokens"] = after_tokens
+            applied = False
+    if not applied:
+        after = before
+        extra = {}
+    assert after is not None
+    report = StrategyReport(
+        name=name,
+        before_tokens=before_tokens,
+        after_tokens=after.tokens(ctx.counter),
+        before_msg_count=before_count,
+        after_msg_count=after.message_count(),
+        applied=applied,
+        details=details,
+    )
+    return StrategyOutcome(window=after, report=report, **extra)

@@ -1,0 +1,138 @@
+"""The strategy chain: names, validation and ``run_chain`` (spec 002 chain, spec 004 state)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from contextsvc.engine.errors import EngineValidationError
+from contextsvc.engine.strategies.base import (
+    ContextState,
+    StrategyContext,
+    StrategyOutcome,
+    StrategyReport,
+    Window,
+)
+from contextsvc.engine.strategies.clearing import tool_clearing
+from contextsvc.engine.strategies.dropping import drop_oldest_turns
+from contextsvc.engine.strategies.sandwich import sandwich
+from contextsvc.engine.strategies.summary import summarize
+
+STRATEGY_NAMES: tuple[str, ...] = ("tool_clearing", "summarize", "sandwich", "drop_oldest_turns")
+# DESIGN.md: tool clearing → summarise (retain + summary, last 1 turn kept) → drop oldest turns.
+DEFAULT_CHAIN: tuple[str, ...] = ("tool_clearing", "summarize", "drop_oldest_turns")
+EMERGENCY_STRATEGY = "drop_oldest_turns"
+
+STRATEGIES: dict[str, Callable[[Window, StrategyContext], StrategyOutcome]] = {
+    "tool_clearing": tool_clearing,
+    "summarize": summarize,
+    "sandwich": sandwich,
+    "drop_oldest_turns": drop_oldest_turns,
+}
+
+
+def validate_chain(names: Sequence[str]) -> tuple[str, ...]:
+    if not names:
+        raise EngineValidationError("A strategy chain needs at least one strategy", field="chain")
+    for name in names:
+        if name not in STRATEGIES:
+            raise EngineValidationError(
+                f"Unknown strategy {name!r}; use one of {', '.join(STRATEGY_NAMES)}", field="chain"
+            )
+    return tuple(names)
+
+
+@dataclass(slots=True)
+class CompactResult:
+    """spec 002 §7 CompactResult (plus the per-strategy reports)."""
+
+    before_tokens: int
+    after_tokens: int
+    before_msg_count: int
+    after_msg_count: int
+    strategies_run: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "before_tokens": self.before_tokens,
+            "after_tokens": self.after_tokens,
+            "before_msg_count": self.before_msg_count,
+            "after_msg_count": self.after_msg_count,
+            "strategies_run": list(self.strategies_run),
+        }
+
+
+@dataclass(slots=True)
+class ChainResult:
+    window: Window
+    result: CompactResult
+    reports: list[StrategyReport]
+    sandwich_state: ContextState | None = None
+    # True when the cached sandwich state must be replaced (or cleared, with None).
+    state_changed: bool = False
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.result.strategies_run)
+
+
+def run_chain(window: Window, names: Sequence[str], ctx: StrategyContext) -> ChainResult:
+    """Run strategies in order until the window is at or under ``ctx.target_tokens``.
+
+    Forced (a manual or tool request, like ``/compact``): every strategy runs
+    fully whatever the usage — except that in a chain of several, the
+    emergency link (dropping turns) only runs when the window is still over
+    the target: it destroys turns instead of condensing them.
+    """
+    names = validate_chain(names)
+    counter = ctx.counter
+    before_tokens = window.tokens(counter)
+    before_count = window.message_count()
+    reports: list[StrategyReport] = []
+    state: ContextState | None = ctx.sandwich_state
+    state_changed = False
+    for name in names:
+        tokens = window.tokens(counter)
+        if tokens <= ctx.target_tokens and (
+            not ctx.force or (name == EMERGENCY_STRATEGY and len(names) > 1)
+        ):
+            reports.append(
+                StrategyReport(
+                    name,
+                    tokens,
+                    tokens,
+                    window.message_count(),
+                    window.message_count(),
+                    applied=False,
+                    details={"skipped": "under the target"},
+                )
+            )
+            if not ctx.force:
+                break
+            continue
+        outcome = STRATEGIES[name](window, ctx)
+        reports.append(outcome.report)
+        if outcome.report.applied:
+            window = outcome.window
+            if name == "sandwich":
+                if outcome.state_changed:
+                    state, state_changed = outcome.sandwich_state, True
+            elif state is not None:
+                # spec 004: the cached state is cleared when the strategy changes
+                # (the summary slot now holds another strategy's text).
+                state, state_changed = None, True
+    result = CompactResult(
+        before_tokens=before_tokens,
+        after_tokens=window.tokens(counter),
+        before_msg_count=before_count,
+        after_msg_count=window.message_count(),
+        strategies_run=[r.name for r in reports if r.applied],
+    )
+    return ChainResult(
+        window=window,
+        result=result,
+        reports=reports,
+        sandwich_state=state,
+        state_changed=state_changed,
+    )

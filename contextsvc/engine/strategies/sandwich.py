@@ -1,0 +1,275 @@
+"""The sandwich strategy: top and bottom kept, the middle compressed and cached (spec 004)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from contextsvc.engine.errors import EngineValidationError
+from contextsvc.engine.messages import Message
+from contextsvc.engine.strategies.base import (
+    ContextState,
+    StrategyContext,
+    StrategyOutcome,
+    TokenCounter,
+    Window,
+    check_nonneg_int,
+    make_outcome,
+)
+from contextsvc.engine.strategies.cuts import open_call_floor
+from contextsvc.engine.strategies.summary import fit_summary_input
+from contextsvc.engine.summarize import (
+    SANDWICH_SUMMARY_FORMAT,
+    PromptConfig,
+    Summarizer,
+    SummarizerError,
+    SummaryResult,
+    format_messages,
+    make_compress_request,
+)
+from contextsvc.engine.turns import unsafe_cuts
+
+DEFAULT_PROMPTS = PromptConfig()
+TOP_HEADER = "[Start of the conversation, kept verbatim]"
+
+
+def _check_limit(max_context_tokens: int) -> None:
+    if (
+        isinstance(max_context_tokens, bool)
+        or not isinstance(max_context_tokens, int)
+        or max_context_tokens <= 0
+    ):
+        # spec 004 validation rules / CX-NT1.
+        raise EngineValidationError(
+            "Context limit must be positive",
+            field="max_context_tokens",
+            details={"max_context_tokens": max_context_tokens},
+        )
+
+
+@dataclass(slots=True)
+class ContextResult:
+    """spec 004 ContextResult, plus where the kept top ends and the bottom starts."""
+
+    messages: list[Message]
+    summary_used: bool
+    tokens_used: int
+    new_state: ContextState | None
+    summary: str = ""
+    top_end: int = 0
+    bottom_start: int = 0
+
+
+class SandwichStrategy:
+    """spec 004's default strategy: keep the beginning and the end, compress the middle.
+
+    Message counts are snapped to safe cuts: the top grows and the bottom
+    grows until no call is separated from its result (so "top 5 / bottom 5
+    always preserved" holds with at least 5 each). ``incremental``: when the
+    cached summary covers the start of a middle that has grown, only the new
+    messages are compressed, with the cached summary in front of them.
+    """
+
+    name = "sandwich"
+
+    def __init__(
+        self,
+        *,
+        counter: TokenCounter,
+        preserve_top: int = 5,
+        preserve_bottom: int = 5,
+        compression_threshold: float = 0.7,
+        prompts: PromptConfig = DEFAULT_PROMPTS,
+        model: str = "",
+        max_tokens: int = 4096,
+        summary_input_tokens: int | None = None,
+        incremental: bool = False,
+    ) -> None:
+        self.counter = counter
+        self.preserve_top = check_nonneg_int(preserve_top, "preserve_top")
+        self.preserve_bottom = check_nonneg_int(preserve_bottom, "preserve_bottom")
+        if not 0 < compression_threshold <= 1:
+            raise EngineValidationError(
+                "compression_threshold must be in (0, 1]", field="compression_threshold"
+            )
+        self.compression_threshold = compression_threshold
+        self.prompts = prompts
+        self.model = model
+        self.max_tokens = max_tokens
+        self.summary_input_tokens = summary_input_tokens
+        self.incremental = incremental
+        self.llm_calls: list[SummaryResult] = []
+
+    def estimate(self, messages: Sequence[Message]) -> int:
+        return self.counter.messages(messages)
+
+    def needs_compression(self, messages: Sequence[Message], max_context_tokens: int) -> bool:
+        _check_limit(max_context_tokens)
+        threshold = math.floor(max_context_tokens * self.compression_threshold)
+        return (
+            self.estimate(messages) > threshold
+            and len(messages) > self.preserve_top + self.preserve_bottom
+        )
+
+    def ranges(self, messages: Sequence[Message]) -> tuple[int, int]:
+        """(top_end, bottom_start): the middle is ``messages[top_end:bottom_start]``."""
+        n = len(messages)
+        unsafe = unsafe_cuts(messages)
+        top_end = min(self.preserve_top, n)
+        while top_end < n and unsafe[top_end]:
+            top_end += 1
+        bottom_start = min(max(n - self.preserve_bottom, 0), open_call_floor(messages))
+        while bottom_start > 0 and unsafe[bottom_start]:
+            bottom_start -= 1
+        return top_end, bottom_start
+
+    def is_valid(self, state: ContextState | None, messages: Sequence[Message]) -> bool:
+        """spec 004 cache validity: the range starts after the top and ends before the bottom."""
+        if state is None or state.strategy != self.name:
+            return False
+        return tuple(state.summary_range) == self.ranges(messages)
+
+    def compress(self, messages: Sequence[Message], summarizer: Summarizer | None) -> str:
+        """spec 004 "Compress Middle" (CX-NT2: empty input is a validation error)."""
+        source, _ = fit_summary_input(messages, self.summary_input_tokens, self.counter)
+        request = make_compress_request(
+            source, self.prompts, model=self.model, max_tokens=self.max_tokens
+        )
+        if summarizer is None:
+            raise SummarizerError("No summariser is configured", transient=False)
+        result = summarizer.complete(request)
+        self.llm_calls.append(result)
+        text = result.text.strip()
+        if not text:
+            raise SummarizerError("The summariser returned an empty summary", transient=False)
+        return text
+
+    def summary_message(self, summary: str) -> Message:
+        # spec 004 puts it in a system message; a history never carries one
+        # (spec 003), so it travels as the summary slot: a user message.
+        return Message(role="user", content=SANDWICH_SUMMARY_FORMAT.format(summary=summary))
+
+    def build_context(
+        self,
+        messages: Sequence[Message],
+        cached_summary: ContextState | None,
+        max_context_tokens: int,
+        *,
+        summarizer: Summarizer | None = None,
+        force: bool = False,
+    ) -> ContextResult:
+        _check_limit(max_context_tokens)
+        if not messages:
+            raise EngineValidationError("Conversation has no messages", field="messages")
+        full = ContextResult(
+            messages=list(messages),
+            summary_used=False,
+            tokens_used=self.estimate(messages),
+            new_state=None,
+            top_end=len(messages),
+            bottom_start=len(messages),
+        )
+        if len(messages) <= self.preserve_top + self.preserve_bottom:
+            return full
+        if not force and not self.needs_compression(messages, max_context_tokens):
+            return full
+        top_end, bottom_start = self.ranges(messages)
+        if bottom_start <= top_end:
+            return full
+        new_state: ContextState | None = None
+        if self.is_valid(cached_summary, messages):
+            assert cached_summary is not None
+            summary = cached_summary.summary
+        else:
+            middle = list(messages[top_end:bottom_start])
+            if (
+                self.incremental
+                and cached_summary is not None
+                and cached_summary.strategy == self.name
+                and cached_summary.summary_range[0] == top_end
+                and top_end < cached_summary.summary_range[1] < bottom_start
+            ):
+                covered = cached_summary.summary_range[1]
+                middle = [
+                    self.summary_message(cached_summary.summary),
+                    *messages[covered:bottom_start],
+                ]
+            summary = self.compress(middle, summarizer)
+            new_state = ContextState(
+                strategy=self.name, summary=summary, summary_range=(top_end, bottom_start)
+            )
+        out = [*messages[:top_end], self.summary_message(summary), *messages[bottom_start:]]
+        return ContextResult(
+            messages=out,
+            summary_used=True,
+            tokens_used=self.estimate(out),
+            new_state=new_state,
+            summary=summary,
+            top_end=top_end,
+            bottom_start=bottom_start,
+        )
+
+
+def render_top(messages: Sequence[Message]) -> str:
+    return f"{TOP_HEADER}\n{format_messages(messages)}" if messages else ""
+
+
+def sandwich(window: Window, ctx: StrategyContext) -> StrategyOutcome:
+    """spec 004 sandwich on the whole conversation, written back as a window:
+    the top (verbatim) as retain, the middle's summary as summary, the bottom live."""
+    cfg = ctx.config
+    if ctx.transcript is not None:
+        by_seq = {m.seq: m for m in window.messages if m.seq is not None}
+        conversation = [by_seq.get(m.seq, m) for m in ctx.transcript()]
+    else:
+        conversation = list(window.messages)
+    strategy = SandwichStrategy(
+        counter=ctx.counter,
+        preserve_top=cfg.preserve_top,
+        preserve_bottom=cfg.preserve_bottom,
+        compression_threshold=cfg.sandwich_threshold,
+        prompts=cfg.prompts,
+        model=cfg.model,
+        max_tokens=cfg.summary_max_tokens,
+        summary_input_tokens=cfg.summary_input_tokens,
+        incremental=True,
+    )
+    if not conversation:
+        return make_outcome("sandwich", window, None, ctx, {"skipped": "no messages"})
+    limit = ctx.max_context_tokens or max(1, ctx.target_tokens)
+    result = strategy.build_context(
+        conversation, ctx.sandwich_state, limit, summarizer=ctx.summarizer, force=ctx.force
+    )
+    ctx.llm_calls.extend(strategy.llm_calls)
+    details: dict[str, Any] = {
+        "top_end": result.top_end,
+        "bottom_start": result.bottom_start,
+        "cache": "none"
+        if not result.summary_used
+        else ("reused" if result.new_state is None else "compressed"),
+    }
+    if not result.summary_used:
+        return make_outcome(
+            "sandwich",
+            window,
+            None,
+            ctx,
+            {**details, "skipped": "under the threshold or too short"},
+        )
+    new = Window(
+        messages=list(conversation[result.bottom_start :]),
+        retain=render_top(conversation[: result.top_end]),
+        summary=result.summary,
+    )
+    state = result.new_state or ctx.sandwich_state
+    return make_outcome(
+        "sandwich",
+        window,
+        new,
+        ctx,
+        details,
+        sandwich_state=state,
+        state_changed=result.new_state is not None,
+    )

@@ -1,0 +1,125 @@
+"""Retain + summary of all but the last turns (spec 000 §2.6-2.7), and fitting its input."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from contextsvc.engine.messages import Message
+from contextsvc.engine.strategies.base import (
+    StrategyContext,
+    StrategyOutcome,
+    TokenCounter,
+    Window,
+    make_outcome,
+)
+from contextsvc.engine.strategies.cuts import iteration_cut, summary_cut
+from contextsvc.engine.summarize import (
+    SummarizerError,
+    SummaryResult,
+    extract_retain_summary,
+    make_retain_summary_request,
+    strip_trailing_tool_calls,
+)
+
+OMITTED_VIEW = "[tool output omitted from the summary input; ref={ref}]"
+
+
+def fit_summary_input(
+    messages: Sequence[Message], budget: int | None, counter: TokenCounter
+) -> tuple[list[Message], dict[str, int]]:
+    """Shrink what is sent to the summariser to ``budget`` tokens.
+
+    Tool outputs go first (oldest first, their refs stay in the text), then
+    the oldest messages. The window itself is not changed by this.
+    """
+    out = list(messages)
+    stats = {"omitted_outputs": 0, "omitted_messages": 0}
+    if budget is None:
+        return out, stats
+    total = counter.messages(out)
+    for i, msg in enumerate(out):
+        if total <= budget:
+            break
+        if msg.role == "tool" and msg.view_state not in ("cleared", "trimmed"):
+            new = counter.recount(
+                replace(
+                    msg, view=OMITTED_VIEW.format(ref=msg.output_ref or "-"), view_state="cleared"
+                )
+            )
+            total -= counter.message(msg) - counter.message(new)
+            out[i] = new
+            stats["omitted_outputs"] += 1
+    # The first user message is usually the task itself: the one message a
+    # summary must not lose. Drop from right after it.
+    head = out[:1] if len(out) > 1 and out[0].role == "user" else []
+    body = out[len(head) :]
+    drop = 0
+    while total > budget and drop < len(body) - 1:
+        total -= counter.message(body[drop])
+        drop += 1
+    if drop:
+        stats["omitted_messages"] = drop
+        note = Message(
+            role="user", content=f"[Earlier messages omitted from this summary input: {drop}]"
+        )
+        out = [*head, note, *body[drop:]]
+    return out, stats
+
+
+def _call_summarizer(ctx: StrategyContext, request: Any) -> SummaryResult:
+    if ctx.summarizer is None:
+        raise SummarizerError("No summariser is configured", transient=False)
+    result = ctx.summarizer.complete(request)
+    ctx.llm_calls.append(result)
+    return result
+
+
+def summarize(window: Window, ctx: StrategyContext) -> StrategyOutcome:
+    """spec 000 §2.6-2.7: retain + summary + the last ``retain_last_turns`` turns.
+
+    The earlier retain and summary are part of what is summarised, so a second
+    compaction folds the first one in rather than losing it.
+    """
+    cfg = ctx.config
+    msgs = window.messages
+    cut = summary_cut(msgs, cfg.retain_last_turns)
+    split_turn = False
+    if ctx.target_tokens > 0 and cfg.retain_last_turns > 0:
+        # The kept turns get at most half the target; the rest is for the
+        # summary and what arrives next.
+        keep = ctx.target_tokens // 2
+        if ctx.counter.messages(msgs[cut:]) > keep:
+            inner = iteration_cut(msgs, cut, keep, ctx.counter)
+            split_turn = inner > cut
+            cut = inner
+    span = list(msgs[:cut])
+    details: dict[str, Any] = {"summarised_messages": len(span), "kept_messages": len(msgs) - cut}
+    if split_turn:
+        details["split_turn"] = True
+    if not span:
+        return make_outcome(
+            "summarize", window, None, ctx, {**details, "skipped": "nothing before the kept turns"}
+        )
+    source, fit = fit_summary_input(
+        [*window.preamble(), *span], cfg.summary_input_tokens, ctx.counter
+    )
+    details.update({k: v for k, v in fit.items() if v})
+    if not strip_trailing_tool_calls(source):
+        # Only a tool-calling assistant message with nothing to say: spec 000
+        # §2.6.1 drops it, which leaves nothing to summarise.
+        return make_outcome(
+            "summarize", window, None, ctx, {**details, "skipped": "nothing to summarise"}
+        )
+    request = make_retain_summary_request(
+        source, cfg.prompts, model=cfg.model, max_tokens=cfg.summary_max_tokens
+    )
+    result = _call_summarizer(ctx, request)
+    retain, summary = extract_retain_summary(result.text)
+    if not summary:
+        raise SummarizerError("The summariser answered without a summary", transient=False)
+    details["model"] = result.model
+    return make_outcome(
+        "summarize", window, Window(list(msgs[cut:]), retain, summary), ctx, details
+    )
