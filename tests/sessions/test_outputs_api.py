@@ -1,4 +1,4 @@
-"""Tool output cache through the API (issue 3): views, trim, refs, grep, upload, tool budget."""
+"""Tool output cache through the API: views, trim, refs, grep, upload, tool budget."""
 
 from __future__ import annotations
 
