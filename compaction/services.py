@@ -175,7 +175,7 @@ def on_session_activity(session: Session, state: accounting.BudgetState, last_ro
     try:
         chain = resolve_chain(session, None)
         # A tool output that could not fit (shown trimmed) makes compaction due
-        # at once, whatever the tier (sessions.output_store preflight).
+        # at once, whatever the tier (sessions.outputs.budget preflight).
         if last_role == "tool_overflow" or should_auto_compact(session, state, chain):
             compaction_auto_request(session=session)
     except Exception:  # noqa: BLE001 - the append must not fail because of this
@@ -639,7 +639,7 @@ def _snapshot_message(msg: EngineMessage) -> dict[str, Any]:
 def _recount_tool_outputs(session: Session) -> list[str]:
     """Issue 3's cached tool-output counters, after views changed in place."""
     try:
-        from sessions.output_store import session_recount_tool_outputs
+        from sessions.outputs.budget import session_recount_tool_outputs
     except ImportError:  # the tool output cache is not installed
         return []
     session_recount_tool_outputs(session)

@@ -1,6 +1,6 @@
-"""Tool output cache API (issue 3): raw upload, slices, grep, tool budget, built-in tools.
+"""Tool output cache API: upload, list, slices, grep, download, tool budget (spec 000 §1.8, spec 001).
 
-Handlers stay thin: parse, call ``output_store``, return data. Refs are
+Handlers stay thin: parse, call ``sessions.outputs``, return data. Refs are
 looked up through the caller's key, so another key's ref is a 404.
 """
 
@@ -11,15 +11,28 @@ from typing import Any
 from django.http import HttpRequest, StreamingHttpResponse
 from ninja import Header, Query, Router, Schema
 from ninja.responses import Status
-from pydantic import ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from contextsvc import nul
-from contextsvc.engine.messages import ToolDef
 from contextsvc.errors import ValidationFailed
 from contextsvc.openapi import ErrorOut, declare_errors
 
-from . import output_pages, output_store, selectors
-from .models import Session
+from . import selectors
+from .models import Session, ToolOutput
+from .outputs.pages import (
+    MAX_GREP_CONTEXT,
+    MAX_GREP_MATCHES,
+    MAX_SLICE_LINES,
+    grep_page,
+    read_page,
+)
+from .outputs.read import output_iter_bytes
+from .outputs.reservations import (
+    session_release_tool_reservation,
+    session_reserve_tool_output,
+    tool_output_preview,
+)
+from .outputs.store import output_get, output_upload, ref_dict
 from .schemas import MAX_ID, MAX_SEQ, MAX_TOKENS
 from .schemas_out import (
     GrepOut,
@@ -33,9 +46,6 @@ from .schemas_out import (
 
 router = Router(tags=["outputs"])
 
-MAX_SLICE_LINES = 100_000
-MAX_GREP_MATCHES = 1_000
-MAX_GREP_CONTEXT = 100
 MAX_LINE_CHARS = 1_000_000
 
 
@@ -43,9 +53,9 @@ def _session(request: HttpRequest, sid: str) -> Session:
     return selectors.session_get(owner=request.auth, external_id=sid)
 
 
-def _output_dict(output, *, deduplicated: bool = False) -> dict[str, Any]:
+def _output_dict(output: ToolOutput, *, deduplicated: bool = False) -> dict[str, Any]:
     return {
-        **output_store.ref_dict(output),
+        **ref_dict(output),
         "ref": output.ref,
         "tool_name": output.tool_name,
         "sha256": output.sha256,
@@ -87,7 +97,7 @@ def upload_output(
     """
     nul.reject_in_text(tool_name, "X-Tool-Name")
     session = _session(request, sid)
-    output, deduplicated = output_store.output_upload(
+    output, deduplicated = output_upload(
         session=session, tool_name=tool_name, **_upload_stream(request)
     )
     return Status(200 if deduplicated else 201, _output_dict(output, deduplicated=deduplicated))
@@ -155,16 +165,14 @@ class GrepQuery(Schema):
 
 @router.get("/refs/{ref}", response=SliceOut, exclude_unset=True)
 def get_ref(request: HttpRequest, ref: str, q: Query[SliceQuery]):
-    output = output_store.output_get(owner=request.auth, ref=ref)
-    return output_pages.read_page(
-        output, offset=q.offset, limit=q.limit, max_line_length=q.max_line_length
-    )
+    output = output_get(owner=request.auth, ref=ref)
+    return read_page(output, offset=q.offset, limit=q.limit, max_line_length=q.max_line_length)
 
 
 @router.get("/refs/{ref}/grep", response=GrepOut, exclude_unset=True)
 def grep_ref(request: HttpRequest, ref: str, q: Query[GrepQuery]):
-    output = output_store.output_get(owner=request.auth, ref=ref)
-    return output_pages.grep_page(
+    output = output_get(owner=request.auth, ref=ref)
+    return grep_page(
         output,
         pattern=q.pattern,
         context=q.context,
@@ -182,9 +190,9 @@ _RAW_BYTES = {
 @router.get("/refs/{ref}/raw", response={200: None}, openapi_extra=_RAW_BYTES)
 def download_ref(request: HttpRequest, ref: str):
     """The stored bytes exactly as posted, streamed chunk by chunk."""
-    output = output_store.output_get(owner=request.auth, ref=ref)
+    output = output_get(owner=request.auth, ref=ref)
     response = StreamingHttpResponse(
-        output_store.output_iter_bytes(output), content_type="application/octet-stream"
+        output_iter_bytes(output), content_type="application/octet-stream"
     )
     response["Content-Length"] = str(output.byte_size)
     response["Content-Disposition"] = f'attachment; filename="{output.ref}.txt"'
@@ -219,155 +227,22 @@ class ReleaseIn(Schema):
 @router.post("/sessions/{sid}/tools/preview", tags=["tools"], response=PreviewOut)
 def preview_tool_output(request: HttpRequest, sid: str, payload: ToolCostIn):
     """spec 001 previewToolOutput: the in-context cost of an output, reserving nothing."""
-    return output_store.tool_output_preview(
-        _session(request, sid), **payload.model_dump(exclude_none=True)
-    )
+    return tool_output_preview(_session(request, sid), **payload.model_dump(exclude_none=True))
 
 
 @router.post("/sessions/{sid}/tools/reserve", tags=["tools"], response=ReserveOut)
 def reserve_tool_output(request: HttpRequest, sid: str, payload: ToolCostIn):
     """spec 001 reserveToolOutput: held as the guard's pending tokens until the result arrives."""
-    return output_store.session_reserve_tool_output(
+    return session_reserve_tool_output(
         session=_session(request, sid), **payload.model_dump(exclude_none=True)
     )
 
 
 @router.post("/sessions/{sid}/tools/release", tags=["tools"], response=ReleaseOut)
 def release_tool_output(request: HttpRequest, sid: str, payload: ReleaseIn):
-    return output_store.session_release_tool_reservation(
+    return session_release_tool_reservation(
         session=_session(request, sid), tool_call_id=payload.tool_call_id
     )
 
-
-# --- built-in tools: tool_output_cache, tool_output_cache_grep (spec 000 §1.8) ----------------
-
-
-class CacheReadArgs(Schema):
-    model_config = ConfigDict(extra="forbid")
-
-    ref_id: str = Field(..., min_length=1, max_length=64)
-    offset: int = Field(1, ge=0, le=MAX_SEQ)
-    limit: int = Field(200, ge=1, le=MAX_SLICE_LINES)
-
-
-class CacheGrepArgs(Schema):
-    model_config = ConfigDict(extra="forbid")
-
-    ref_id: str = Field(..., min_length=1, max_length=64)
-    pattern: str = Field(..., min_length=1, max_length=10_000)
-    context: int = Field(0, ge=0, le=MAX_GREP_CONTEXT)
-    max_matches: int = Field(50, ge=1, le=MAX_GREP_MATCHES)
-    ignore_case: bool = False
-    start_line: int = Field(1, ge=1, le=MAX_SEQ)
-
-
-def _parse(model: type[Schema], arguments: dict[str, Any]) -> Any:
-    try:
-        return model.model_validate(arguments)
-    except ValidationError as exc:
-        errors = [
-            {"field": ".".join(str(p) for p in e["loc"]) or "arguments", "message": e["msg"]}
-            for e in exc.errors()
-        ]
-        summary = "; ".join(f"{e['field']}: {e['message']}" for e in errors[:5])
-        raise ValidationFailed(summary or "Invalid arguments", details=errors) from None
-
-
-def call_read(session: Session, arguments: dict[str, Any]) -> dict[str, Any]:
-    args = _parse(CacheReadArgs, arguments)
-    output = output_store.output_get(owner=session.owner, ref=args.ref_id)
-    # Lines cut like the session's views, as a `read` tool cuts long lines.
-    max_line = output_store.cache_config(session).max_line_length
-    result = output_pages.read_page(
-        output, offset=args.offset, limit=args.limit, max_line_length=max_line
-    )
-    result["ref_id"] = result.pop("ref")
-    return result
-
-
-def call_grep(session: Session, arguments: dict[str, Any]) -> dict[str, Any]:
-    args = _parse(CacheGrepArgs, arguments)
-    output = output_store.output_get(owner=session.owner, ref=args.ref_id)
-    result = output_pages.grep_page(
-        output,
-        pattern=args.pattern,
-        context=args.context,
-        max_matches=args.max_matches,
-        ignore_case=args.ignore_case,
-        start_line=args.start_line,
-    )
-    result["ref_id"] = result.pop("ref")
-    return result
-
-
-READ_TOOL = ToolDef(
-    name="tool_output_cache",
-    description=(
-        "Read lines of a stored tool output. Large or old tool results in the conversation "
-        "are cut or replaced by a note with a ref id (ref=out_…); this returns the stored "
-        "output's lines with 1-based line numbers, like a file read tool. Use offset/limit "
-        "to page through it; has_more and next_offset say whether more lines follow."
-    ),
-    input_schema={
-        "type": "object",
-        "properties": {
-            "ref_id": {"type": "string", "description": "The ref id from the note, e.g. out_3f2a…"},
-            "offset": {
-                "type": "integer",
-                "minimum": 0,
-                "maximum": MAX_SEQ,
-                "description": "1-based number of the first line to read (default 1)",
-            },
-            "limit": {
-                "type": "integer",
-                "minimum": 1,
-                "maximum": MAX_SLICE_LINES,
-                "description": "Number of lines to read (default 200)",
-            },
-        },
-        "required": ["ref_id"],
-        "additionalProperties": False,
-    },
-    category="builtin",
-)
-
-GREP_TOOL = ToolDef(
-    name="tool_output_cache_grep",
-    description=(
-        "Search a stored tool output (by its ref id) with a regular expression. Returns the "
-        "matching lines with 1-based line numbers and optional context lines, like grep -n; "
-        "then read around a match with tool_output_cache. When has_more is true, call again "
-        "with start_line set to next_offset for the following matches."
-    ),
-    input_schema={
-        "type": "object",
-        "properties": {
-            "ref_id": {"type": "string", "description": "The ref id from the note, e.g. out_3f2a…"},
-            "pattern": {"type": "string", "description": "Regular expression (Python syntax)"},
-            "context": {
-                "type": "integer",
-                "minimum": 0,
-                "maximum": MAX_GREP_CONTEXT,
-                "description": "Lines of context before and after each match (default 0)",
-            },
-            "max_matches": {
-                "type": "integer",
-                "minimum": 1,
-                "maximum": MAX_GREP_MATCHES,
-                "description": "Stop after this many matching lines (default 50)",
-            },
-            "ignore_case": {"type": "boolean", "description": "Case-insensitive (default false)"},
-            "start_line": {
-                "type": "integer",
-                "minimum": 1,
-                "maximum": MAX_SEQ,
-                "description": "Skip matches before this line (default 1; see next_offset)",
-            },
-        },
-        "required": ["ref_id", "pattern"],
-        "additionalProperties": False,
-    },
-    category="builtin",
-)
 
 declare_errors(router)

@@ -1,3 +1,5 @@
+"""The sessions app: its config, and what it registers in ``sessions.extensions`` at start."""
+
 from django.apps import AppConfig
 
 
@@ -10,10 +12,11 @@ class AgentSessionsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import api_outputs, output_store
+        # Imported here, not at module level: models are not ready before ready().
         from .extensions import REGISTRY
+        from .outputs import gc, tools
 
-        for check in (output_store.live_message_refs, output_store.retained_text_refs):
+        for check in (gc.live_message_refs, gc.retained_text_refs):
             REGISTRY.add(REGISTRY.reference_checks, check)
-        REGISTRY.register_tool(api_outputs.READ_TOOL, api_outputs.call_read)
-        REGISTRY.register_tool(api_outputs.GREP_TOOL, api_outputs.call_grep)
+        REGISTRY.register_tool(tools.READ_TOOL, tools.call_read)
+        REGISTRY.register_tool(tools.GREP_TOOL, tools.call_grep)

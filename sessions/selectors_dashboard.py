@@ -1032,7 +1032,7 @@ class OutputLine:
 
 def _parse_slice_text(text: str, cut_lines: Iterable[int], target: int | None) -> list[OutputLine]:
     """``output_slice`` numbers lines like a read tool (``"{n:>6}\\t{text}"``); split them back."""
-    from .output_store import CUT_MARK
+    from .outputs.read import CUT_MARK
 
     cut = set(cut_lines)
     lines = []
@@ -1048,8 +1048,8 @@ def _parse_slice_text(text: str, cut_lines: Iterable[int], target: int | None) -
 def output_lines(
     output, *, offset: int = 1, limit: int = OUTPUT_PAGE_LINES, target: int | None = None
 ) -> dict[str, Any]:
-    """A line range through ``output_store.output_slice`` (what ``GET /refs/{ref}`` serves)."""
-    from .output_store import output_slice
+    """A line range through ``outputs.read.output_slice`` (what ``GET /refs/{ref}`` serves)."""
+    from .outputs.read import output_slice
 
     result = output_slice(output, offset=offset, limit=limit, max_line_length=OUTPUT_LINE_CHARS)
     lines = _parse_slice_text(result["text"], result["cut_lines"], target)
@@ -1099,13 +1099,13 @@ def output_grep_view(
     ignore_case: bool = False,
     max_matches: int = GREP_MAX_MATCHES,
 ) -> dict[str, Any]:
-    """Matches through ``output_store.output_grep`` (what ``GET /refs/{ref}/grep`` serves),
+    """Matches through ``outputs.grep.output_grep`` (what ``GET /refs/{ref}/grep`` serves),
     grouped like ``grep -n`` with the matched text marked."""
     import time
 
     import regex
 
-    from .output_store import output_grep
+    from .outputs.grep import output_grep
 
     result = output_grep(
         output, pattern=pattern, context=context, max_matches=max_matches, ignore_case=ignore_case

@@ -37,9 +37,12 @@ from contextsvc.engine.tokens import (
 )
 from contextsvc.errors import Conflict, ValidationFailed
 
-from . import accounting, hotpath, output_store, status
+from . import accounting, hotpath, status
 from .extensions import REGISTRY
 from .models import AgentKey, IdempotencyRecord, Message, Session, UsageReport, hash_key
+from .outputs.budget import apply_tool_outputs, cache_config
+from .outputs.ingest import output_for_message, save_pending_outputs
+from .outputs.store import PendingOutput, output_info, ref_dict
 from .schemas import PolicyIn
 
 # --- agent keys -------------------------------------------------------------------
@@ -375,10 +378,10 @@ def nul_view_config(cache: ViewConfig, text: str) -> ViewConfig:
 def prepare_messages(session: Session, messages: Sequence[dict[str, Any]]) -> list[Prepared]:
     tokenizer = accounting.tokenizer_of(session)
     config = accounting.estimate_config_of(session)
-    cache = output_store.cache_config(session)
+    cache = cache_config(session)
     # Tool names for outputs (the lock-side match fills Message.name the same way).
     open_calls = dict(session.open_tool_calls or {})
-    pending: dict[str, output_store.PendingOutput] = {}
+    pending: dict[str, PendingOutput] = {}
     prepared = []
     for i, data in enumerate(messages):
         msg = to_engine_message(data)
@@ -396,7 +399,7 @@ def prepare_messages(session: Session, messages: Sequence[dict[str, Any]]) -> li
                     f"messages[{i}]: a tool message carries content or output_ref, not both",
                     details={"field": f"messages.{i}.output_ref"},
                 )
-            stored = output_store.output_for_message(
+            stored = output_for_message(
                 session=session,
                 config=nul_view_config(cache, msg.text) if nul_bytes else cache,
                 text=None if msg.output_ref else msg.text,
@@ -441,8 +444,8 @@ def prepare_messages(session: Session, messages: Sequence[dict[str, Any]]) -> li
                     "view_state": msg.view_state,
                     "token_count": msg.token_count,
                 },
-                ref=output_store.ref_dict(stored.output) if stored else None,
-                info=output_store.output_info(stored.output, msg.name) if stored else None,
+                ref=ref_dict(stored.output) if stored else None,
+                info=output_info(stored.output, msg.name) if stored else None,
                 pending=stored.pending if stored else None,
             )
         )
@@ -618,9 +621,9 @@ def session_append_messages(
         _reused_call_id(session, prepared)
         session.open_tool_calls = _match_tool_calls(session.open_tool_calls or {}, prepared)
         first = session.last_seq + 1
-        output_store.save_pending_outputs(session, prepared)
+        save_pending_outputs(session, prepared)
         # spec 000 §1.7 budget trim and spec 001 tool preflight, from cached counters.
-        tool_effects = output_store.apply_tool_outputs(session, prepared, first)
+        tool_effects = apply_tool_outputs(session, prepared, first)
         if tool_effects.budget_exceeded:
             status.session_mark_final(session=session, reason="toolBudgetExceeded")
         now = timezone.now()

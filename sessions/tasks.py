@@ -6,6 +6,9 @@ from typing import Any
 
 from celery import shared_task
 
+from .outputs.gc import outputs_gc
+from .services import idempotency_prune
+
 
 @shared_task(
     name="sessions.gc_outputs",
@@ -21,8 +24,6 @@ def gc_outputs(older_than_days: int | None = None) -> dict[str, Any]:
     Idempotent: a second run finds nothing left to delete. Schedule it daily
     (celery beat), or run ``manage.py gc_outputs`` from cron.
     """
-    from .output_store import outputs_gc
-
     result = outputs_gc(older_than_days=older_than_days)
     # The per-output list can be long; the task result keeps the totals.
     return {k: v for k, v in result.items() if k != "outputs"}
@@ -31,6 +32,4 @@ def gc_outputs(older_than_days: int | None = None) -> dict[str, Any]:
 @shared_task(name="sessions.prune_idempotency_keys", acks_late=True, ignore_result=True)
 def prune_idempotency_keys() -> int:
     """Periodic (beat, hourly): ``manage.py prune_idempotency_keys``. Idempotent."""
-    from .services import idempotency_prune
-
     return idempotency_prune()

@@ -1,6 +1,6 @@
 """In-context views of tool outputs (spec 000 §1.6, spec 002 §2, spec 001) and their config.
 
-Pure: lines in, a view out. The storage layer (``sessions/output_store.py``)
+Pure: lines in, a view out. The storage layer (``sessions/outputs/``)
 keeps the full output and feeds this module only the head of it, so a 200 MB
 output costs the same here as a 2 KB one.
 

@@ -290,7 +290,7 @@ def output_raw(request: HtmxHttpRequest, pk: int, ref: str) -> HttpResponse:
     """The stored bytes exactly as posted, streamed (as ``GET /refs/{ref}/raw``)."""
     from django.http import StreamingHttpResponse
 
-    from sessions.output_store import output_iter_bytes
+    from sessions.outputs.read import output_iter_bytes
 
     context = _output_context(request, pk, ref)
     output = context["output"]

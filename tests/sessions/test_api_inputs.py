@@ -658,7 +658,7 @@ def test_upload_ref_with_the_cache_off_keeps_its_usual_view(alice, make_session)
 def test_a_capped_read_of_many_escaped_lines_reads_the_output_once(
     alice, make_session, monkeypatch
 ):
-    from sessions import output_pages, output_store
+    from sessions.outputs import pages, read
 
     sid = make_session()["id"]
     text = ("\x01" * 2_000 + "\n") * 400  # ~4.8 MB in JSON: far over the cap
@@ -666,9 +666,9 @@ def test_a_capped_read_of_many_escaped_lines_reads_the_output_once(
         "messages"
     ][-1]["output_ref"]
     calls = []
-    real = output_store.output_slice
+    real = read.output_slice
     monkeypatch.setattr(
-        output_pages.output_store, "output_slice", lambda *a, **k: calls.append(1) or real(*a, **k)
+        pages.read, "output_slice", lambda *a, **k: calls.append(1) or real(*a, **k)
     )
     response = alice.get(f"refs/{ref}", limit=400)
     assert len(response.content) <= CAP, len(response.content)

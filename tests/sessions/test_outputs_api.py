@@ -1,4 +1,4 @@
-"""Tool output cache through the API (issue 3): views, trim, refs, grep, upload, tool budget."""
+"""Tool output cache through the API: views, trim, refs, grep, upload, tool budget."""
 
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def test_token_count_is_of_the_view_not_the_blob(alice, make_session):
 
 
 def test_a_5mb_file_read_is_an_ordinary_json_tool_result(alice, make_session, settings):
-    assert settings.DATA_UPLOAD_MAX_MEMORY_SIZE >= 32 * 1024 * 1024  # issue 3: ≥ 32 MB bodies
+    assert settings.DATA_UPLOAD_MAX_MEMORY_SIZE >= 32 * 1024 * 1024  # JSON tool results up to 32 MB
     sid = make_session()["id"]
     text = big_text(48_000)  # 5.3 MB
     result = post(alice, sid, tool_turn("c1", text))["messages"][-1]

@@ -1,4 +1,4 @@
-"""Tool output storage (sessions/output_store.py): chunks, slices, grep, uploads, GC."""
+"""Tool output storage (sessions/outputs/): chunks, slices, grep, uploads, GC."""
 
 from __future__ import annotations
 
@@ -12,9 +12,13 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from contextsvc.errors import PayloadTooLarge, ValidationFailed
-from sessions import output_store
 from sessions.extensions import REGISTRY
 from sessions.models import AgentKey, Message, Session, ToolOutput, ToolOutputChunk
+from sessions.outputs import grep as grep_module
+from sessions.outputs.gc import outputs_gc
+from sessions.outputs.grep import GREP_LINE_CHARS, output_grep
+from sessions.outputs.read import CUT_MARK, output_read_all, output_slice
+from sessions.outputs.store import READ_PIECE, output_store_bytes, output_upload
 from sessions.services import agent_key_create, session_append_messages, session_create
 from sessions.tasks import gc_outputs
 from tests.conftest import tool_turn
@@ -36,7 +40,7 @@ def session(owner) -> Session:
 
 
 def store(session: Session, data: bytes, chunk_bytes: int = 64) -> ToolOutput:
-    output, _ = output_store.output_store_bytes(
+    output, _ = output_store_bytes(
         session=session, data=data, tool_name="bash", chunk_bytes=chunk_bytes
     )
     return output
@@ -80,10 +84,10 @@ def test_every_slice_matches_the_text_across_chunk_boundaries(session, seed):
     assert output.line_count == len(lines)
     assert output.byte_size == len(data)
     assert output.chunk_count == ToolOutputChunk.objects.filter(output=output).count() > 10
-    assert output_store.output_read_all(output) == data  # byte-exact
+    assert output_read_all(output) == data  # byte-exact
     for offset in range(1, len(lines) + 2, 7):
         for limit in (1, 5, 40):
-            got = output_store.output_slice(output, offset=offset, limit=limit)
+            got = output_slice(output, offset=offset, limit=limit)
             want = lines[offset - 1 : offset - 1 + limit]
             assert got["text"] == "\n".join(f"{offset + i:>6}\t{w}" for i, w in enumerate(want))
             assert got["lines"] == len(want)
@@ -108,40 +112,40 @@ def test_a_line_longer_than_a_chunk_is_cut_and_the_next_line_found_by_index(sess
     data = b"first\n" + b"X" * 5000 + b"\nafter long\nlast"
     output = store(session, data)
     assert output.line_count == 4
-    got = output_store.output_slice(output, offset=1, limit=10, max_line_length=50)
+    got = output_slice(output, offset=1, limit=10, max_line_length=50)
     assert got["text"].split("\n") == [
         "     1\tfirst",
-        "     2\t" + "X" * 50 + output_store.CUT_MARK,
+        "     2\t" + "X" * 50 + CUT_MARK,
         "     3\tafter long",
         "     4\tlast",
     ]
     assert got["cut_lines"] == [2]
     # Without a per-line cut the line comes whole.
-    whole = output_store.output_slice(output, offset=2, limit=1)
+    whole = output_slice(output, offset=2, limit=1)
     assert whole["text"] == "     2\t" + "X" * 5000
 
 
 def test_offset_past_the_end_is_an_empty_slice_not_an_error(session):
     output = store(session, b"a\nb\n")
-    got = output_store.output_slice(output, offset=50, limit=10)
+    got = output_slice(output, offset=50, limit=10)
     assert (got["text"], got["lines"], got["total_lines"], got["has_more"]) == ("", 0, 2, False)
 
 
 def test_offset_zero_reads_from_the_first_line(session):
     output = store(session, b"a\nb\n")
-    assert output_store.output_slice(output, offset=0, limit=1)["text"] == "     1\ta"
+    assert output_slice(output, offset=0, limit=1)["text"] == "     1\ta"
 
 
 @pytest.mark.parametrize(("offset", "limit"), [(1, 0), (1, -3), (-1, 5)])
 def test_bad_slice_arguments_are_validation_errors(session, offset, limit):
     output = store(session, b"a\n")
     with pytest.raises(ValidationFailed):
-        output_store.output_slice(output, offset=offset, limit=limit)
+        output_slice(output, offset=offset, limit=limit)
 
 
 def test_slice_text_is_capped_and_says_where_to_go_on(session):
     output = store(session, b"".join(b"%04d " % i + b"y" * 95 + b"\n" for i in range(1000)))
-    got = output_store.output_slice(output, offset=1, limit=1000, max_bytes=2048)
+    got = output_slice(output, offset=1, limit=1000, max_bytes=2048)
     assert got["truncated"] and got["has_more"]
     assert 0 < got["lines"] < 1000
     assert got["next_offset"] == got["lines"] + 1
@@ -151,27 +155,27 @@ def test_slice_text_is_capped_and_says_where_to_go_on(session):
 def test_non_utf8_bytes_are_kept_exactly_and_shown_with_replacement_characters(session):
     data = b"caf\xe9 ok\n\xff\xfe\xfd\n"
     output = store(session, data)
-    assert output_store.output_read_all(output) == data
-    text = output_store.output_slice(output, offset=1, limit=5)["text"]
+    assert output_read_all(output) == data
+    text = output_slice(output, offset=1, limit=5)["text"]
     assert "caf\ufffd ok" in text and "\ufffd" in text.split("\n")[1]
 
 
 def test_empty_output_has_no_lines(session):
     output = store(session, b"")
     assert (output.byte_size, output.line_count, output.chunk_count) == (0, 0, 0)
-    assert output_store.output_slice(output, offset=1, limit=5)["text"] == ""
+    assert output_slice(output, offset=1, limit=5)["text"] == ""
 
 
 # --- dedupe -------------------------------------------------------------------------------
 
 
 def test_identical_output_in_one_session_is_stored_once(session, owner):
-    first, dedup1 = output_store.output_store_bytes(session=session, data=b"same\n")
-    second, dedup2 = output_store.output_store_bytes(session=session, data=b"same\n")
+    first, dedup1 = output_store_bytes(session=session, data=b"same\n")
+    second, dedup2 = output_store_bytes(session=session, data=b"same\n")
     assert first.ref == second.ref and (dedup1, dedup2) == (False, True)
     assert ToolOutput.objects.filter(session=session).count() == 1
     other = session_create(owner=owner, data={"model": "gpt-4o", "id": "other"})
-    third, dedup3 = output_store.output_store_bytes(session=other, data=b"same\n")
+    third, dedup3 = output_store_bytes(session=other, data=b"same\n")
     assert third.ref != first.ref and not dedup3
 
 
@@ -187,21 +191,17 @@ def test_upload_streams_into_chunks_and_matches_the_bytes(session):
         reads.append(n)
         return stream.read(n)
 
-    output, dedup = output_store.output_upload(
-        session=session, read=read, tool_name="dump", chunk_bytes=1024
-    )
+    output, dedup = output_upload(session=session, read=read, tool_name="dump", chunk_bytes=1024)
     assert not dedup and output.source == "upload" and output.tool_name == "dump"
-    assert output_store.output_read_all(output) == data
+    assert output_read_all(output) == data
     assert output.line_count == len(reference_lines(data))
-    assert all(n <= output_store.READ_PIECE for n in reads)
+    assert all(n <= READ_PIECE for n in reads)
 
 
 def test_upload_over_the_limit_leaves_nothing(session):
     stream = io.BytesIO(b"z" * 10_000)
     with pytest.raises(PayloadTooLarge):
-        output_store.output_upload(
-            session=session, read=stream.read, max_bytes=5_000, chunk_bytes=512
-        )
+        output_upload(session=session, read=stream.read, max_bytes=5_000, chunk_bytes=512)
     assert not ToolOutput.objects.exists() and not ToolOutputChunk.objects.exists()
 
 
@@ -210,7 +210,7 @@ def test_upload_announced_over_the_limit_is_refused_before_reading(session):
         raise AssertionError("read")
 
     with pytest.raises(PayloadTooLarge):
-        output_store.output_upload(session=session, read=read, max_bytes=100, content_length=101)
+        output_upload(session=session, read=read, max_bytes=100, content_length=101)
 
 
 def test_a_failed_upload_leaves_no_half_written_output(session):
@@ -223,13 +223,13 @@ def test_a_failed_upload_leaves_no_half_written_output(session):
             raise OSError("client went away") from None
 
     with pytest.raises(OSError):
-        output_store.output_upload(session=session, read=read, chunk_bytes=512)
+        output_upload(session=session, read=read, chunk_bytes=512)
     assert not ToolOutput.objects.exists() and not ToolOutputChunk.objects.exists()
 
 
 def test_uploading_the_same_bytes_again_returns_the_existing_ref(session):
-    first, _ = output_store.output_upload(session=session, read=io.BytesIO(b"x\ny\n").read)
-    again, dedup = output_store.output_upload(session=session, read=io.BytesIO(b"x\ny\n").read)
+    first, _ = output_upload(session=session, read=io.BytesIO(b"x\ny\n").read)
+    again, dedup = output_upload(session=session, read=io.BytesIO(b"x\ny\n").read)
     assert dedup and again.ref == first.ref
     assert ToolOutput.objects.count() == 1 and ToolOutputChunk.objects.count() == 1
 
@@ -240,9 +240,9 @@ def test_uploading_the_same_bytes_again_returns_the_existing_ref(session):
 @pytest.fixture
 def small_buffers(monkeypatch):
     """Grep buffers of ~128 bytes and long-line pieces of 300, to cross every boundary."""
-    monkeypatch.setattr(output_store, "CHUNK_BYTES", 64)
-    monkeypatch.setattr(output_store, "GREP_BUFFER_CHUNKS", 2)
-    monkeypatch.setattr(output_store, "GREP_MAX_LINE_BYTES", 300)
+    monkeypatch.setattr(grep_module, "CHUNK_BYTES", 64)
+    monkeypatch.setattr(grep_module, "GREP_BUFFER_CHUNKS", 2)
+    monkeypatch.setattr(grep_module, "GREP_MAX_LINE_BYTES", 300)
 
 
 def naive_grep(lines: list[str], pattern: str, context: int, flags: int = 0) -> str:
@@ -271,7 +271,7 @@ def test_grep_agrees_with_a_line_by_line_reference(session, small_buffers, patte
     data = sample_bytes(3, lines=200).replace(b"L" * 50, b"L" * 20)  # no line over the piece size
     output = store(session, data)
     lines = reference_lines(data)
-    got = output_store.output_grep(output, pattern=pattern, context=context, max_matches=1000)
+    got = output_grep(output, pattern=pattern, context=context, max_matches=1000)
     assert got["text"] == naive_grep(lines, pattern, context)
     for m in got["matches"]:
         assert re.search(pattern, lines[m["line"] - 1], re.MULTILINE)
@@ -286,14 +286,14 @@ def test_grep_agrees_with_a_line_by_line_reference(session, small_buffers, patte
 
 def test_grep_pattern_across_a_newline_does_not_match(session):
     output = store(session, b"abc\ndef\n")
-    assert output_store.output_grep(output, pattern=r"c\nd")["matches"] == []
-    assert [m["line"] for m in output_store.output_grep(output, pattern=r"c\s*")["matches"]] == [1]
+    assert output_grep(output, pattern=r"c\nd")["matches"] == []
+    assert [m["line"] for m in output_grep(output, pattern=r"c\s*")["matches"]] == [1]
 
 
 def test_grep_ignore_case_and_max_matches(session):
     output = store(session, b"".join(b"Error %d\n" % i for i in range(50)))
-    assert output_store.output_grep(output, pattern="error")["match_count"] == 0
-    got = output_store.output_grep(output, pattern="error", ignore_case=True, max_matches=10)
+    assert output_grep(output, pattern="error")["match_count"] == 0
+    got = output_grep(output, pattern="error", ignore_case=True, max_matches=10)
     assert got["match_count"] == 10 and got["truncated"]
     assert [m["line"] for m in got["matches"]] == list(range(1, 11))
 
@@ -301,17 +301,15 @@ def test_grep_ignore_case_and_max_matches(session):
 def test_grep_on_one_huge_line_is_bounded_and_reports_it_once(session, small_buffers):
     data = b"head\n" + (b"abc" * 1000 + b"NEEDLE" + b"abc" * 1000) * 3 + b"\ntail\n"
     output = store(session, data)
-    got = output_store.output_grep(output, pattern="NEEDLE|tail")
+    got = output_grep(output, pattern="NEEDLE|tail")
     assert [m["line"] for m in got["matches"]] == [2, 3]
-    assert len(got["matches"][0]["text"]) <= output_store.GREP_LINE_CHARS + len(
-        output_store.CUT_MARK
-    )
+    assert len(got["matches"][0]["text"]) <= GREP_LINE_CHARS + len(CUT_MARK)
 
 
 def test_invalid_regex_is_a_validation_error_with_the_reason(session):
     output = store(session, b"a\n")
     with pytest.raises(ValidationFailed) as info:
-        output_store.output_grep(output, pattern="(unclosed")
+        output_grep(output, pattern="(unclosed")
     assert "missing )" in info.value.message
     assert info.value.details["field"] == "pattern"
 
@@ -319,7 +317,7 @@ def test_invalid_regex_is_a_validation_error_with_the_reason(session):
 def test_catastrophic_pattern_is_stopped_by_the_time_limit(session):
     output = store(session, b"x" * 30_000 + b"\n", chunk_bytes=256 * 1024)
     with pytest.raises(ValidationFailed) as info:
-        output_store.output_grep(output, pattern=r"(x+x+)+y", time_limit=0.3)
+        output_grep(output, pattern=r"(x+x+)+y", time_limit=0.3)
     assert info.value.details["reason"] == "timeout"
 
 
@@ -342,14 +340,14 @@ def test_gc_deletes_old_unreferenced_outputs_and_keeps_referenced_ones(session):
     recent_orphan = store(session, b"uploaded just now\n")
     for ref in (referenced, orphan.ref):
         age(ToolOutput.objects.get(ref=ref), 30)
-    dry = output_store.outputs_gc(older_than_days=7, dry_run=True)
+    dry = outputs_gc(older_than_days=7, dry_run=True)
     assert [o["ref"] for o in dry["outputs"]] == [orphan.ref]
     assert ToolOutput.objects.filter(ref=orphan.ref).exists()  # dry run deletes nothing
-    result = output_store.outputs_gc(older_than_days=7)
+    result = outputs_gc(older_than_days=7)
     assert [o["ref"] for o in result["outputs"]] == [orphan.ref] and result["kept_referenced"] == 1
     assert set(ToolOutput.objects.values_list("ref", flat=True)) == {referenced, recent_orphan.ref}
     assert not ToolOutputChunk.objects.filter(output_id=orphan.pk).exists()
-    assert output_store.outputs_gc(older_than_days=7)["count"] == 0  # idempotent
+    assert outputs_gc(older_than_days=7)["count"] == 0  # idempotent
 
 
 def test_gc_collects_outputs_referenced_only_before_the_live_window(session):
@@ -358,7 +356,7 @@ def test_gc_collects_outputs_referenced_only_before_the_live_window(session):
     # A compaction moved the live window past the message (it stays for audit).
     Session.objects.filter(pk=session.pk).update(window_start_seq=session.last_seq + 1)
     age(ToolOutput.objects.get(ref=ref), 30)
-    assert output_store.outputs_gc(older_than_days=7)["count"] == 1
+    assert outputs_gc(older_than_days=7)["count"] == 1
     assert Message.objects.filter(output_ref=ref).exists()
 
 
@@ -369,7 +367,7 @@ def test_gc_keeps_refs_named_in_the_retained_summary(session):
         window_start_seq=session.last_seq + 1, retain=f"- build log: ref={ref}"
     )
     age(ToolOutput.objects.get(ref=ref), 30)
-    assert output_store.outputs_gc(older_than_days=7)["count"] == 0
+    assert outputs_gc(older_than_days=7)["count"] == 0
 
 
 def test_gc_honours_reference_checks_registered_by_other_apps(session, monkeypatch):
@@ -380,15 +378,15 @@ def test_gc_honours_reference_checks_registered_by_other_apps(session, monkeypat
         "reference_checks",
         [*REGISTRY.reference_checks, lambda outputs: {o.ref for o in outputs}],
     )
-    assert output_store.outputs_gc(older_than_days=7)["count"] == 0
+    assert outputs_gc(older_than_days=7)["count"] == 0
     assert ToolOutput.objects.filter(pk=output.pk).exists()
 
 
 def test_reusing_an_output_protects_it_from_gc(session):
     output = store(session, b"shared\n")
     age(output, 30)
-    output_store.output_store_bytes(session=session, data=b"shared\n")  # dedupe hit touches it
-    assert output_store.outputs_gc(older_than_days=7)["count"] == 0
+    output_store_bytes(session=session, data=b"shared\n")  # dedupe hit touches it
+    assert outputs_gc(older_than_days=7)["count"] == 0
 
 
 def test_gc_command_dry_run_lists_and_deletes_nothing(session):

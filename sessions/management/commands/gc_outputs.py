@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
-from sessions.output_store import outputs_gc
+from sessions.outputs.gc import outputs_gc
 
 
 class Command(BaseCommand):

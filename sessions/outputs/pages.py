@@ -16,9 +16,13 @@ from typing import Any
 import orjson
 from django.conf import settings
 
-from . import output_store
-from .models import ToolOutput
+from ..models import ToolOutput
+from . import grep, read
 
+# The most one request may ask for: lines of a read, matches and context lines of a grep.
+MAX_SLICE_LINES = 100_000
+MAX_GREP_MATCHES = 1_000
+MAX_GREP_CONTEXT = 100
 # Left free under the cap for what wraps the answer (the built-in tool's
 # envelope, the ``message`` added here).
 ENVELOPE_BYTES = 1024
@@ -28,6 +32,7 @@ _MAX_ROUNDS = 40
 
 
 def response_cap() -> int:
+    """The most bytes one ref read or grep answers (CONTEXTSVC_REF_RESPONSE_MAX_BYTES)."""
     return settings.CONTEXTSVC_REF_RESPONSE_MAX_BYTES
 
 
@@ -45,7 +50,7 @@ def read_page(
     lines, line_cap = limit, max_line_length
     # One read, capped by the text's size in JSON (escapes included): read again
     # only when the rest of the answer still overflows, or one line alone does.
-    result = output_store.output_slice(
+    result = read.output_slice(
         output,
         offset=offset,
         limit=lines,
@@ -65,7 +70,7 @@ def read_page(
             # character is escaped (the rest: a narrower read or /raw).
             fit = text_cap // MAX_JSON_BYTES_PER_CHAR
             line_cap = fit if line_cap is None or line_cap > fit else max(1, line_cap // 2)
-        result = output_store.output_slice(
+        result = read.output_slice(
             output,
             offset=offset,
             limit=lines,
@@ -102,7 +107,7 @@ def grep_page(
     start_line: int = 1,
 ) -> dict[str, Any]:
     """``output_grep`` whose JSON fits the cap: the first matches that fit, then how to go on."""
-    result = output_store.output_grep(
+    result = grep.output_grep(
         output,
         pattern=pattern,
         context=context,
@@ -154,7 +159,7 @@ def grep_page(
 def _set_matches(result: dict[str, Any], matches: list[dict[str, Any]]) -> None:
     result["matches"] = matches
     result["match_count"] = len(matches)
-    result["text"] = output_store.grep_text(matches)
+    result["text"] = grep.grep_text(matches)
 
 
 def _shrink(match: dict[str, Any], room: int) -> dict[str, Any]:
@@ -162,5 +167,5 @@ def _shrink(match: dict[str, Any], room: int) -> dict[str, Any]:
     chars = max(1, (room - 64) // (2 * MAX_JSON_BYTES_PER_CHAR))
     text = match["text"]
     if len(text) > chars:
-        text = text[:chars] + output_store.CUT_MARK
+        text = text[:chars] + read.CUT_MARK
     return {"line": match["line"], "text": text, "before": [], "after": []}

@@ -1,0 +1,254 @@
+"""The tool-output rules of an append, under the session lock: budget trim and tool preflight.
+
+spec 000 §1.7 trims the oldest outputs past the tool-output budget; spec 001's
+tool preflight gives an output that would overflow the limit the failure view.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+from django.db.models import Max, Sum
+
+from contextsvc.engine.messages import Message as EngineMessage
+from contextsvc.engine.output_trim import TrimCandidate, plan_trim, tool_output_budget, trimmed_view
+from contextsvc.engine.output_views import (
+    OutputInfo,
+    ViewConfig,
+    failed_view,
+    resolve_view_config,
+)
+from contextsvc.engine.tokens import estimate_message
+
+from .. import accounting
+from ..extensions import REGISTRY
+from ..models import Message, Session
+from .ingest import PreparedMessage
+
+# Views that still hold (part of) an output, so they count toward the tool
+# output budget and may be trimmed. "trimmed", "failed" and "cleared" do not.
+TRIMMABLE_STATES = ("full", "cut", "offloaded")
+_CANDIDATE_PAGE = 100
+_FIELDS = ("pk", "seq", "token_count", "output_ref", "tool_call_id", "name")
+
+
+def cache_config(session: Session) -> ViewConfig:
+    """The session's tool output cache settings (policy ``tool_output_cache``, spec 000 §1.5)."""
+    return resolve_view_config((session.policy or {}).get("tool_output_cache"))
+
+
+def _effective_window(session: Session) -> int:
+    return accounting.limits_of(session).limit
+
+
+def session_recount_tool_outputs(session: Session) -> None:
+    """Recompute the cached tool-output counters from the live window.
+
+    The append path does this by itself once the live window has moved (a
+    compaction); call it after changing tool views in place (tool clearing).
+    The caller holds the session lock and saves the session.
+    """
+    live = Message.objects.filter(
+        session=session, role="tool", seq__gte=session.window_start_seq, output_ref__isnull=False
+    )
+    total = live.filter(view_state__in=TRIMMABLE_STATES).aggregate(t=Sum("token_count"))["t"]
+    newest_trimmed = live.filter(view_state="trimmed").aggregate(s=Max("seq"))["s"]
+    session.tool_output_tokens = total or 0
+    session.tool_trim_seq = newest_trimmed or 0
+    session.tool_count_window_seq = session.window_start_seq
+
+
+def _stored_candidates(session: Session) -> Iterator[TrimCandidate]:
+    """Untrimmed outputs already stored, oldest first, a page at a time.
+
+    Trimming is oldest first, so everything up to ``tool_trim_seq`` is already
+    trimmed: the scan starts after it and reads only what gets trimmed now.
+    """
+    after = max(session.tool_trim_seq, session.window_start_seq - 1)
+    while True:
+        rows = list(
+            Message.objects.filter(
+                session=session,
+                role="tool",
+                seq__gt=after,
+                view_state__in=TRIMMABLE_STATES,
+                output_ref__isnull=False,
+            )
+            .order_by("seq")
+            .values_list(*_FIELDS)[:_CANDIDATE_PAGE]
+        )
+        for row in rows:
+            yield TrimCandidate(key=("stored", row), tokens=row[2])
+        if len(rows) < _CANDIDATE_PAGE:
+            return
+        after = rows[-1][1]
+
+
+def _compaction_can_help(session: Session) -> bool:
+    return any(check(session) for check in REGISTRY.compaction_available)
+
+
+@dataclass(slots=True)
+class ToolEffects:
+    """What the tool-output rules did to one appended batch."""
+
+    trimmed_seqs: list[int] = field(default_factory=list)
+    failed_seqs: list[int] = field(default_factory=list)
+    # Outputs that would have overflowed the limit while compaction could still
+    # make room: shown as trimmed placeholders, and compaction is due now.
+    overflow_seqs: list[int] = field(default_factory=list)
+    conversation_delta: int = 0  # change to stored rows' tokens (negative: freed)
+
+    @property
+    def budget_exceeded(self) -> bool:
+        return bool(self.failed_seqs)
+
+
+def _placeholder_tokens(
+    view: str, tool_call_id: str | None, name: str | None, session: Session
+) -> int:
+    msg = EngineMessage(role="tool", view=view, tool_call_id=tool_call_id, name=name)
+    return estimate_message(
+        msg, accounting.tokenizer_of(session), accounting.estimate_config_of(session)
+    )
+
+
+def _release_reservations(session: Session, prepared: Sequence[PreparedMessage]) -> None:
+    """spec 001: a posted tool result releases its reservation (its own id, else the oldest)."""
+    reservations = dict(session.tool_reservations or {})
+    if not reservations:
+        return
+    for p in prepared:
+        if p.message.role != "tool":
+            continue
+        key = p.message.tool_call_id or ""
+        if key in reservations:
+            reservations.pop(key)
+            continue
+        anonymous = sorted((k for k in reservations if k.startswith("~")), key=lambda k: int(k[1:]))
+        if anonymous:
+            reservations.pop(anonymous[0])
+    session.tool_reservations = reservations
+    session.reserved_tokens = sum(reservations.values())
+
+
+def apply_tool_outputs(
+    session: Session, prepared: Sequence[PreparedMessage], first_seq: int
+) -> ToolEffects:
+    """The tool-output rules of one append, run under the session row lock.
+
+    1. Release the reservations of the posted tool results (spec 001).
+    2. spec 000 §1.7 trim: if the untrimmed outputs in context now exceed the
+       budget, the oldest become placeholders down to (1 − hysteresis) × budget.
+       Decided from the cached counter; stored rows are read only when some
+       are trimmed, and only those.
+    3. spec 001 tool_preflight: a tool result that would push the projection
+       past the limit gets the failure view instead (stored in full all the
+       same) and the session turns final (toolBudgetExceeded).
+
+    Rows of the batch (``prepared``, seq ``first_seq + i``) are changed in
+    place; stored rows are updated here. The session's counters are updated
+    on the object; the caller saves it.
+    """
+    effects = ToolEffects()
+    if session.tool_count_window_seq != session.window_start_seq:
+        session_recount_tool_outputs(session)
+    _release_reservations(session, prepared)
+    batch = [
+        (i, p)
+        for i, p in enumerate(prepared)
+        if p.message.role == "tool"
+        and p.row.get("output_ref")
+        and p.row["view_state"] in TRIMMABLE_STATES
+    ]
+    if not batch:
+        return effects
+    config = cache_config(session)
+
+    # 2. budget trim
+    added = sum(p.row["token_count"] for _, p in batch)
+    total = session.tool_output_tokens + added
+    budget = tool_output_budget(config, session.context_window, _effective_window(session))
+    if total > budget:
+        fresh = (TrimCandidate(key=("batch", i), tokens=p.row["token_count"]) for i, p in batch)
+        plan = plan_trim(
+            total,
+            budget,
+            itertools.chain(_stored_candidates(session), fresh),
+            hysteresis=config.trim_hysteresis,
+        )
+        stored_updates: list[Message] = []
+        for kind, item in plan.trimmed:
+            if kind == "stored":
+                pk, seq, tokens, ref, call_id, name = item
+                view = trimmed_view(ref)
+                new_tokens = _placeholder_tokens(view, call_id, name, session)
+                stored_updates.append(
+                    Message(pk=pk, view=view, view_state="trimmed", token_count=new_tokens)
+                )
+                effects.conversation_delta += new_tokens - tokens
+                session.tool_output_tokens -= tokens
+                effects.trimmed_seqs.append(seq)
+            else:
+                p = prepared[item]
+                view = trimmed_view(p.row["output_ref"])
+                p.row.update(
+                    view=view,
+                    view_state="trimmed",
+                    token_count=_placeholder_tokens(
+                        view, p.row["tool_call_id"], p.row["name"], session
+                    ),
+                )
+                effects.trimmed_seqs.append(first_seq + item)
+        if stored_updates:
+            Message.objects.bulk_update(stored_updates, ["view", "view_state", "token_count"])
+        if effects.trimmed_seqs:
+            session.tool_trim_seq = max(session.tool_trim_seq, max(effects.trimmed_seqs))
+        session.conversation_tokens = max(
+            0, session.conversation_tokens + effects.conversation_delta
+        )
+
+    # 3. tool preflight, message by message in batch order
+    base = session.conversation_tokens
+    running = 0
+    for i, p in enumerate(prepared):
+        tokens = p.row["token_count"]
+        row = p.row
+        if p.message.role == "tool" and row.get("output_ref") and row["view_state"] != "trimmed":
+            over = session.tool_budget_exceeded
+            if not over:
+                session.conversation_tokens = base + running + tokens
+                over = accounting.compute_budget(session).guard.status == "final"
+                if over and _compaction_can_help(session):
+                    # With compaction available, ending the session would throw
+                    # away a run that a summary can save: the output becomes a
+                    # trimmed placeholder (spec 000 §1.7, stored in full,
+                    # expandable) and the caller asks for compaction at once.
+                    # spec 001's final stays for when compaction cannot help.
+                    view = trimmed_view(row["output_ref"])
+                    tokens = _placeholder_tokens(view, row["tool_call_id"], row["name"], session)
+                    row.update(view=view, view_state="trimmed", token_count=tokens)
+                    effects.overflow_seqs.append(first_seq + i)
+                    effects.trimmed_seqs.append(first_seq + i)
+                    running += tokens
+                    continue
+            if over:
+                info = p.info
+                view = (
+                    failed_view(info)
+                    if info is not None
+                    else failed_view(OutputInfo(ref=row["output_ref"], byte_size=0, line_count=0))
+                )
+                tokens = _placeholder_tokens(view, row["tool_call_id"], row["name"], session)
+                row.update(
+                    view=view, view_state="failed", token_count=tokens, content="", parts=None
+                )
+                effects.failed_seqs.append(first_seq + i)
+                session.tool_budget_exceeded = True
+            elif row["view_state"] in TRIMMABLE_STATES:
+                session.tool_output_tokens += tokens
+        running += tokens
+    session.conversation_tokens = base
+    return effects

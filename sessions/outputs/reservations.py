@@ -1,0 +1,179 @@
+"""Tool budget before a tool runs (spec 001): an output's cost, preview, reserve, release."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from contextsvc.engine.output_views import (
+    OutputInfo,
+    count_lines,
+    iter_text_lines,
+    make_view,
+    view_bytes_estimate,
+)
+from contextsvc.engine.tokens import estimate_text
+from contextsvc.errors import ValidationFailed
+
+from .. import accounting, hotpath, status
+from ..models import Session
+from .budget import cache_config
+
+
+def tool_output_cost(
+    session: Session,
+    *,
+    bytes: int | None = None,
+    tokens: int | None = None,
+    text: str | None = None,
+) -> dict[str, int]:
+    """Tokens a tool output will take in context: its view, not the blob.
+
+    ``text`` is cut and tokenized exactly; ``bytes`` and ``tokens`` go through
+    the same cut as an estimate (bytes/4, DESIGN.md), so a 200 MB output
+    reserves what its 50 KiB view costs.
+    """
+    config = cache_config(session)
+    overhead = accounting.estimate_config_of(session).per_message_overhead
+    tokenizer = accounting.tokenizer_of(session)
+    if text is not None:
+        raw_bytes = len(text.encode("utf-8", errors="surrogatepass"))
+        if config.enabled:
+            info = OutputInfo(
+                ref="out_" + "x" * 24, byte_size=raw_bytes, line_count=count_lines(text)
+            )
+            view = make_view(iter_text_lines(text, config.max_line_length + 1), info, config)
+            shown = text if view.is_full else view.text or ""
+        else:
+            shown = text
+        return {
+            "tokens": estimate_text(shown, tokenizer) + overhead,
+            "raw_tokens": -(-raw_bytes // 4),
+            "bytes": raw_bytes,
+        }
+    if bytes is not None:
+        view_bytes = view_bytes_estimate(bytes, config)
+        return {
+            "tokens": -(-view_bytes // 4) + overhead,
+            "raw_tokens": -(-bytes // 4),
+            "bytes": bytes,
+        }
+    if tokens is not None:
+        cap = -(-view_bytes_estimate(tokens * 4, config) // 4)
+        return {"tokens": min(tokens, cap) + overhead, "raw_tokens": tokens, "bytes": tokens * 4}
+    raise ValidationFailed("Give one of bytes, tokens or text", details={"field": "bytes"})
+
+
+def _can_execute(session: Session) -> bool:
+    return not session.tool_budget_exceeded and session.status != Session.Status.FINAL
+
+
+def tool_output_preview(session: Session, **cost: Any) -> dict[str, Any]:
+    """spec 001 previewToolOutput: the cost and whether it fits, reserving nothing."""
+    tool_call_id = cost.pop("tool_call_id", None)
+    price = tool_output_cost(session, **cost)
+    replaced = int((session.tool_reservations or {}).get(tool_call_id or "", 0))
+    state = accounting.compute_budget(session, extra=max(0, price["tokens"] - replaced))
+    fits = state.guard.status != "final"
+    return {
+        **price,
+        "fits": fits,
+        "can_execute": _can_execute(session) and fits,
+        "projected": state.guard.projected,
+        "limit": state.guard.limit,
+        "reserved_tokens": session.reserved_tokens,
+        "tool_budget_exceeded": session.tool_budget_exceeded,
+    }
+
+
+@transaction.atomic
+def session_reserve_tool_output(
+    *, session: Session, tool_call_id: str | None = None, **cost: Any
+) -> dict[str, Any]:
+    """spec 001 reserveToolOutput: hold the output's tokens as the guard's pending.
+
+    A reservation that does not fit is refused and sets toolBudgetExceeded:
+    the session turns final and canExecuteTool answers false from then on.
+    """
+    session = hotpath.lock_session(session.pk)
+    price = tool_output_cost(session, **cost)
+    reservations = dict(session.tool_reservations or {})
+    key = tool_call_id
+    if key is None:
+        numbers = [int(k[1:]) for k in reservations if k.startswith("~")]
+        key = f"~{max(numbers, default=0) + 1}"
+    ok = _can_execute(session)
+    reason = None if ok else "toolBudgetExceeded" if session.tool_budget_exceeded else "final"
+    if ok:
+        previous = reservations.pop(key, 0)
+        session.reserved_tokens = sum(reservations.values())
+        state = accounting.compute_budget(session, extra=price["tokens"])
+        if state.guard.status == "final":
+            ok, reason = False, "toolBudgetExceeded"
+            if previous:
+                reservations[key] = previous
+            session.tool_budget_exceeded = True
+            status.session_mark_final(session=session, reason="toolBudgetExceeded")
+        else:
+            reservations[key] = price["tokens"]
+    session.tool_reservations = reservations
+    session.reserved_tokens = sum(reservations.values())
+    state = status.refresh_guard(session)
+    session.updated_at = timezone.now()
+    session.save(
+        update_fields=[
+            "tool_reservations",
+            "reserved_tokens",
+            "tool_budget_exceeded",
+            "guard_status",
+            "used_tokens",
+            "updated_at",
+        ]
+    )
+    return {
+        "ok": ok,
+        "reason": reason,
+        "tool_call_id": tool_call_id,
+        "reservation": key if ok else None,
+        **price,
+        "reserved_tokens": session.reserved_tokens,
+        "can_execute": _can_execute(session),
+        "tool_budget_exceeded": session.tool_budget_exceeded,
+        "budget": state.to_dict(),
+    }
+
+
+@transaction.atomic
+def session_release_tool_reservation(
+    *, session: Session, tool_call_id: str | None = None
+) -> dict[str, Any]:
+    """Drop one reservation (by tool_call_id or reservation key), or all of them."""
+    session = hotpath.lock_session(session.pk)
+    reservations = dict(session.tool_reservations or {})
+    released = 0
+    if tool_call_id is None:
+        released = sum(reservations.values())
+        reservations = {}
+    elif tool_call_id in reservations:
+        released = reservations.pop(tool_call_id)
+    session.tool_reservations = reservations
+    session.reserved_tokens = sum(reservations.values())
+    state = status.refresh_guard(session)
+    session.updated_at = timezone.now()
+    session.save(
+        update_fields=[
+            "tool_reservations",
+            "reserved_tokens",
+            "guard_status",
+            "used_tokens",
+            "updated_at",
+        ]
+    )
+    return {
+        "released_tokens": released,
+        "reserved_tokens": session.reserved_tokens,
+        "can_execute": _can_execute(session),
+        "budget": state.to_dict(),
+    }
