@@ -12,6 +12,7 @@ from typing import Any
 from contextsvc.engine import deferral
 from contextsvc.engine.messages import Message as EngineMessage
 from contextsvc.engine.messages import ToolDef
+from contextsvc.lru import BoundedLRU
 from sessions import accounting
 from sessions.models import Message, Session
 from sessions.services import session_set_sent_tool_tokens
@@ -36,7 +37,7 @@ class ToolPlan:
     threshold: float = deferral.DEFAULT_DEFERRAL_THRESHOLD
     limit: int = 0
     degraded: list[dict[str, str]] = field(default_factory=list)
-    # State columns a recording build saves with its accounting (``finish_build``).
+    # State columns a recording build saves with its accounting (``build_record_save``).
     dirty: set[str] = field(default_factory=set)
     # State columns a recording build saves at once: a recounted index, what a
     # compaction gap taught (otherwise every build would read the gap again).
@@ -47,6 +48,30 @@ class ToolPlan:
     @property
     def note(self) -> str | None:
         return self.selection.note if self.selection is not None else None
+
+
+# What the assistant messages between two seqs called, per process:
+# (session pk, created_at, after seq, before seq) → {name: newest seq}. Stored
+# tool_calls never change (tool clearing keeps them for audit), so the same gap
+# always teaches the same; previews, which save nothing, read it once.
+_GAPS: BoundedLRU[tuple[int, Any, int, int], dict[str, int]] = BoundedLRU(256)
+
+
+def _gap_tool_uses(session: Session, after_seq: int, before_seq: int) -> dict[str, int]:
+    """Tool uses a compaction moved out of the live window before a build saw them:
+    just their tool_calls are read (rare, and bounded by that gap)."""
+    key = (session.pk, session.created_at, after_seq, before_seq)
+    uses = _GAPS.get(key)
+    if uses is None:
+        uses = {}
+        gap = Message.objects.filter(
+            session=session, role="assistant", seq__gt=after_seq, seq__lt=before_seq
+        ).values_list("seq", "tool_calls")
+        for seq, calls in gap:
+            for call in calls or ():
+                uses[call["name"]] = max(uses.get(call["name"], 0), seq)
+        _GAPS.put(key, uses)
+    return uses
 
 
 def learn_from_messages(
@@ -70,14 +95,8 @@ def learn_from_messages(
     gap_columns = None
     first_live = messages[0].seq if messages else None
     if first_live is not None and first_live > start + 1:
-        # Read just the gap's tool_calls (rare, and bounded by that gap).
-        gap = Message.objects.filter(
-            session=session, role="assistant", seq__gt=start, seq__lt=first_live
-        ).values_list("seq", "tool_calls")
-        for seq, calls in gap:
-            for call in calls or ():
-                used[call["name"]] = max(used.get(call["name"], 0), seq)
-        # Idempotent: the same messages always teach the same seqs.
+        for name, seq in _gap_tool_uses(session, start, first_live).items():
+            used[name] = max(used.get(name, 0), seq)
         start = first_live - 1
         state.tool_last_used, state.scanned_seq = used, start
         gap_columns = {"tool_last_used": dict(used), "scanned_seq": start}

@@ -366,7 +366,7 @@ def test_stranger_cannot_see_or_set_sections(bob, sid):
     assert bob.get(f"sessions/{sid}/context").status_code == 404
 
 
-# --- the per-process window cache of session_context ----------------------------------------
+# --- the per-process window cache of the context build ----------------------------------------
 
 
 def test_context_after_appends_and_trims_is_never_stale(alice, sid):
