@@ -416,6 +416,7 @@ def run_in_process() -> None:
     """The same build without HTTP, with the CPU time it takes: on a shared
     machine the wall-clock figures above move with the load, CPU time less."""
     from contextsvc.http import json_response
+    from prompting.context.service import context_for_call
     from sessions import selectors
     from sessions.models import Session
 
@@ -426,7 +427,7 @@ def run_in_process() -> None:
             if cold:
                 selectors._WINDOWS.clear()
             w, c = time.perf_counter(), time.process_time()
-            json_response(selectors.session_context(session, "anthropic"))
+            json_response(context_for_call(session=session, fmt="anthropic", preflight=False))
             wall.append((time.perf_counter() - w) * 1000)
             cpu.append((time.process_time() - c) * 1000)
         print(
@@ -434,7 +435,7 @@ def run_in_process() -> None:
             f" CPU p50 {pct(cpu, 0.5):.1f} ms (load average {os.getloadavg()[0]:.1f}"
             f" on {os.cpu_count()} CPUs)"
         )
-    from prompting.tool_search import tool_search
+    from prompting.services.tool_search import search_and_load_tools as tool_search
 
     wall, cpu = [], []
     for i in range(30):
@@ -450,8 +451,8 @@ def run_in_process() -> None:
 
 
 def run_replay(key) -> None:
+    from prompting.context.service import context_for_call
     from sessions.models import Message, Session
-    from sessions.selectors import session_context
     from sessions.services import (
         session_append_messages,
         session_create,
@@ -512,7 +513,9 @@ def run_replay(key) -> None:
             read = sent = write = changed = 0
             for msg in messages:
                 if msg["role"] == "assistant":
-                    body = session_context(Session.objects.get(pk=session.pk), fmt)
+                    body = context_for_call(
+                        session=Session.objects.get(pk=session.pk), fmt=fmt, preflight=False
+                    )
                     last = body["budget"]["cache"]["last_build"]
                     read += last["cache_read_tokens"]
                     write += last["cache_write_tokens"]

@@ -265,8 +265,8 @@ def trajectories(tool_calls: int = 300) -> list[list[dict]]:
 def replay(runs: list[list[dict]], sid: str, hysteresis: float, budget: int) -> dict:
     """Post the runs turn by turn; before each LLM call build the context and compare
     it with the previous call's: did the already-sent prefix change?"""
+    from prompting.context.service import context_for_call
     from sessions.models import AgentKey, Session
-    from sessions.selectors import session_context
     from sessions.services import session_append_messages, session_create
 
     owner = AgentKey.objects.get(name="bench-outputs")
@@ -305,7 +305,9 @@ def replay(runs: list[list[dict]], sid: str, hysteresis: float, budget: int) -> 
             if msg["role"] == "assistant":
                 flush()
                 # The LLM call: what is sent now vs what was sent last time.
-                ctx = session_context(Session.objects.get(pk=session.pk), "raw")
+                ctx = context_for_call(
+                    session=Session.objects.get(pk=session.pk), fmt="raw", preflight=False
+                )
                 now = [
                     hashlib.sha1(json.dumps(m, sort_keys=True).encode()).hexdigest()
                     for m in ctx["messages"]

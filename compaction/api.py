@@ -9,8 +9,8 @@ from pydantic import Field
 from contextsvc.errors import NotFound
 from contextsvc.http import json_response
 from contextsvc.openapi import ErrorOut, declare_errors
+from prompting.context.service import context_for_call
 from sessions import selectors as session_selectors
-from sessions import status
 
 from . import selectors, services
 from .schemas import CompactIn, OverflowIn
@@ -132,9 +132,7 @@ def overflow(request: HttpRequest, sid: str, payload: OverflowIn, q: Query[Conte
     )
     services.raise_for_failure(run)
     session.refresh_from_db()
-    body = session_selectors.session_context(session, q.format)
-    if body["budget"]["guard"]["status"] == "final":
-        status.session_mark_final(session=session, reason="context")
+    body = context_for_call(session=session, fmt=q.format, preflight=False)
     body["compaction"] = selectors.run_to_dict(run, detail=False)
     return json_response(body)
 

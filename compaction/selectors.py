@@ -67,10 +67,7 @@ def window_messages(
     if through_seq is not None:
         qs = qs.filter(seq__lte=through_seq)
     rows = qs.order_by("seq").values_list(*_view_fields())
-    return [
-        row_to_message((seq, role, content, _json(parts), _json(calls), *rest))
-        for seq, role, content, parts, calls, *rest in rows
-    ]
+    return [row_to_message(row) for row in rows]
 
 
 def transcript_messages(session: Session, *, through_seq: int) -> list[EngineMessage]:

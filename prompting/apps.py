@@ -1,3 +1,5 @@
+"""The prompting app's config: plugs prompting into sessions through the registry."""
+
 from django.apps import AppConfig
 
 
@@ -11,9 +13,14 @@ class PromptingConfig(AppConfig):
 
     def ready(self) -> None:
         # Imported here, not at module level: models are not ready before ready().
+        # Prompting plugs into sessions through its registry: the tool_search
+        # tool, deferral when tools are registered (spec 002 §5), and the
+        # budget's cache, deferral and degraded blocks.
         from contextsvc.engine import deferral
         from sessions.extensions import REGISTRY
 
-        from . import tool_search
+        from .services import blocks, tool_search, tools
 
-        REGISTRY.register_tool(deferral.TOOL_SEARCH, tool_search.tool_search)
+        REGISTRY.register_tool(deferral.TOOL_SEARCH, tool_search.search_and_load_tools)
+        REGISTRY.add(REGISTRY.tool_deferral, tools.record_registered_tools)
+        REGISTRY.add(REGISTRY.budget_blocks, blocks.budget_blocks)

@@ -1,4 +1,4 @@
-"""Per-session state of prompt caching and tool deferral (issue 6).
+"""Per-session state of prompt caching and tool deferral (spec 002 §4, §5).
 
 One row per session, created on first use. The fields are split by writer so
 that concurrent writers never overwrite each other's data with a plain

@@ -13,7 +13,7 @@ from contextsvc import nul
 from contextsvc.http import json_response
 from contextsvc.openapi import ErrorOut, declare_errors
 
-from . import selectors, services, status
+from . import selectors, services
 from .schemas import (
     MAX_ID,
     MAX_TOKENS,
@@ -28,7 +28,6 @@ from .schemas_out import (
     AppendOut,
     BudgetDetailOut,
     BuiltinToolsOut,
-    ContextOut,
     SectionsOut,
     SessionListOut,
     SessionOut,
@@ -142,29 +141,10 @@ def get_budget(request: HttpRequest, sid: str, q: Query[BudgetQuery]):
     out["status"] = session.status
     out["final_reason"] = session.final_reason or None
     out["usage_reports"] = selectors.session_usage_reports(session)
-    # Issue 6: prompt-cache estimate vs reported usage, deferral, degradations.
-    out.update(selectors.prompt_budget_blocks(session))
-    # Issue 4: auto-compaction and its circuit breaker.
+    # The other apps' blocks: prompting's cache estimate vs reported usage,
+    # deferral and degradations; compaction's auto-compaction and circuit breaker.
     out.update(selectors.app_budget_blocks(session))
     return out
-
-
-class ContextQuery(Schema):
-    format: str = Field("anthropic", max_length=20)
-    extra_tokens: int = Field(0, ge=0, le=MAX_TOKENS)
-
-
-# Declared, not validated: the handler returns its pre-rendered body as is.
-@router.get("/sessions/{sid}/context", response=ContextOut)
-def get_context(request: HttpRequest, sid: str, q: Query[ContextQuery]):
-    session = _session(request, sid, defer_tools=True)
-    if q.format in ("anthropic", "openai", "raw"):
-        session = services.session_context_preflight(session=session, extra=q.extra_tokens)
-    body = selectors.session_context(session, q.format, extra=q.extra_tokens)
-    if body["budget"]["guard"]["status"] == "final":
-        status.session_mark_final(session=session, reason="context")
-    # Built by hand with orjson: a 1,000-message body is the hot read path.
-    return json_response(body)
 
 
 @router.post("/sessions/{sid}/usage", response=UsageOut)

@@ -33,6 +33,9 @@ CompactionCheck = Callable[["Session"], bool]
 # Given candidate outputs, the refs among them still referenced; GC never
 # deletes one (compaction: snapshots).
 ReferenceCheck = Callable[[Sequence["ToolOutput"]], Iterable[str]]
+# Given the tools PUT registers (session row locked), the tool tokens that will
+# be sent, or None to send everything (prompting's deferral, spec 002 §5).
+ToolDeferral = Callable[["Session", list[ToolDef]], "int | None"]
 # A built-in tool's handler: the session and the model's arguments → its result.
 ToolHandler = Callable[["Session", dict[str, Any]], dict[str, Any]]
 
@@ -51,6 +54,7 @@ class Extensions:
     budget_blocks: list[BudgetBlock] = field(default_factory=list)
     compaction_available: list[CompactionCheck] = field(default_factory=list)
     reference_checks: list[ReferenceCheck] = field(default_factory=list)
+    tool_deferral: list[ToolDeferral] = field(default_factory=list)
     tools: dict[str, BuiltinTool] = field(default_factory=dict)
 
     def register_tool(self, definition: ToolDef, handler: ToolHandler) -> None:

@@ -1,10 +1,11 @@
-"""Reads for the API and the dashboard. Every lookup takes the owner, so a
-stranger's session id is a 404, never a 403 that confirms it exists."""
+"""Reads of sessions data: sessions, their live messages as the engine sees them, usage reports.
+
+Every lookup takes the owner, so a stranger's session id is a 404, never a
+403 that confirms it exists.
+"""
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,42 +13,23 @@ import orjson
 from django.db.models import TextField
 from django.db.models.functions import Cast
 
-from contextsvc.engine import prompt as prompt_order
-from contextsvc.engine.build import ContextParts, build_request
 from contextsvc.engine.messages import Message as EngineMessage
-from contextsvc.engine.messages import PromptSection, ToolCall, ToolDef
-from contextsvc.engine.prompt import order_sections
-from contextsvc.errors import NotFound, ValidationFailed
+from contextsvc.engine.messages import ToolCall
+from contextsvc.errors import NotFound
+from contextsvc.lru import BoundedLRU
 
 from . import accounting
 from .extensions import REGISTRY
 from .models import AgentKey, Message, Session, UsageReport
 
-SECTION_ORDER = prompt_order.SECTION_ORDER
-
 
 def app_budget_blocks(session: Session) -> dict[str, Any]:
-    """Blocks other apps add to the budget (``compaction``: auto, circuit breaker)."""
+    """Blocks other apps add to the budget (prompting: cache, deferral, degraded;
+    compaction: auto, circuit breaker)."""
     out: dict[str, Any] = {}
     for hook in REGISTRY.budget_blocks:
         out.update(hook(session))
     return out
-
-
-MESSAGE_FIELDS = (
-    "seq",
-    "role",
-    "content",
-    "parts",
-    "tool_calls",
-    "tool_call_id",
-    "name",
-    "reasoning",
-    "output_ref",
-    "view",
-    "view_state",
-    "token_count",
-)
 
 
 def is_session_id(external_id: str) -> bool:
@@ -63,7 +45,7 @@ def session_get(*, owner: AgentKey, external_id: str, defer_tools: bool = False)
     if defer_tools:
         # The tool definitions can be a megabyte of JSON (300 MCP tools); the
         # context build and tool_search get them from a per-process cache keyed
-        # by their digest (prompting.services.registered_tools) instead.
+        # by their digest (the prompting app's registered tools) instead.
         qs = qs.defer("tools")
     session = qs.first()
     if session is None:
@@ -91,7 +73,43 @@ def session_list(
     return page[:limit], next_cursor
 
 
+# --- live messages as the engine sees them -------------------------------------------
+
+MESSAGE_FIELDS = (
+    "seq",
+    "role",
+    "content",
+    "parts",
+    "tool_calls",
+    "tool_call_id",
+    "name",
+    "reasoning",
+    "output_ref",
+    "view",
+    "view_state",
+    "token_count",
+)
+# MESSAGE_FIELDS with the JSON columns read as text (annotations of live_messages):
+# Django's JSONField converter costs ~7 µs per value, half the time of a
+# 2,000-message build; orjson parses them in ``row_to_message``.
+_FAST_MESSAGE_FIELDS = tuple(
+    {"parts": "_parts", "tool_calls": "_calls"}.get(f, f) for f in MESSAGE_FIELDS
+)
+
+
+def json_text(value: str | None) -> Any:
+    """A JSON column read as text, parsed with orjson (None stays None)."""
+    # Most rows hold "[]" or NULL: skip the parser for those.
+    if value is None:
+        return None
+    if value == "[]":
+        return []
+    return orjson.loads(value)
+
+
 def row_to_message(row: tuple) -> EngineMessage:
+    """The one reader of a stored message: a row of ``MESSAGE_FIELDS`` whose
+    ``parts`` and ``tool_calls`` are JSON text → the engine's Message."""
     (
         seq,
         role,
@@ -106,9 +124,10 @@ def row_to_message(row: tuple) -> EngineMessage:
         view_state,
         token_count,
     ) = row
-    # Compaction's tool clearing (issue 4) marks an assistant message "cleared"
-    # when its call inputs were cleared: the stored arguments stay for audit,
-    # the context sends none (token_count was recounted that way).
+    parts = json_text(parts)
+    # Compaction's tool clearing marks an assistant message "cleared" when its
+    # call inputs were cleared: the stored arguments stay for audit, the
+    # context sends none (token_count was recounted that way).
     inputs_cleared = role == "assistant" and view_state == "cleared"
     return EngineMessage(
         role=role,
@@ -119,7 +138,7 @@ def row_to_message(row: tuple) -> EngineMessage:
                 name=c["name"],
                 arguments={} if inputs_cleared else (c.get("arguments") or {}),
             )
-            for c in tool_calls or ()
+            for c in json_text(tool_calls) or ()
         ),
         tool_call_id=tool_call_id,
         name=name,
@@ -132,30 +151,13 @@ def row_to_message(row: tuple) -> EngineMessage:
     )
 
 
-# MESSAGE_FIELDS with the JSON columns read as text (annotations of live_messages).
-_FAST_MESSAGE_FIELDS = tuple(
-    {"parts": "_parts", "tool_calls": "_calls"}.get(f, f) for f in MESSAGE_FIELDS
-)
-
-
-def _json_text(value: str | None) -> Any:
-    # Most rows hold "[]" or NULL: skip the parser for those.
-    if value is None:
-        return None
-    if value == "[]":
-        return []
-    return orjson.loads(value)
-
-
 def live_messages(
     session: Session, *, after_seq: int = 0, through_seq: int | None = None
 ) -> list[EngineMessage]:
     """The live window (after the newest snapshot), oldest first.
 
     ``after_seq`` / ``through_seq`` bound the seqs read (the context cache
-    reads only what was appended since). The JSON columns come back as text and
-    are parsed with orjson: Django's JSONField converter costs ~7 µs per value,
-    half the time of a 2,000-message build (issue 6 speed target).
+    reads only what was appended since).
     """
     qs = Message.objects.filter(session=session, seq__gte=session.window_start_seq)
     if after_seq:
@@ -167,9 +169,7 @@ def live_messages(
         .annotate(_parts=Cast("parts", TextField()), _calls=Cast("tool_calls", TextField()))
         .values_list(*_FAST_MESSAGE_FIELDS)
     )
-    return [
-        row_to_message((*r[:3], _json_text(r[3]), _json_text(r[4]) or [], *r[5:])) for r in rows
-    ]
+    return [row_to_message(r) for r in rows]
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,17 +182,20 @@ class _Window:
     messages: tuple[EngineMessage, ...]
 
 
-# Per-process cache of converted live windows for session_context: an agent
+# Per-process cache of converted live windows for context builds: an agent
 # asks for the context of the same session before every call, and re-reading
-# and converting 2,000 messages is most of a build's time (issue 6 speed
-# target). Messages are append-only; what can change in old rows is their
-# view (trim, clearing), and every such change moves the session's cached
-# ``conversation_tokens`` (the sum of the live window's token counts, kept in
-# the same transaction) — so a cached window is reused only when the counters
-# on the freshly read session row say nothing but appends happened since.
-_WINDOWS: OrderedDict[int, _Window] = OrderedDict()
-_WINDOWS_LOCK = threading.Lock()
+# and converting 2,000 messages is most of a build's time. Messages are
+# append-only; what can change in old rows is their view (trim, clearing), and
+# every such change moves the session's cached ``conversation_tokens`` (the sum
+# of the live window's token counts, kept in the same transaction) — so a
+# cached window is reused only when the counters on the freshly read session
+# row say nothing but appends happened since. Bounded by the messages held.
 CONTEXT_CACHE_MAX_MESSAGES = 100_000
+_WINDOWS: BoundedLRU[int, _Window] = BoundedLRU(
+    CONTEXT_CACHE_MAX_MESSAGES,
+    max_weight=CONTEXT_CACHE_MAX_MESSAGES,
+    weigh=lambda window: len(window.messages),
+)
 
 
 def _window_key(session: Session) -> tuple[Any, int, Any]:
@@ -201,8 +204,7 @@ def _window_key(session: Session) -> tuple[Any, int, Any]:
 
 def context_messages(session: Session) -> list[EngineMessage]:
     """``live_messages`` for a build, read incrementally when it is safe."""
-    with _WINDOWS_LOCK:
-        cached = _WINDOWS.get(session.pk)
+    cached = _WINDOWS.get(session.pk)
     created, start, trim_seq = _window_key(session)
     messages: list[EngineMessage] | None = None
     if (
@@ -226,127 +228,13 @@ def context_messages(session: Session) -> list[EngineMessage]:
         if total != session.conversation_tokens or len(messages) != session.live_message_count:
             # Counters and rows disagree (a write in flight): use, do not keep.
             return messages
-    window = _Window(created, start, session.last_seq, total, trim_seq, tuple(messages))
-    with _WINDOWS_LOCK:
-        _WINDOWS[session.pk] = window
-        _WINDOWS.move_to_end(session.pk)
-        while len(_WINDOWS) > 1 and sum(len(w.messages) for w in _WINDOWS.values()) > (
-            CONTEXT_CACHE_MAX_MESSAGES
-        ):
-            _WINDOWS.popitem(last=False)
+    _WINDOWS.put(
+        session.pk, _Window(created, start, session.last_seq, total, trim_seq, tuple(messages))
+    )
     return messages
 
 
-def ordered_sections(session: Session) -> list[PromptSection]:
-    # spec 002 §4: static → dynamic; stable within a kind (the agent's order).
-    return order_sections([PromptSection(**s) for s in session.sections or ()])
-
-
-def session_tools(session: Session) -> list[ToolDef]:
-    return [ToolDef(**t) for t in session.tools or ()]
-
-
-def final_report_tool(session: Session, tools: list[ToolDef]) -> ToolDef:
-    name = accounting.final_tool_name(session)
-    for tool in tools:
-        if tool.name == name:
-            return tool
-    return ToolDef(
-        name=name,
-        description=(
-            "Finish the task now: report what you completed, what remains, and anything "
-            "the user must know. This is the only tool available because the context "
-            "window is full."
-        ),
-        input_schema={
-            "type": "object",
-            "properties": {"report": {"type": "string", "description": "The final report"}},
-            "required": ["report"],
-        },
-        category="builtin",
-    )
-
-
-def final_instruction(session: Session, state: accounting.BudgetState) -> str:
-    name = accounting.final_tool_name(session)
-    return (
-        f"[Context limit reached: the next request would need {state.guard.projected:,} tokens "
-        f"of the {state.guard.limit:,} available. Tools are restricted to {name}. "
-        f"Call {name} now with your final answer: what you completed, what remains, "
-        "and what the user must know.]"
-    )
-
-
-def session_context(
-    session: Session, fmt: str, *, extra: int = 0, record: bool = True
-) -> dict[str, Any]:
-    """The request body to send (spec 003 BuildMessages) plus the budget.
-
-    Issue 6 around the one assembler: the tools are chosen by deferral (spec
-    002 §5), the sections ordered and the cache breakpoints placed (spec 002
-    §4), and the build is accounted against the previous one (prefix tokens a
-    provider can read from cache, cost). Each of those degrades rather than
-    fails (spec 002 §8): the context is always built, ``budget.degraded``
-    says what fell back. ``record=False`` previews (the dashboard): nothing
-    about the build is saved.
-
-    On a ``final`` verdict the tools shrink to the final-report tool and the
-    instruction is injected (spec 001 enforcement); the caller marks the session.
-    """
-    from contextsvc.engine.build import FORMATS
-    from prompting import services as prompting
-
-    if fmt not in FORMATS:
-        raise ValidationFailed(
-            f"format must be one of {', '.join(FORMATS)}", details={"field": "format"}
-        )
-    messages = context_messages(session)
-    tool_plan = prompting.select_tools(session, messages, record=record)
-    state = accounting.compute_budget(session, extra=extra)
-    final = state.guard.status == "final" or session.status == Session.Status.FINAL
-    tools = [final_report_tool(session, tool_plan.registered)] if final else tool_plan.tools
-    prompt_plan = prompting.plan_prompt(
-        session, tools=tools, tool_plan=tool_plan, messages=messages
-    )
-    notes = [tool_plan.note] if tool_plan.note and not final else []
-    if not final:
-        notes.extend(note for hook in REGISTRY.context_notes if (note := hook(session, state)))
-    parts = ContextParts(
-        model=session.model,
-        max_output_tokens=session.max_output_tokens,
-        sections=prompt_plan.sections,
-        retain=session.retain,
-        summary=session.summary,
-        messages=messages,
-        tools=tools,
-        notes=notes,
-        final_instruction=final_instruction(session, state) if final else None,
-        cache=prompt_plan.cache,
-        plain=prompt_plan.plain,
-    )
-    try:
-        body = build_request(fmt, parts)
-    except Exception as exc:
-        if parts.plain:
-            raise
-        # spec 002 §8: the assembler's section/marker handling failed; send the
-        # plain concatenation rather than nothing.
-        prompt_plan = prompting.plain_plan(session, exc)
-        parts.sections, parts.cache, parts.plain = prompt_plan.sections, None, True
-        body = build_request(fmt, parts)
-    body["budget"] = state.to_dict()
-    body["budget"].update(app_budget_blocks(session))
-    body["budget"].update(
-        prompting.finish_build(session, fmt, parts, tool_plan, prompt_plan, record=record)
-    )
-    return body
-
-
-def prompt_budget_blocks(session: Session) -> dict[str, Any]:
-    """``cache``, ``deferral`` and ``degraded`` for GET budget (issue 6)."""
-    from prompting.services import budget_blocks
-
-    return budget_blocks(session)
+# --- usage and the session as the API shows it ------------------------------------------
 
 
 def session_usage_reports(session: Session, *, limit: int = 20) -> list[dict[str, Any]]:

@@ -996,13 +996,9 @@ def _deferral_info(budget: dict[str, Any]) -> dict[str, Any] | None:
 def context_body(session: Session, fmt: str) -> dict[str, Any]:
     """``GET /context``'s body. ``record=False`` (issue 6): an operator looking
     must not count as a build in the session's cache accounting."""
-    import inspect
+    from prompting.context.build import context_preview
 
-    from . import selectors
-
-    if "record" in inspect.signature(selectors.session_context).parameters:
-        return selectors.session_context(session, fmt, record=False)
-    return selectors.session_context(session, fmt)
+    return context_preview(session, fmt)
 
 
 # --- stored tool outputs (issue 3's store, the one the agent tools read) ---------------

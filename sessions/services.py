@@ -300,7 +300,7 @@ def session_set_tools(*, session: Session, tools: list[dict[str, Any]]) -> Sessi
         _check_json_schema(i, tool)
     parsed = [ToolDef(**t) for t in tools]
     session = hotpath.lock_session(session.pk)
-    from prompting.services import tools_registered
+    from prompting.services.tools import record_registered_tools as tools_registered
 
     sent = tools_registered(session=session, tools=parsed)
     if sent is None:  # deferral failed (logged): count and send everything

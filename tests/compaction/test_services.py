@@ -15,8 +15,9 @@ from compaction.models import CompactionRun, CompactionState, Snapshot, ViewChan
 from contextsvc.engine.offline_summarizer import OfflineSummarizer
 from contextsvc.engine.summarize import SummarizerError
 from contextsvc.errors import ValidationFailed
+from prompting.context.build import context_preview
 from sessions.models import Message, Session
-from sessions.selectors import live_messages, session_context
+from sessions.selectors import live_messages
 from sessions.services import session_append_messages, session_record_usage
 from tests.conftest import tool_turn
 
@@ -59,7 +60,7 @@ def session_state(session: Session) -> dict:
         "session": model_to_dict(Session.objects.get(pk=session.pk)),
         "messages": list(Message.objects.filter(session=session).order_by("seq").values()),
         "snapshots": Snapshot.objects.filter(session=session).count(),
-        "context": session_context(session, "raw", record=False)["messages"],
+        "context": context_preview(session, "raw")["messages"],
     }
 
 
@@ -177,7 +178,7 @@ def test_context_after_compaction_is_rebuilt_from_the_window_spec000_2_7_1(sessi
     manual(session, strategy="summarize")
     session.refresh_from_db()
     for fmt in ("anthropic", "openai", "raw"):
-        body = session_context(session, fmt, record=False)
+        body = context_preview(session, fmt)
         texts = []
         for m in body["messages"]:
             content = m["content"]
@@ -189,7 +190,7 @@ def test_context_after_compaction_is_rebuilt_from_the_window_spec000_2_7_1(sessi
         assert "t0c0" not in str(body["messages"])
         if fmt == "raw":
             assert min(m["seq"] for m in body["messages"]) == session.window_start_seq
-    anthropic = session_context(session, "anthropic", record=False)["messages"]
+    anthropic = context_preview(session, "anthropic")["messages"]
     assert anthropic[0]["content"][0]["text"].startswith("[Retained context")
     ids_used = {b["id"] for m in anthropic for b in m["content"] if b["type"] == "tool_use"}
     ids_answered = {
@@ -342,7 +343,7 @@ def test_circuit_breaker_opens_after_three_failed_auto_runs(session_factory, mon
     assert selectors.budget_block(session)["compaction"]["circuit_breaker"]["open"]
     assert selectors.budget_block(session)["compaction"]["auto"] is False
     assert services.compaction_auto_request(session=session) is None
-    body = session_context(session, "raw", record=False)
+    body = context_preview(session, "raw")
     assert body["budget"]["compaction"]["circuit_breaker"]["consecutive_failures"] == 3
     # Manual runs still work, and a success closes the breaker.
     monkeypatch.undo()
@@ -384,7 +385,7 @@ def test_tool_clearing_persists_views_and_logs_the_old_ones(session_factory):
     assert all(t.view == f"[tool output cleared; ref={t.output_ref}]" for t in cleared)
     assert ViewChange.objects.filter(snapshot__run=run).count() >= len(cleared)
     # The context sends placeholders and no inputs for cleared calls.
-    raw = session_context(session, "raw", record=False)["messages"]
+    raw = context_preview(session, "raw")["messages"]
     first_call = next(m for m in raw if m.get("tool_calls"))
     assert first_call["tool_calls"][0]["arguments"] == {}
     stored = Message.objects.get(session=session, seq=first_call["seq"])

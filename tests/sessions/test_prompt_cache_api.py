@@ -12,9 +12,9 @@ import logging
 
 import pytest
 
+from prompting.context.build import context_preview
 from prompting.models import PromptState
 from sessions.models import Message, Session
-from sessions.selectors import session_context
 from tests.conftest import tool_turn
 
 pytestmark = pytest.mark.django_db
@@ -230,7 +230,7 @@ def test_cache_estimate_and_reported_usage_side_by_side_in_budget(alice, sid):
 
 def test_preview_builds_record_nothing(alice, sid):
     session = Session.objects.get(external_id=sid)
-    body = session_context(session, "anthropic", record=False)
+    body = context_preview(session, "anthropic")
     assert body["budget"]["cache"]["last_build"]["cache_write_tokens"] > 0
     state = PromptState.objects.get(session=session)
     assert state.last_build == {} and state.cache_totals == {}
@@ -314,7 +314,7 @@ def test_s002_8_builder_failure_in_the_format_falls_back(alice, sid, monkeypatch
             raise KeyError("marker")
         return real(fmt, parts)
 
-    monkeypatch.setattr("sessions.selectors.build_request", flaky)
+    monkeypatch.setattr("prompting.context.build.build_request", flaky)
     body = alice.get(f"sessions/{sid}/context").json()
     assert markers(body) == 0 and len(body["system"]) == 1
     assert [d["component"] for d in body["budget"]["degraded"]] == ["sections"]
@@ -366,7 +366,7 @@ def test_stranger_cannot_see_or_set_sections(bob, sid):
     assert bob.get(f"sessions/{sid}/context").status_code == 404
 
 
-# --- the per-process window cache of session_context ----------------------------------------
+# --- the per-process window cache of the context build ----------------------------------------
 
 
 def test_context_after_appends_and_trims_is_never_stale(alice, sid):

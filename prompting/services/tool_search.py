@@ -8,9 +8,7 @@ the session's tool list for the rest of the turn (until the next user message).
 
 from __future__ import annotations
 
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,34 +18,28 @@ from django.utils import timezone
 from contextsvc.engine import deferral, tool_index
 from contextsvc.engine.messages import ToolDef
 from contextsvc.errors import ValidationFailed
+from contextsvc.lru import BoundedLRU
 from sessions.models import Message, Session
 
-from . import services
+from .policy import deferral_inputs
+from .state import BUILD_ONLY_FIELDS, locked_state
+from .tools import recount_stale_index, registered_tools, search_tool_tokens
 
 MAX_QUERY_CHARS = 1000
 MAX_LIMIT = 20
 DEFAULT_LIMIT = 5
+# How much of the search history a session keeps for the budget to show.
+RECENT_SEARCHES = 20
+LOADED_KEEP = 200
 
 # Search indexes per tool list (keyed by its digest), kept per process: an
 # agent searches the same few hundred tools many times, and building the index
 # costs more than a search.
-_INDEXES: OrderedDict[str, tool_index.SearchIndex] = OrderedDict()
-_INDEXES_LOCK = threading.Lock()
-_INDEXES_SIZE = 32
+_INDEXES: BoundedLRU[str, tool_index.SearchIndex] = BoundedLRU(32)
 
 
 def index_for(tools_hash: str, tools: Sequence[ToolDef]) -> tool_index.SearchIndex:
-    with _INDEXES_LOCK:
-        index = _INDEXES.get(tools_hash)
-        if index is not None:
-            _INDEXES.move_to_end(tools_hash)
-            return index
-    index = tool_index.build_index(tools)
-    with _INDEXES_LOCK:
-        _INDEXES[tools_hash] = index
-        if len(_INDEXES) > _INDEXES_SIZE:
-            _INDEXES.popitem(last=False)
-    return index
+    return _INDEXES.get_or_set(tools_hash, lambda: tool_index.build_index(tools))
 
 
 def _parse(arguments: dict[str, Any]) -> tuple[str, int]:
@@ -92,16 +84,17 @@ def _current_turn(session: Session, selection: dict[str, Any]) -> int:
     )
 
 
-def tool_search(session: Session, arguments: dict[str, Any]) -> dict[str, Any]:
+def search_and_load_tools(session: Session, arguments: dict[str, Any]) -> dict[str, Any]:
+    """The tool's handler (``REGISTRY`` built-in): search, and load the matches for the turn."""
     started = time.perf_counter()
     query, limit = _parse(arguments)
     with transaction.atomic():
-        state = services.locked_state(session, defer=services.BUILD_ONLY_FIELDS)
-        tools = services.registered_tools(session, state)
-        tokenizer, scale, limit_tokens, _ = services.deferral_inputs(session)
-        services.ensure_index(state, session, tools, tokenizer)
+        state = locked_state(session, defer=BUILD_ONLY_FIELDS)
+        tools = registered_tools(session, state)
+        tokenizer, scale, limit_tokens, _ = deferral_inputs(session)
+        recounted = recount_stale_index(state, tools, tokenizer)
         tokens = {name: value[0] for name, value in state.tool_index.items()}
-        search_tokens = services.search_tool_tokens(tokenizer.name)
+        search_tokens = search_tool_tokens(tokenizer.name)
         selection = state.selection or {}
         if selection.get("tools_hash") == state.tools_hash:
             deferred = list(selection.get("deferred") or [])
@@ -130,8 +123,8 @@ def tool_search(session: Session, arguments: dict[str, Any]) -> dict[str, Any]:
             if name in deferred_set and name not in loaded:
                 loaded[name] = session.last_seq
                 newly.append(name)
-        if len(loaded) > services.LOADED_KEEP:
-            loaded = dict(sorted(loaded.items(), key=lambda kv: kv[1])[-services.LOADED_KEEP :])
+        if len(loaded) > LOADED_KEEP:
+            loaded = dict(sorted(loaded.items(), key=lambda kv: kv[1])[-LOADED_KEEP:])
         searched = dict(state.searched or {})
         for hit in hits:
             searched[hit.tool.name] = searched.get(hit.tool.name, 0) + 1
@@ -153,10 +146,9 @@ def tool_search(session: Session, arguments: dict[str, Any]) -> dict[str, Any]:
                 "loaded": newly,
                 "ms": elapsed_ms,
             },
-        ][-services.RECENT_SEARCHES :]
-        state.save(
-            update_fields=["loaded", "searched", "loaded_total", "search_count", "recent_searches"]
-        )
+        ][-RECENT_SEARCHES:]
+        columns = ["loaded", "searched", "loaded_total", "search_count", "recent_searches"]
+        state.save(update_fields=[*columns, "tool_index", "tools_hash"] if recounted else columns)
         # The budget's tool_descriptions follows at the next context build, which
         # is when the promoted tools are actually sent.
         remaining = len([n for n in deferred if n not in loaded])
@@ -182,4 +174,3 @@ def tool_search(session: Session, arguments: dict[str, Any]) -> dict[str, Any]:
         "deferred_remaining": remaining,
         "message": message,
     }
-

@@ -1,0 +1,141 @@
+"""The context a session would send next (spec 003 BuildMessages) with its budget,
+assembled from the live messages, the tool plan, the prompt plan and the notes.
+
+``context_preview`` is a read: it writes nothing and locks nothing (the
+dashboard shows it; an operator looking is not a build). ``service`` records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from contextsvc.engine.build import FORMATS, ContextParts, build_request
+from contextsvc.engine.messages import Message as EngineMessage
+from contextsvc.engine.messages import ToolDef
+from contextsvc.errors import ValidationFailed
+from sessions import accounting
+from sessions.extensions import REGISTRY
+from sessions.models import Session
+from sessions.selectors import context_messages
+
+from ..services.blocks import budget_blocks
+from ..services.cache import account_build
+from ..services.sections import PromptPlan, plain_plan, plan_prompt
+from ..services.selection import ToolPlan, plan_tools
+
+
+def check_format(fmt: str) -> None:
+    if fmt not in FORMATS:
+        raise ValidationFailed(
+            f"format must be one of {', '.join(FORMATS)}", details={"field": "format"}
+        )
+
+
+def final_report_tool(session: Session, tools: Sequence[ToolDef]) -> ToolDef:
+    """spec 001 enforcement: the one tool a final turn offers (the agent's own, if registered)."""
+    name = accounting.final_tool_name(session)
+    for tool in tools:
+        if tool.name == name:
+            return tool
+    return ToolDef(
+        name=name,
+        description=(
+            "Finish the task now: report what you completed, what remains, and anything "
+            "the user must know. This is the only tool available because the context "
+            "window is full."
+        ),
+        input_schema={
+            "type": "object",
+            "properties": {"report": {"type": "string", "description": "The final report"}},
+            "required": ["report"],
+        },
+        category="builtin",
+    )
+
+
+def final_instruction(session: Session, state: accounting.BudgetState) -> str:
+    """spec 001 enforcement: the instruction injected into a final turn."""
+    name = accounting.final_tool_name(session)
+    return (
+        f"[Context limit reached: the next request would need {state.guard.projected:,} tokens "
+        f"of the {state.guard.limit:,} available. Tools are restricted to {name}. "
+        f"Call {name} now with your final answer: what you completed, what remains, "
+        "and what the user must know.]"
+    )
+
+
+def _other_apps_blocks(session: Session) -> dict[str, Any]:
+    # Every app's budget blocks but prompting's own: those describe the last
+    # build (GET budget); a build answers with its own (``account_build``).
+    out: dict[str, Any] = {}
+    for hook in REGISTRY.budget_blocks:
+        if hook is not budget_blocks:
+            out.update(hook(session))
+    return out
+
+
+def build_context(
+    session: Session,
+    fmt: str,
+    messages: Sequence[EngineMessage],
+    tool_plan: ToolPlan,
+    *,
+    extra: int = 0,
+) -> tuple[dict[str, Any], ContextParts, PromptPlan]:
+    """The request body and the budget, without prompting's accounting blocks.
+
+    The tools come from deferral (spec 002 §5), the sections are ordered and
+    the cache breakpoints placed (spec 002 §4); each degrades rather than fails
+    (spec 002 §8). On a ``final`` verdict the tools shrink to the final-report
+    tool and the instruction is injected (spec 001 enforcement).
+    """
+    state = accounting.compute_budget(session, extra=extra)
+    final = state.guard.status == "final" or session.status == Session.Status.FINAL
+    tools = [final_report_tool(session, tool_plan.registered)] if final else tool_plan.tools
+    prompt_plan = plan_prompt(session, tools=tools, tool_plan=tool_plan, messages=messages)
+    notes = [tool_plan.note] if tool_plan.note and not final else []
+    if not final:
+        notes.extend(note for hook in REGISTRY.context_notes if (note := hook(session, state)))
+    parts = ContextParts(
+        model=session.model,
+        max_output_tokens=session.max_output_tokens,
+        sections=prompt_plan.sections,
+        retain=session.retain,
+        summary=session.summary,
+        messages=messages,
+        tools=tools,
+        notes=notes,
+        final_instruction=final_instruction(session, state) if final else None,
+        cache=prompt_plan.cache,
+        plain=prompt_plan.plain,
+    )
+    try:
+        body = build_request(fmt, parts)
+    except Exception as exc:
+        if parts.plain:
+            raise
+        # spec 002 §8: the assembler's section/marker handling failed; send the
+        # plain concatenation rather than nothing.
+        prompt_plan = plain_plan(session, exc)
+        parts.sections, parts.cache, parts.plain = prompt_plan.sections, None, True
+        body = build_request(fmt, parts)
+    body["budget"] = state.to_dict()
+    body["budget"].update(_other_apps_blocks(session))
+    return body, parts, prompt_plan
+
+
+def context_preview(session: Session, fmt: str, *, extra: int = 0) -> dict[str, Any]:
+    """The body ``GET /context`` would answer now, computed without writing or locking.
+
+    The figures are a build's (tool selection, cache estimate against the last
+    recorded build); the sent tool tokens change on ``session`` in memory only.
+    """
+    check_format(fmt)
+    messages = context_messages(session)
+    tool_plan = plan_tools(session, messages)
+    if tool_plan.sent_tokens is not None:
+        session.tool_tokens = tool_plan.sent_tokens
+    body, parts, prompt_plan = build_context(session, fmt, messages, tool_plan, extra=extra)
+    body["budget"].update(account_build(session, fmt, parts, tool_plan, prompt_plan).blocks())
+    return body

@@ -1,0 +1,43 @@
+"""The context for an LLM call: the one place that prepares, builds, records and
+enforces it (``GET /context`` and the overflow endpoint both answer with it)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sessions.models import Session
+from sessions.selectors import context_messages
+from sessions.services import session_context_preflight
+from sessions.status import session_mark_final
+
+from ..services.cache import account_build, build_record_save
+from ..services.selection import plan_tools, tools_record_plan
+from ..services.state import state_get_or_create
+from .build import build_context, check_format
+
+
+def context_for_call(
+    *, session: Session, fmt: str, extra: int = 0, preflight: bool = True
+) -> dict[str, Any]:
+    """The body to send next, with its budget; the build is recorded.
+
+    In order: the preflight hooks (spec 002 §8: at block or final, compaction
+    may make room first); the tool selection, saved; the build; its cache
+    accounting, saved; and on a ``final`` verdict the session is marked final
+    (spec 001 enforcement: the model is told to finish, so the session is).
+    ``preflight=False`` when the caller has just compacted (the overflow
+    endpoint): a second compaction could not make more room than that one.
+    """
+    check_format(fmt)
+    if preflight:
+        session = session_context_preflight(session=session, extra=extra)
+    messages = context_messages(session)
+    tool_plan = plan_tools(session, messages, load_state=state_get_or_create)
+    tools_record_plan(session, tool_plan)
+    body, parts, prompt_plan = build_context(session, fmt, messages, tool_plan, extra=extra)
+    built = account_build(session, fmt, parts, tool_plan, prompt_plan)
+    build_record_save(built)
+    body["budget"].update(built.blocks())
+    if body["budget"]["guard"]["status"] == "final":
+        session_mark_final(session=session, reason="context")
+    return body

@@ -1,0 +1,1 @@
+"""Prompt state, cache policy, tool deferral, sections and cache accounting, by topic."""

@@ -1,0 +1,102 @@
+"""The session's prompt-cache policy, its model's cache profile, and the deferral inputs."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, fields
+from typing import Any
+
+from contextsvc.engine import deferral, prompt
+from contextsvc.engine.tokens import Tokenizer
+from contextsvc.lru import BoundedLRU
+from sessions import accounting
+from sessions.models import ModelProfile, Session
+
+
+@dataclass(frozen=True, slots=True)
+class CachePolicy:
+    """``policy.prompt_cache`` with its defaults (sessions.schemas.PromptCachePolicy)."""
+
+    enabled: bool = True
+    ttl: str = "5m"
+    history_breakpoint: bool = True
+    mark_tools: bool = True
+    max_breakpoints: int = prompt.MAX_BREAKPOINTS
+    min_cacheable_tokens: int | None = None
+
+
+_CACHE_POLICY_FIELDS = {f.name for f in fields(CachePolicy)}
+
+
+def cache_policy(session: Session) -> CachePolicy:
+    raw = (session.policy or {}).get("prompt_cache") or {}
+    known = {k: v for k, v in raw.items() if k in _CACHE_POLICY_FIELDS and v is not None}
+    return CachePolicy(**known)
+
+
+def deferral_threshold(session: Session) -> float:
+    value = (session.policy or {}).get("tool_deferral_threshold")
+    return deferral.DEFAULT_DEFERRAL_THRESHOLD if value is None else value
+
+
+def deferral_inputs(session: Session) -> tuple[Tokenizer, float, int, float]:
+    """The tokenizer, schema scale, token limit and threshold tool deferral works with."""
+    tokenizer = accounting.tokenizer_of(session)
+    scale = accounting.estimate_config_of(session).tool_schema_scale
+    threshold = deferral_threshold(session)
+    limit = deferral.deferral_limit(accounting.limits_of(session).effective_window, threshold)
+    return tokenizer, scale, limit, threshold
+
+
+@dataclass(frozen=True, slots=True)
+class CacheProfile:
+    min_cacheable: int
+    prices: dict[str, Any]
+
+
+# Profiles change when an operator edits them in the admin; a build may use a
+# figure up to this old instead of querying them on every request.
+PROFILE_TTL_SECONDS = 30.0
+# (provider, model) → (loaded at, profile).
+_PROFILES: BoundedLRU[tuple[str, str], tuple[float, CacheProfile]] = BoundedLRU(1000)
+
+
+def cache_profile(session: Session) -> CacheProfile:
+    """The model's minimum cacheable prefix and price table.
+
+    Resolved like ``accounting.profile_limits``: the longest profile model name
+    the session's model starts with ("claude-sonnet-4-5-20250929" → its family
+    row), then the provider's row, then 1,024 tokens and no prices.
+    """
+    provider = session.provider or accounting.infer_provider(session.model)
+    key = (provider, session.model)
+    now = time.monotonic()
+    cached = _PROFILES.get(key)
+    if cached is not None and now - cached[0] < PROFILE_TTL_SECONDS:
+        return cached[1]
+    profile = _load_profile(provider, session.model)
+    _PROFILES.put(key, (now, profile))
+    return profile
+
+
+def _load_profile(provider: str, model: str) -> CacheProfile:
+    rows = list(
+        ModelProfile.objects.filter(provider=provider).only(
+            "model", "min_cacheable_tokens", "prices"
+        )
+    )
+    provider_row = next((p for p in rows if p.model == ""), None)
+    candidates = [p for p in rows if p.model and model.startswith(p.model)]
+    model_row = max(candidates, key=lambda p: len(p.model), default=None)
+    minimum = next(
+        (
+            row.min_cacheable_tokens
+            for row in (model_row, provider_row)
+            if row is not None and row.min_cacheable_tokens
+        ),
+        prompt.DEFAULT_MIN_CACHEABLE_TOKENS,
+    )
+    prices = next(
+        (row.prices for row in (model_row, provider_row) if row is not None and row.prices), {}
+    )
+    return CacheProfile(min_cacheable=minimum, prices=dict(prices))
