@@ -284,7 +284,7 @@ ISSUE_REFERENCE = re.compile(r"\b[Ii]ssues? ?#?\d+\b|\(#\d+\)")
 
 def test_comments_give_reasons_not_issue_numbers():
     cited = []
-    for module, path in MODULES.items():
+    for path in MODULES.values():
         for number, line in enumerate(path.read_text().splitlines(), 1):
             if ISSUE_REFERENCE.search(line):
                 cited.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
