@@ -7,6 +7,8 @@ from datetime import datetime
 from django import template
 from django.utils import timezone
 
+from sessions.dashboard import charts
+
 register = template.Library()
 
 
@@ -20,17 +22,10 @@ def tokens(value) -> str:
 
 
 @register.filter
-def intcomma_plain(value) -> str:
-    return tokens(value)
-
-
-@register.filter
 def short(value) -> str:
     """12345 → '12.3k'."""
-    from sessions.dashboard.charts import short as _short
-
     try:
-        return _short(value)
+        return charts.short(value)
     except (TypeError, ValueError):
         return "—"
 
