@@ -1,4 +1,4 @@
-"""The compaction app's dashboard URLs, assembled under the ``dashboard`` namespace by contextsvc/urls.py."""
+"""The compaction app's dashboard URLs; contextsvc/urls.py mounts them in the ``dashboard`` namespace."""
 
 from django.urls import path
 

@@ -1,4 +1,4 @@
-"""The prompting app's dashboard URLs, assembled under the ``dashboard`` namespace by contextsvc/urls.py."""
+"""The prompting app's dashboard URLs; contextsvc/urls.py mounts them in the ``dashboard`` namespace."""
 
 from django.urls import path
 

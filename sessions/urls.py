@@ -1,4 +1,4 @@
-"""The sessions app's dashboard URLs, assembled under the ``dashboard`` namespace by contextsvc/urls.py.
+"""The sessions app's dashboard URLs; contextsvc/urls.py mounts them in the ``dashboard`` namespace.
 
 A session is addressed by its primary key, ``/sessions/<pk>/``: the agent's
 session id (``external_id``) is unique per agent key only, so two keys may

@@ -1,4 +1,4 @@
-"""The inspector's compaction views: the Compact panel, its preview, run polling, history, snapshots, restore.
+"""The inspector's compaction views: Compact panel, preview, run polling, history, snapshots, restore.
 
 Writes go through the compaction services (the same calls ``POST /compact``
 and the restore endpoint make); the run itself executes in a Celery worker

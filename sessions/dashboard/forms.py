@@ -1,4 +1,4 @@
-"""Input parsing for the session pages: the list's filters, the new-key form, integer query parameters."""
+"""Input parsing for the session pages: list filters, the new-key form, integer query parameters."""
 
 from __future__ import annotations
 

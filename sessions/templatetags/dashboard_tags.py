@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from django import template
 from django.utils import timezone
@@ -13,7 +14,7 @@ register = template.Library()
 
 
 @register.filter
-def tokens(value) -> str:
+def tokens(value: Any) -> str:
     """12345 → '12,345' (exact: the budget tables show exact numbers)."""
     try:
         return f"{int(value):,}"
@@ -22,7 +23,7 @@ def tokens(value) -> str:
 
 
 @register.filter
-def short(value) -> str:
+def short(value: Any) -> str:
     """12345 → '12.3k'."""
     try:
         return charts.short(value)
@@ -31,7 +32,7 @@ def short(value) -> str:
 
 
 @register.filter
-def signed(value) -> str:
+def signed(value: Any) -> str:
     try:
         number = int(value)
     except (TypeError, ValueError):
@@ -59,7 +60,7 @@ def ago(value: datetime | None) -> str:
 
 
 @register.filter
-def percent_of(part, whole) -> str:
+def percent_of(part: Any, whole: Any) -> str:
     try:
         return f"{100 * int(part) / int(whole):.1f}"
     except (TypeError, ValueError, ZeroDivisionError):
@@ -67,7 +68,7 @@ def percent_of(part, whole) -> str:
 
 
 @register.filter
-def kib(value) -> str:
+def kib(value: Any) -> str:
     try:
         n = int(value)
     except (TypeError, ValueError):
@@ -80,7 +81,7 @@ def kib(value) -> str:
 
 
 @register.filter
-def subtract(a, b):
+def subtract(a: Any, b: Any) -> int:
     try:
         return int(a) - int(b)
     except (TypeError, ValueError):

@@ -1,4 +1,4 @@
-"""The inspector's usage chart: the context at the end of each turn, rebuilt from per-message counts.
+"""The inspector's usage chart: the context at the end of each turn, from per-message counts.
 
 Compactions and restores (which restart the live window) come through the
 registry from the app that keeps the snapshots; the chart draws them as marks.
