@@ -187,9 +187,9 @@ def main() -> None:
     stored = ToolOutput.objects.get(ref=ref)
     middle = max(1, stored.line_count // 2)
     first_page_before = None
-    from sessions import selectors_dashboard as sel
+    from sessions.dashboard.selectors.timeline import timeline_page
 
-    first_page_before = sel.timeline_page(Session.objects.get(pk=pk)).before
+    first_page_before = timeline_page(Session.objects.get(pk=pk)).before
 
     def url(name: str, *args: object, query: str = "") -> str:
         return reverse(f"dashboard:{name}", args=args) + query

@@ -1,7 +1,12 @@
+"""The URL conf: the API, the admin, login, and the dashboard pages every app contributes."""
+
 from django.contrib import admin
 from django.urls import include, path
 
+from compaction.urls import urlpatterns as compaction_urls
 from contextsvc.api import api
+from prompting.urls import urlpatterns as prompting_urls
+from sessions.urls import urlpatterns as sessions_urls
 
 # What escapes views and middleware: a 503 for a lost database, JSON under /api/.
 handler500 = "contextsvc.middleware.server_error"
@@ -12,5 +17,7 @@ urlpatterns = [
     path("api/v1/", api.urls),
     path("admin/", admin.site.urls),
     path("accounts/", include("django.contrib.auth.urls")),
-    path("", include("sessions.urls")),
+    # One "dashboard" namespace for every app's pages: templates and tests
+    # reverse "dashboard:<name>" whichever app serves it.
+    path("", include((sessions_urls + prompting_urls + compaction_urls, "dashboard"))),
 ]

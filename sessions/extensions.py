@@ -15,6 +15,7 @@ from contextsvc.engine.messages import ToolDef
 
 if TYPE_CHECKING:
     from .accounting import BudgetState
+    from .dashboard.selectors.usage import WindowEvent
     from .models import Session, ToolOutput
 
 # Runs after a committed append or usage report; the last argument is the role
@@ -36,6 +37,12 @@ ReferenceCheck = Callable[[Sequence["ToolOutput"]], Iterable[str]]
 # Given the tools PUT registers (session row locked), the tool tokens that will
 # be sent, or None to send everything (prompting's deferral, spec 002 §5).
 ToolDeferral = Callable[["Session", list[ToolDef]], "int | None"]
+# Where the live window restarted, oldest first, for the dashboard's usage
+# chart (compaction: its snapshots).
+WindowEvents = Callable[["Session"], list["WindowEvent"]]
+# A panel in the dashboard's session inspector: a template (a named partial)
+# and its context (compaction: the Compact form and the run under way).
+InspectorPanel = Callable[["Session"], tuple[str, dict[str, Any]]]
 # A built-in tool's handler: the session and the model's arguments → its result.
 ToolHandler = Callable[["Session", dict[str, Any]], dict[str, Any]]
 
@@ -55,6 +62,8 @@ class Extensions:
     compaction_available: list[CompactionCheck] = field(default_factory=list)
     reference_checks: list[ReferenceCheck] = field(default_factory=list)
     tool_deferral: list[ToolDeferral] = field(default_factory=list)
+    window_events: list[WindowEvents] = field(default_factory=list)
+    inspector_panels: list[InspectorPanel] = field(default_factory=list)
     tools: dict[str, BuiltinTool] = field(default_factory=dict)
 
     def register_tool(self, definition: ToolDef, handler: ToolHandler) -> None:

@@ -1,4 +1,4 @@
-"""Dashboard URLs (issue 5), included at "" by contextsvc/urls.py.
+"""The sessions app's dashboard URLs; contextsvc/urls.py mounts them in the ``dashboard`` namespace.
 
 A session is addressed by its primary key, ``/sessions/<pk>/``: the agent's
 session id (``external_id``) is unique per agent key only, so two keys may
@@ -9,8 +9,6 @@ from django.urls import path
 
 from .dashboard import views
 
-app_name = "dashboard"
-
 urlpatterns = [
     path("", views.session_list, name="session_list"),
     path("sessions/<int:pk>/", views.session_detail, name="session_detail"),
@@ -18,34 +16,9 @@ urlpatterns = [
     path("sessions/<int:pk>/usage/", views.session_usage, name="session_usage"),
     path("sessions/<int:pk>/timeline/", views.session_timeline, name="session_timeline"),
     path("sessions/<int:pk>/messages/<int:seq>/", views.message_full, name="message_full"),
-    path("sessions/<int:pk>/context/", views.session_context, name="session_context"),
-    path("sessions/<int:pk>/context.json", views.session_context_json, name="session_context_json"),
     path("sessions/<int:pk>/outputs/<str:ref>/", views.output_view, name="output_view"),
     path("sessions/<int:pk>/outputs/<str:ref>/grep/", views.output_grep, name="output_grep"),
     path("sessions/<int:pk>/outputs/<str:ref>/raw/", views.output_raw, name="output_raw"),
-    path("sessions/<int:pk>/compact/", views.compact_start, name="compact_start"),
-    path("sessions/<int:pk>/compact/preview/", views.compact_preview, name="compact_preview"),
-    path("sessions/<int:pk>/compactions/", views.compaction_history, name="compaction_history"),
-    path(
-        "sessions/<int:pk>/compactions/<str:run_id>/",
-        views.compaction_status,
-        name="compaction_status",
-    ),
-    path(
-        "sessions/<int:pk>/snapshots/<int:snapshot_id>/",
-        views.snapshot_detail,
-        name="snapshot_detail",
-    ),
-    path(
-        "sessions/<int:pk>/snapshots/<int:snapshot_id>/restore/",
-        views.snapshot_restore,
-        name="snapshot_restore",
-    ),
-    path(
-        "sessions/<int:pk>/snapshots/uncompacted/restore/",
-        views.snapshot_restore,
-        name="snapshot_restore_uncompacted",
-    ),
     path("keys/", views.key_list, name="key_list"),
     path("keys/<int:pk>/revoke/", views.key_revoke, name="key_revoke"),
 ]

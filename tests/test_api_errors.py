@@ -116,7 +116,7 @@ def test_dashboard_database_error_is_a_plain_503_page(django_user_model, monkeyp
     def lost(*args, **kwargs):
         raise OperationalError("the connection is lost")
 
-    monkeypatch.setattr("sessions.selectors_dashboard.session_page", lost)
+    monkeypatch.setattr("sessions.dashboard.views.session_page", lost)
     response = client.get("/")
     assert response.status_code == 503
     assert response["Content-Type"].startswith("text/html")

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from sessions.selectors_dashboard import TurnUsage, UsageSeries
+from sessions.dashboard.selectors.usage import TurnUsage, UsageSeries
 
 WIDTH = 1000
 HEIGHT = 230

@@ -1,10 +1,10 @@
-"""Input parsing for the dashboard: query strings and the few forms."""
+"""Input parsing for the session pages: list filters, the new-key form, integer query parameters."""
 
 from __future__ import annotations
 
 from django import forms
 
-from sessions.selectors_dashboard import GUARD_STATUSES, SORTS, SessionFilters
+from sessions.dashboard.selectors.listing import GUARD_STATUSES, SORTS, SessionFilters
 
 SORT_CHOICES = [
     ("activity", "Last activity"),
@@ -53,22 +53,3 @@ def int_param(value: str | None, *, default: int | None = None, minimum: int = 0
     if number is None or number < minimum:
         return default
     return number
-
-
-class CompactForm(forms.Form):
-    """A manual compaction (issue 4's POST /compact fields)."""
-
-    strategy = forms.ChoiceField(choices=[], initial="chain")
-    instructions = forms.CharField(
-        required=False,
-        max_length=20_000,
-        strip=True,
-        widget=forms.Textarea(attrs={"rows": 3}),
-    )
-    retain_last_turns = forms.IntegerField(required=False, min_value=0, max_value=10_000)
-
-    def __init__(self, *args, **kwargs):
-        from sessions.selectors_dashboard import STRATEGY_LABELS
-
-        super().__init__(*args, **kwargs)
-        self.fields["strategy"].choices = list(STRATEGY_LABELS.items())

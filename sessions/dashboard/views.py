@@ -1,4 +1,4 @@
-"""Dashboard pages and their htmx partials.
+"""The session pages of the dashboard (list, inspector, outputs, keys) and their htmx partials.
 
 One template per page; an htmx request renders the named partial alone
 (``"sessions/detail.html#budget"``). Views parse, call a selector or a
@@ -7,53 +7,39 @@ service, and render: no queries or rules here.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import wraps
 from typing import Any
 
-from django.contrib.auth.views import redirect_to_login
-from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse, StreamingHttpResponse
 from django.shortcuts import render
+from django.template.loader import render_to_string
+from django.utils.safestring import SafeString
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
-from django_htmx.http import HttpResponseClientRedirect
-from django_htmx.middleware import HtmxDetails
 
 from contextsvc.errors import ServiceError
-from contextsvc.http import json_response
-from sessions import selectors_dashboard as sel
 from sessions import services
+from sessions.extensions import REGISTRY
+from sessions.models import Session
+from sessions.outputs.read import output_iter_bytes
 
 from . import charts
 from .forms import AgentKeyForm, SessionFilterForm, int_param
-
-
-class HtmxHttpRequest(HttpRequest):
-    htmx: HtmxDetails
-
-
-def _is_partial(request: HtmxHttpRequest) -> bool:
-    # A history restore after the cache was evicted asks for the whole page.
-    return bool(request.htmx) and not request.htmx.history_restore_request
-
-
-def operator_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    """Logged-in staff only. An htmx request whose login expired is sent to
-    the login page as a whole-page redirect, not a login form swapped into a card."""
-
-    @wraps(view)
-    def wrapper(request: HtmxHttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if not request.user.is_authenticated:
-            if request.htmx:
-                path = request.htmx.current_url_abs_path or request.get_full_path()
-                return HttpResponseClientRedirect(redirect_to_login(path).url)
-            return redirect_to_login(request.get_full_path())
-        if not request.user.is_staff:
-            raise PermissionDenied("The dashboard is for operators (staff users).")
-        return view(request, *args, **kwargs)
-
-    return wrapper
-
+from .http import HtmxHttpRequest, is_partial, operator_required
+from .selectors.detail import (
+    budget_view,
+    display_status,
+    message_for_operator,
+    session_for_operator,
+)
+from .selectors.keys import agent_key_for_operator, agent_key_or_none, agent_keys
+from .selectors.listing import session_agents, session_page, usable_tokens, usage_pct
+from .selectors.outputs import (
+    OUTPUT_PAGE_LINES,
+    output_for_operator,
+    output_grep_view,
+    output_lines,
+)
+from .selectors.timeline import timeline_page
+from .selectors.usage import usage_over_turns
 
 # --- sessions list ------------------------------------------------------------------
 
@@ -63,43 +49,52 @@ def operator_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpRe
 def session_list(request: HtmxHttpRequest) -> HttpResponse:
     form = SessionFilterForm(request.GET)
     filters = form.filters()
-    page = sel.session_page(filters)
+    page = session_page(filters)
     rows = [
         {
             "session": s,
-            "status": sel.display_status(s),
-            "usage_pct": sel.usage_pct(s),
-            "usable": sel.usable_tokens(s),
+            "status": display_status(s),
+            "usage_pct": usage_pct(s),
+            "usable": usable_tokens(s),
         }
         for s in page.object_list
     ]
     context = {"form": form, "filters": filters, "page": page, "rows": rows}
-    if _is_partial(request):
+    if is_partial(request):
         return render(request, "sessions/list.html#results", context)
-    context["agents"] = sel.session_agents()
-    context["key_filter"] = sel.agent_key_or_none(filters.key)
+    context["agents"] = session_agents()
+    context["key_filter"] = agent_key_or_none(filters.key)
     return render(request, "sessions/list.html", context)
 
 
 # --- session inspector -----------------------------------------------------------------
 
 
-def _usage_context(session) -> dict[str, Any]:
-    series = sel.usage_over_turns(session)
+def _usage_context(session: Session) -> dict[str, Any]:
+    series = usage_over_turns(session)
     return {"usage": series, "chart": charts.usage_chart(series)}
+
+
+def _panels(request: HtmxHttpRequest, session: Session) -> list[SafeString]:
+    """The side panels the apps above sessions add to the inspector (compaction:
+    the Compact form), rendered here so this page needs no knowledge of them."""
+    return [
+        render_to_string(template, {"session": session, **context}, request)
+        for template, context in (panel(session) for panel in REGISTRY.inspector_panels)
+    ]
 
 
 @require_GET
 @operator_required
 def session_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    session = sel.session_for_operator(pk)
+    session = session_for_operator(pk)
     context = {
         "session": session,
-        "status": sel.display_status(session),
-        "budget": sel.budget_view(session),
-        "timeline": sel.timeline_page(session),
+        "status": display_status(session),
+        "budget": budget_view(session),
+        "timeline": timeline_page(session),
         **_usage_context(session),
-        **_compact_context(session, run=sel.active_run(session)),
+        "panels": _panels(request, session),
     }
     return render(request, "sessions/detail.html", context)
 
@@ -111,11 +106,11 @@ def session_budget(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 
     Also carries the header's status and counters out of band, so one poll
     keeps the whole top of the page current."""
-    session = sel.session_for_operator(pk)
+    session = session_for_operator(pk)
     context = {
         "session": session,
-        "status": sel.display_status(session),
-        "budget": sel.budget_view(session),
+        "status": display_status(session),
+        "budget": budget_view(session),
         "oob": True,
         "seen_seq": int_param(request.GET.get("seen"), default=session.last_seq),
     }
@@ -125,7 +120,7 @@ def session_budget(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 @require_GET
 @operator_required
 def session_usage(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    session = sel.session_for_operator(pk)
+    session = session_for_operator(pk)
     return render(
         request, "sessions/detail.html#usage", {"session": session, **_usage_context(session)}
     )
@@ -135,9 +130,9 @@ def session_usage(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 @operator_required
 def session_timeline(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     """A page of turns: the newest without ``before``, older ones as the operator scrolls."""
-    session = sel.session_for_operator(pk)
+    session = session_for_operator(pk)
     before = int_param(request.GET.get("before"), minimum=1)
-    timeline = sel.timeline_page(session, before=before)
+    timeline = timeline_page(session, before=before)
     partial = "timeline-page" if before else "timeline"
     return render(
         request, f"sessions/detail.html#{partial}", {"session": session, "timeline": timeline}
@@ -148,41 +143,11 @@ def session_timeline(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 @operator_required
 def message_full(request: HtmxHttpRequest, pk: int, seq: int) -> HttpResponse:
     """A message's whole stored text (content, and the view the model sees when it differs)."""
-    session = sel.session_for_operator(pk)
-    message = sel.message_for_operator(session, seq)
+    session = session_for_operator(pk)
+    message = message_for_operator(session, seq)
     return render(
         request, "sessions/detail.html#message-full", {"session": session, "message": message}
     )
-
-
-CONTEXT_FORMATS = ("anthropic", "openai")
-
-
-@require_GET
-@operator_required
-def session_context(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    session = sel.session_for_operator(pk)
-    fmt = request.GET.get("format", "anthropic")
-    if fmt not in CONTEXT_FORMATS:
-        fmt = "anthropic"
-    start = int_param(request.GET.get("start"))
-    view = sel.context_view(session, fmt, start=start)
-    context = {"session": session, "ctx": view, "formats": CONTEXT_FORMATS}
-    partial = "context-messages" if start is not None else "context"
-    return render(request, f"sessions/detail.html#{partial}", context)
-
-
-@require_GET
-@operator_required
-def session_context_json(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    """The whole body, as ``GET /api/v1/sessions/{sid}/context`` returns it."""
-    session = sel.session_for_operator(pk)
-    fmt = request.GET.get("format", "anthropic")
-    if fmt not in ("anthropic", "openai", "raw"):
-        fmt = "anthropic"
-    response = json_response(sel.context_body(session, fmt))
-    response["Content-Disposition"] = f'inline; filename="{session.external_id}-{fmt}.json"'
-    return response
 
 
 # --- agent keys -----------------------------------------------------------------------
@@ -202,8 +167,8 @@ def key_list(request: HtmxHttpRequest) -> HttpResponse:
             form.add_error("name", exc.message)
         else:
             form = AgentKeyForm()
-    context = {"keys": sel.agent_keys(), "form": form, "created": created, "raw_key": raw_key}
-    if _is_partial(request):
+    context = {"keys": agent_keys(), "form": form, "created": created, "raw_key": raw_key}
+    if is_partial(request):
         response = render(request, "sessions/keys.html#keys-panel", context)
     else:
         response = render(request, "sessions/keys.html", context)
@@ -215,10 +180,10 @@ def key_list(request: HtmxHttpRequest) -> HttpResponse:
 @require_POST
 @operator_required
 def key_revoke(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    key = sel.agent_key_for_operator(pk)
+    key = agent_key_for_operator(pk)
     services.agent_key_revoke(key=key)
-    context = {"keys": sel.agent_keys(), "form": AgentKeyForm(), "revoked": key}
-    if _is_partial(request):
+    context = {"keys": agent_keys(), "form": AgentKeyForm(), "revoked": key}
+    if is_partial(request):
         return render(request, "sessions/keys.html#keys-panel", context)
     return render(request, "sessions/keys.html", context)
 
@@ -227,8 +192,8 @@ def key_revoke(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 
 
 def _output_context(request: HtmxHttpRequest, pk: int, ref: str) -> dict[str, Any]:
-    session = sel.session_for_operator(pk)
-    output = sel.output_for_operator(session, ref)
+    session = session_for_operator(pk)
+    output = output_for_operator(session, ref)
     # ``m``: the message whose card hosts the viewer (one output may back several messages).
     return {"session": session, "output": output, "m": int_param(request.GET.get("m"), default=0)}
 
@@ -244,16 +209,16 @@ def output_view(request: HtmxHttpRequest, pk: int, ref: str) -> HttpResponse:
     context = _output_context(request, pk, ref)
     line = int_param(request.GET.get("line"), minimum=1)
     offset = int_param(request.GET.get("offset"), default=1, minimum=1)
-    limit = int_param(request.GET.get("limit"), default=sel.OUTPUT_PAGE_LINES, minimum=1)
+    limit = int_param(request.GET.get("limit"), default=OUTPUT_PAGE_LINES, minimum=1)
     limit = min(limit, 1000)
     if line:
         offset = max(1, line - 5)
     part = request.GET.get("part", "")
     try:
-        lines = sel.output_lines(context["output"], offset=offset, limit=limit, target=line)
+        lines = output_lines(context["output"], offset=offset, limit=limit, target=line)
     except ServiceError as exc:
         context["error"] = exc.message
-        return render(request, "sessions/detail.html#output-error", context)
+        return render(request, "partials/_error.html", context)
     context.update(
         lines=lines, show_prev=part in ("", "lines", "up"), show_next=part in ("", "lines", "down")
     )
@@ -273,14 +238,14 @@ def output_grep(request: HtmxHttpRequest, pk: int, ref: str) -> HttpResponse:
     context.update(pattern=pattern, grep_context=grep_context, ignore_case=ignore_case)
     if not pattern:
         context["error"] = "Type a pattern to search for."
-        return render(request, "sessions/detail.html#output-error", context)
+        return render(request, "partials/_error.html", context)
     try:
-        context["grep"] = sel.output_grep_view(
+        context["grep"] = output_grep_view(
             context["output"], pattern=pattern, context=grep_context, ignore_case=ignore_case
         )
     except ServiceError as exc:
         context["error"] = exc.message
-        return render(request, "sessions/detail.html#output-error", context)
+        return render(request, "partials/_error.html", context)
     return render(request, "sessions/detail.html#output-grep", context)
 
 
@@ -288,10 +253,6 @@ def output_grep(request: HtmxHttpRequest, pk: int, ref: str) -> HttpResponse:
 @operator_required
 def output_raw(request: HtmxHttpRequest, pk: int, ref: str) -> HttpResponse:
     """The stored bytes exactly as posted, streamed (as ``GET /refs/{ref}/raw``)."""
-    from django.http import StreamingHttpResponse
-
-    from sessions.outputs.read import output_iter_bytes
-
     context = _output_context(request, pk, ref)
     output = context["output"]
     response = StreamingHttpResponse(
@@ -300,162 +261,4 @@ def output_raw(request: HtmxHttpRequest, pk: int, ref: str) -> HttpResponse:
     response["Content-Length"] = str(output.byte_size)
     response["Content-Disposition"] = f'attachment; filename="{output.ref}.txt"'
     response["X-Content-Type-Options"] = "nosniff"
-    return response
-
-
-# --- compaction (issue 4) ----------------------------------------------------------------
-#
-# Writes go through compaction.services (the same calls POST /compact and the
-# restore endpoint make); the run itself executes in a Celery worker and the
-# page follows it by polling, which stops with 286 once the run has finished.
-
-# htmx events sent with HX-Trigger: the window changed (budget, chart and
-# timeline reload), a compaction finished (the history reloads too).
-WINDOW_CHANGED = "window-changed"
-COMPACTION_FINISHED = "compaction-finished"
-
-
-def _compact_context(session, form=None, run=None, joined=False) -> dict[str, Any]:
-    from .forms import CompactForm
-
-    policy = (session.policy or {}).get("compaction") or {}
-    return {
-        "session": session,
-        "compact_form": form
-        or CompactForm(
-            initial={"strategy": "chain", "retain_last_turns": policy.get("retain_last_turns", 1)}
-        ),
-        "run": run,
-        "joined": joined,
-    }
-
-
-@require_POST
-@operator_required
-def compact_start(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    """Queue a manual compaction (or join the one under way) and follow it."""
-    from compaction import services as compaction_services
-    from contextsvc.engine.errors import EngineValidationError
-
-    from .forms import CompactForm
-
-    session = sel.session_for_operator(pk)
-    form = CompactForm(request.POST)
-    run = None
-    joined = False
-    if form.is_valid():
-        try:
-            run, created = compaction_services.compaction_request(
-                session=session,
-                trigger="manual",
-                strategy=form.cleaned_data["strategy"],
-                instructions=form.cleaned_data["instructions"] or "",
-                retain_last_turns=form.cleaned_data["retain_last_turns"],
-            )
-            joined = not created
-        except ServiceError as exc:
-            form.add_error(None, exc.message)
-        except EngineValidationError as exc:
-            form.add_error(None, exc.message)
-    context = _compact_context(session, form, run, joined)
-    return render(request, "sessions/detail.html#compact-panel", context)
-
-
-@require_GET
-@operator_required
-def compact_preview(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    """What the form's compaction would do, computed without changing anything."""
-    from contextsvc.engine.errors import EngineValidationError
-
-    from .forms import CompactForm
-
-    session = sel.session_for_operator(pk)
-    form = CompactForm(request.GET)
-    context: dict[str, Any] = {"session": session}
-    if not form.is_valid():
-        context["error"] = "; ".join(e for errors in form.errors.values() for e in errors)
-        return render(request, "sessions/detail.html#output-error", context)
-    try:
-        context["preview"] = sel.compaction_preview(
-            session,
-            strategy=form.cleaned_data["strategy"],
-            instructions=form.cleaned_data["instructions"] or "",
-            retain_last_turns=form.cleaned_data["retain_last_turns"],
-        )
-    except (ServiceError, EngineValidationError) as exc:
-        context["error"] = exc.message
-        return render(request, "sessions/detail.html#output-error", context)
-    return render(request, "sessions/detail.html#compact-preview", context)
-
-
-@require_GET
-@operator_required
-def compaction_status(request: HtmxHttpRequest, pk: int, run_id: str) -> HttpResponse:
-    """One poll of a run: queued → running → succeeded / failed.
-
-    A finished run answers 286 (htmx stops polling) and tells the page, with
-    HX-Trigger, to reload what the compaction changed."""
-    from django_htmx.http import HTMX_STOP_POLLING, trigger_client_event
-
-    session = sel.session_for_operator(pk)
-    run = sel.run_for_operator(session, run_id)
-    response = render(request, "sessions/detail.html#run-status", {"session": session, "run": run})
-    if run.is_finished:
-        response.status_code = HTMX_STOP_POLLING
-        if run.changed:
-            trigger_client_event(response, WINDOW_CHANGED)
-        trigger_client_event(response, COMPACTION_FINISHED)
-    return response
-
-
-@require_GET
-@operator_required
-def compaction_history(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    session = sel.session_for_operator(pk)
-    return render(request, "sessions/detail.html#compactions", _history_context(session))
-
-
-def _history_context(session, **extra: Any) -> dict[str, Any]:
-    runs = sel.compaction_runs(session)
-    restores = sel.restore_snapshots(session)
-    return {
-        "session": session,
-        "runs": runs,
-        "restores": restores,
-        "live_snapshot_id": sel.live_snapshot_id(session),
-        **extra,
-    }
-
-
-@require_GET
-@operator_required
-def snapshot_detail(request: HtmxHttpRequest, pk: int, snapshot_id: int) -> HttpResponse:
-    session = sel.session_for_operator(pk)
-    snapshot = sel.snapshot_for_operator(session, snapshot_id)
-    diff = sel.snapshot_diff(session, snapshot)
-    return render(request, "sessions/detail.html#snapshot", {"session": session, "diff": diff})
-
-
-@require_POST
-@operator_required
-def snapshot_restore(
-    request: HtmxHttpRequest, pk: int, snapshot_id: int | None = None
-) -> HttpResponse:
-    """Make an earlier snapshot (or, without an id, the uncompacted transcript) live again."""
-    from django_htmx.http import trigger_client_event
-
-    from compaction import services as compaction_services
-
-    session = sel.session_for_operator(pk)
-    if snapshot_id is not None:
-        sel.snapshot_for_operator(session, snapshot_id)  # 404 before any write
-    try:
-        restored = compaction_services.snapshot_restore(session=session, snapshot_id=snapshot_id)
-    except ServiceError as exc:
-        context = _history_context(session, restore_error=exc.message)
-        return render(request, "sessions/detail.html#compactions", context)
-    session = sel.session_for_operator(pk)
-    context = _history_context(session, restored=restored)
-    response = render(request, "sessions/detail.html#compactions", context)
-    trigger_client_event(response, WINDOW_CHANGED)
     return response

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from django import template
 from django.utils import timezone
+
+from sessions.dashboard import charts
 
 register = template.Library()
 
 
 @register.filter
-def tokens(value) -> str:
+def tokens(value: Any) -> str:
     """12345 → '12,345' (exact: the budget tables show exact numbers)."""
     try:
         return f"{int(value):,}"
@@ -20,23 +23,16 @@ def tokens(value) -> str:
 
 
 @register.filter
-def intcomma_plain(value) -> str:
-    return tokens(value)
-
-
-@register.filter
-def short(value) -> str:
+def short(value: Any) -> str:
     """12345 → '12.3k'."""
-    from sessions.dashboard.charts import short as _short
-
     try:
-        return _short(value)
+        return charts.short(value)
     except (TypeError, ValueError):
         return "—"
 
 
 @register.filter
-def signed(value) -> str:
+def signed(value: Any) -> str:
     try:
         number = int(value)
     except (TypeError, ValueError):
@@ -64,7 +60,7 @@ def ago(value: datetime | None) -> str:
 
 
 @register.filter
-def percent_of(part, whole) -> str:
+def percent_of(part: Any, whole: Any) -> str:
     try:
         return f"{100 * int(part) / int(whole):.1f}"
     except (TypeError, ValueError, ZeroDivisionError):
@@ -72,7 +68,7 @@ def percent_of(part, whole) -> str:
 
 
 @register.filter
-def kib(value) -> str:
+def kib(value: Any) -> str:
     try:
         n = int(value)
     except (TypeError, ValueError):
@@ -85,7 +81,7 @@ def kib(value) -> str:
 
 
 @register.filter
-def subtract(a, b):
+def subtract(a: Any, b: Any) -> int:
     try:
         return int(a) - int(b)
     except (TypeError, ValueError):

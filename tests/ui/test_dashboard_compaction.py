@@ -1,4 +1,4 @@
-"""Manual compaction from the inspector, through issue 4's services: preview,
+"""Manual compaction from the inspector, through the compaction services: preview,
 submit, queued → running → done polling that stops with 286, failure that
 changes nothing, history with retention, snapshots, restore."""
 
@@ -10,6 +10,8 @@ from django.urls import reverse
 from compaction.models import CompactionRun, Snapshot
 from compaction.services import compaction_execute, compaction_request
 from contextsvc.engine.summarize import SummarizerError
+from sessions.dashboard.selectors.detail import budget_view
+from sessions.dashboard.selectors.usage import usage_over_turns
 from sessions.models import Session
 from tests.ui.conftest import HX
 
@@ -207,15 +209,13 @@ def test_usage_chart_marks_compactions(op, big):
 
 
 def test_usage_bars_keep_each_turns_peak_and_show_the_window_now(big):
-    from sessions import selectors_dashboard as sel
-
-    before = sel.usage_over_turns(big)
+    before = usage_over_turns(big)
     last_before = before.bars[-1].total
     run, _ = compaction_request(session=big, trigger="manual", enqueue=False)
     op_run = compaction_execute(run_id=run.pk)
     assert op_run.changed
     big.refresh_from_db()
-    after = sel.usage_over_turns(big)
+    after = usage_over_turns(big)
     assert after.bars[-2].total == last_before  # the last turn still shows how full it got
     assert after.bars[-1].now and after.bars[-1].total < last_before
-    assert after.bars[-1].total == sel.budget_view(big).used  # "now" is the budget bar
+    assert after.bars[-1].total == budget_view(big).used  # "now" is the budget bar

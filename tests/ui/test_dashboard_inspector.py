@@ -10,7 +10,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from sessions import selectors_dashboard as sel
+from sessions.dashboard.selectors.detail import budget_view
+from sessions.dashboard.selectors.timeline import timeline_page
+from sessions.dashboard.selectors.usage import PER_CALL_BELOW, usage_over_turns
 from sessions.models import Message
 from tests.ui.conftest import HX, build_session
 
@@ -26,7 +28,7 @@ def detail(session) -> str:
 
 def test_budget_bar_has_every_component_and_both_thresholds(op, make_dash_session):
     session = make_dash_session(turns=2)
-    budget = sel.budget_view(session)
+    budget = budget_view(session)
     page = op.get(detail(session)).content.decode()
     for key in ("system", "tools", "conversation", "outputs", "free", "buffer", "reserved"):
         assert f'class="seg seg-{key}"' in page, key
@@ -43,7 +45,7 @@ def test_budget_bar_has_every_component_and_both_thresholds(op, make_dash_sessio
 
 def test_budget_splits_tool_outputs_from_the_conversation(make_dash_session):
     session = make_dash_session(turns=2, calls_per_turn=2)
-    budget = sel.budget_view(session)
+    budget = budget_view(session)
     seg = {s.key: s.tokens for s in budget.segments}
     tool_tokens = sum(
         Message.objects.filter(session=session, role="tool").values_list("token_count", flat=True)
@@ -80,32 +82,32 @@ def test_budget_partial_polls_and_updates_the_header_out_of_band(op, make_dash_s
 
 
 def test_usage_chart_has_a_bar_per_turn_and_the_reported_line(op, make_dash_session):
-    session = make_dash_session(turns=sel.PER_CALL_BELOW, usage=True)
-    series = sel.usage_over_turns(session)
+    session = make_dash_session(turns=PER_CALL_BELOW, usage=True)
+    series = usage_over_turns(session)
     assert series.unit == "turn"
-    assert [b.first_turn for b in series.bars] == list(range(1, sel.PER_CALL_BELOW + 1))
+    assert [b.first_turn for b in series.bars] == list(range(1, PER_CALL_BELOW + 1))
     assert all(b.reported for b in series.bars)
     # context grows turn by turn (nothing compacted)
     totals = [b.total for b in series.bars]
     assert totals == sorted(totals)
-    assert totals[-1] == sel.budget_view(session).used
+    assert totals[-1] == budget_view(session).used
     body = op.get(
         reverse("dashboard:session_usage", args=[session.pk]), headers=HX
     ).content.decode()
-    assert body.count('<g class="bar"') == sel.PER_CALL_BELOW and "<polyline" in body
+    assert body.count('<g class="bar"') == PER_CALL_BELOW and "<polyline" in body
 
 
 def test_usage_chart_of_a_one_task_agent_run_has_a_bar_per_llm_call(op, make_dash_session):
     """Few user turns (an agent working through one task): a bar per LLM call."""
     session = make_dash_session(turns=2, calls_per_turn=3, usage=True)
-    series = sel.usage_over_turns(session)
+    series = usage_over_turns(session)
     assert series.unit == "LLM call"
     # Each turn: 3 tool-calling answers and a final one = 4 calls; the task
     # belongs to the first call's bar.
     assert [b.first_turn for b in series.bars] == list(range(1, 9))
     assert series.bars[0].first_seq == 1
     totals = [b.total for b in series.bars]
-    assert totals == sorted(totals) and totals[-1] == sel.budget_view(session).used
+    assert totals == sorted(totals) and totals[-1] == budget_view(session).used
     body = op.get(
         reverse("dashboard:session_usage", args=[session.pk]), headers=HX
     ).content.decode()
@@ -114,7 +116,7 @@ def test_usage_chart_of_a_one_task_agent_run_has_a_bar_per_llm_call(op, make_das
 
 def test_usage_chart_buckets_long_sessions_to_a_readable_width(make_dash_session):
     session = make_dash_session(turns=30, tool_lines=2, usage=False)
-    series = sel.usage_over_turns(session, max_bars=10)
+    series = usage_over_turns(session, max_bars=10)
     assert len(series.bars) == 10 and series.turns == 30
     assert series.bars[0].first_turn == 1 and series.bars[-1].last_turn == 30
 
@@ -124,7 +126,7 @@ def test_usage_chart_buckets_long_sessions_to_a_readable_width(make_dash_session
 
 def test_timeline_groups_by_turn_and_pairs_calls_with_results(op, make_dash_session):
     session = make_dash_session(turns=2, calls_per_turn=2)
-    page = sel.timeline_page(session)
+    page = timeline_page(session)
     assert [t.number for t in page.turns] == [2, 1]  # newest first
     turn = page.turns[-1]
     assistant_steps = [s for s in turn.steps if s.kind == "assistant" and s.calls]
@@ -139,7 +141,7 @@ def test_timeline_groups_by_turn_and_pairs_calls_with_results(op, make_dash_sess
 
 def test_timeline_paginates_by_turns_with_revealed_trigger(op, make_dash_session):
     session = make_dash_session(turns=25, tool_lines=2, usage=False)  # 100 messages
-    first = sel.timeline_page(session)
+    first = timeline_page(session)
     assert first.before is not None
     # pages end on a turn boundary: the oldest message of the page is a user message
     oldest = first.turns[-1]
@@ -152,7 +154,7 @@ def test_timeline_paginates_by_turns_with_revealed_trigger(op, make_dash_session
         body = op.get(
             reverse("dashboard:session_timeline", args=[session.pk]), {"before": before}, headers=HX
         )
-        page = sel.timeline_page(session, before=before)
+        page = timeline_page(session, before=before)
         assert body.status_code == 200
         for t in page.turns:
             seen.update(range(t.first_seq, t.last_seq + 1))
@@ -168,12 +170,12 @@ def test_a_very_long_turn_is_split_without_separating_calls_from_results(make_da
     session = make_dash_session(
         turns=1, calls_per_turn=40, tool_lines=2, usage=False
     )  # 82 messages
-    page = sel.timeline_page(session)
+    page = timeline_page(session)
     assert page.turns[0].continued and page.before is not None
     for turn in page.turns:
         for step in turn.steps:
             assert step.kind != "tool"  # no orphaned result at a page edge
-    rest = sel.timeline_page(session, before=page.before)
+    rest = timeline_page(session, before=page.before)
     assert rest.turns[-1].number == 1 and not rest.turns[-1].continued
 
 
@@ -262,7 +264,7 @@ def test_context_tabs_show_the_body_the_api_returns(op, alice, make_session):
     api_body = alice.get(f"sessions/{sid}/context", format="anthropic").json()
     assert "Fix the bug" in anthropic and "claude-sonnet-4-5" in anthropic
     marked = [i for i, b in enumerate(api_body["system"]) if "cache_control" in b]
-    if marked:  # issue 6 places breakpoints: the tab marks the same blocks
+    if marked:  # where the build places breakpoints, the tab marks the same blocks
         assert "cache breakpoint" in anthropic and f"system[{marked[0]}]" in anthropic
     openai = op.get(url, {"format": "openai"}, headers=HX).content.decode()
     assert "automatically" in openai and "Fix the bug" in openai

@@ -1,5 +1,5 @@
 """Stored tool outputs in the inspector: line ranges, load more, jump to line,
-grep with highlighted matches — through issue 3's output store, the same
+grep with highlighted matches — through the tool-output store, the same
 functions GET /refs/{ref} and /refs/{ref}/grep call."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def stored(make_dash_session):
         .values_list("output_ref", flat=True)
         .first()
     )
-    assert ref, "issue 3 stores every tool output"
+    assert ref, "every tool output is stored"
     return session, ref
 
 

@@ -1,0 +1,1 @@
+"""The compaction app's part of the dashboard: the Compact panel, runs, snapshots, restores."""

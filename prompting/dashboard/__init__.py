@@ -1,0 +1,1 @@
+"""The prompting app's part of the operator dashboard: the built context tab."""

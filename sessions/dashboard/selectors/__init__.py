@@ -1,0 +1,1 @@
+"""Reads for the operator dashboard's session pages, one module per topic."""

@@ -1,0 +1,85 @@
+"""The sessions list: filters, sorting and one page of sessions across every agent key.
+
+Operators see every session, whatever agent key owns it, so these selectors
+take no owner (the API's selectors always do).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.core.paginator import Page, Paginator
+from django.db.models import ExpressionWrapper, F, FloatField, Q, QuerySet
+from django.db.models.functions import Greatest
+
+from sessions.models import Session
+
+GUARD_STATUSES = ("ok", "compact", "block", "final")
+SORTS = {
+    "activity": ("-updated_at", "-id"),
+    "usage": ("-usage_ratio", "-updated_at"),
+    "messages": ("-message_count", "-updated_at"),
+    "id": ("external_id", "id"),
+    "created": ("-created_at", "-id"),
+}
+PER_PAGE = 25
+
+
+@dataclass(frozen=True, slots=True)
+class SessionFilters:
+    q: str = ""
+    agent: str = ""
+    status: str = ""  # a guard status, or "" for all
+    sort: str = "activity"
+    page: int = 1
+    key: int | None = None  # an agent key's pk
+
+    @property
+    def active(self) -> bool:
+        return bool(self.q or self.agent or self.status or self.key)
+
+
+def _with_usage_ratio(qs: QuerySet[Session]) -> QuerySet[Session]:
+    # used / effective window; Greatest() keeps a broken row from dividing by 0.
+    effective = Greatest(F("context_window") - F("buffer_tokens") - F("max_output_tokens"), 1)
+    return qs.annotate(
+        usage_ratio=ExpressionWrapper(F("used_tokens") * 1.0 / effective, output_field=FloatField())
+    )
+
+
+def session_page(filters: SessionFilters, *, per_page: int = PER_PAGE) -> Page:
+    """One page of sessions across all keys: 2 queries (count + rows)."""
+    qs = _with_usage_ratio(Session.objects.select_related("owner"))
+    if filters.q:
+        qs = qs.filter(Q(external_id__icontains=filters.q) | Q(agent__icontains=filters.q))
+    if filters.agent:
+        qs = qs.filter(agent=filters.agent)
+    if filters.key:
+        qs = qs.filter(owner_id=filters.key)
+    if filters.status == "final":
+        qs = qs.filter(Q(guard_status="final") | Q(status=Session.Status.FINAL))
+    elif filters.status in GUARD_STATUSES:
+        qs = qs.filter(guard_status=filters.status).exclude(status=Session.Status.FINAL)
+    qs = qs.order_by(*SORTS.get(filters.sort, SORTS["activity"]))
+    paginator = Paginator(qs, per_page)
+    return paginator.get_page(filters.page)
+
+
+def session_agents() -> list[str]:
+    """Every agent name in use, for the filter's choices: 1 query."""
+    return list(
+        Session.objects.exclude(agent="")
+        .order_by("agent")
+        .values_list("agent", flat=True)
+        .distinct()
+    )
+
+
+def usable_tokens(session: Session) -> int:
+    """The effective window: window − buffer − reserved output (spec 001's limit)."""
+    return max(1, session.context_window - session.buffer_tokens - session.max_output_tokens)
+
+
+def usage_pct(session: Session) -> float:
+    """Used tokens as a % of the effective window, from the row's cached counters."""
+    return round(100 * session.used_tokens / usable_tokens(session), 1)
