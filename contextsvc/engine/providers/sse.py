@@ -12,7 +12,9 @@ return, at the end (or at a disconnect, ``incomplete=True``), the assistant
 transcript message and the usage — the same ``Reply`` a non-streaming
 response gives. On an incomplete stream, text that arrived is kept; a tool
 call or thinking block that had not finished is left out (its arguments or
-signature are partial: the provider would reject it sent back).
+signature are partial: the provider would reject it sent back). An Anthropic
+block is finished at its ``content_block_stop``; an OpenAI tool call when the
+next call starts or the choice has its ``finish_reason``.
 """
 
 from __future__ import annotations
@@ -298,11 +300,13 @@ class OpenAIStream:
         if self._reasoning:
             message["reasoning_content"] = "".join(self._reasoning)
         calls = []
-        for index in sorted(self._calls):
+        indices = sorted(self._calls)
+        if incomplete and self._finish is None and indices:
+            # Calls stream one after another: the last may still be taking arguments.
+            indices.pop()
+        for index in indices:
             call = self._calls[index]
             text = "".join(call.arguments)
-            if incomplete and self._finish is None and "_raw" in arguments_from_text(text):
-                continue
             calls.append(
                 {
                     "id": call.id,
