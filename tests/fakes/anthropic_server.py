@@ -54,6 +54,7 @@ from typing import Any
 
 from tests.fakes.prompt_cache import PrefixCache, anthropic_blocks
 from tests.fakes.streams import (
+    QuietServer,
     ScriptedReply,
     anthropic_content,
     anthropic_events,
@@ -473,7 +474,8 @@ class FakeAnthropic:
                     },
                 )
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        # Quiet about clients that hang up (timeouts, disconnects mid-stream).
+        self._server = QuietServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(
             # A short poll interval: shutdown() waits for one.

@@ -30,13 +30,14 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from tests.fakes.anthropic_server import RecordedRequest
 from tests.fakes.openai_rules import InvalidChatRequest, validate_chat
 from tests.fakes.prompt_cache import PrefixCache
 from tests.fakes.streams import (
+    QuietServer,
     ScriptedReply,
     openai_chunks,
     openai_frame,
@@ -84,7 +85,7 @@ class FakeOpenAI:
     _hangs: deque[float] = field(default_factory=deque)
     _script: deque[ScriptedReply] = field(default_factory=deque)
     _cache: PrefixCache = field(default_factory=PrefixCache)
-    _server: ThreadingHTTPServer | None = None
+    _server: QuietServer | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -270,8 +271,7 @@ class FakeOpenAI:
                 frames = [*(openai_frame(c) for c in chunks), openai_frame("[DONE]")]
                 send_stream(self, frames, delay=fake.stream_delay, cut_after=fake.cut_stream_after)
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
+        self._server = QuietServer(("127.0.0.1", 0), Handler)
         threading.Thread(
             target=self._server.serve_forever,
             kwargs={"poll_interval": 0.02},

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 import time
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 
@@ -208,3 +209,17 @@ def send_stream(
             time.sleep(delay)
     handler.wfile.write(b"0\r\n\r\n")
     handler.wfile.flush()
+
+
+class QuietServer(ThreadingHTTPServer):
+    """A threading server that does not print a traceback when a client hangs up.
+
+    Clients that time out or disconnect mid-stream are part of the tests, not errors.
+    """
+
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
