@@ -400,3 +400,34 @@ def test_any_well_formed_conversation_round_trips(messages):
     for message in transcript:
         MessageIn.model_validate(message)
     assert anthropic.messages_from_transcript(transcript) == messages
+
+
+def test_results_and_a_following_block_message_come_back_as_one_turn():
+    # Consecutive user messages are one turn to the API; the way back writes it
+    # as one message, results first (the documented merge). String content is
+    # never merged: it cannot have shared a message with tool results.
+    messages = [
+        {"role": "user", "content": "go"},
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "t1", "name": "x", "input": {}}],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}],
+        },
+        {"role": "user", "content": [{"type": "text", "text": "next"}]},
+        {"role": "user", "content": "plain"},
+    ]
+    back = anthropic.messages_from_transcript(anthropic.messages_to_transcript(messages))
+    assert back == [
+        *messages[:2],
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "t1", "content": "ok"},
+                {"type": "text", "text": "next"},
+            ],
+        },
+        {"role": "user", "content": "plain"},
+    ]

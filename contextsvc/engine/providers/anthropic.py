@@ -34,6 +34,7 @@ of an assistant message with text after a ``tool_use``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ..messages import PromptSection, ToolDef
@@ -146,8 +147,8 @@ def tools_to_defs(
 
 
 def tools_from_defs(
-    defs: list[ToolDef],
-    other_tools: list[dict[str, Any]] = (),  # type: ignore[assignment]
+    defs: Sequence[ToolDef],
+    other_tools: Sequence[dict[str, Any]] = (),
     tool_extras: dict[str, dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []

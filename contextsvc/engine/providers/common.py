@@ -19,6 +19,15 @@ so the way back is lossless:
   When such a message has string content, it becomes one text part carrying
   the meta (``string: true`` turns it back into a string); when it has no
   text part, an empty one is put first (``inserted: true`` removes it).
+
+Meta keys: ``string``, ``inserted`` (above); ``role`` (a ``system`` /
+``developer`` message kept in place as a user message); ``message`` (keys of
+the provider message the converter does not know); ``is_error`` and
+``extra`` (an Anthropic ``tool_result``'s flag and unknown keys);
+``call_extra`` (unknown keys of Anthropic ``tool_use`` blocks, by id);
+``arguments`` (an OpenAI call's argument text that is not a JSON object, by
+id); ``empty_content`` (an OpenAI assistant message with tool calls and
+``""`` rather than ``null`` content).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Rules (see ``common`` for the meta carried on a text part):
 
 - The leading ``system`` / ``developer`` messages are the prompt sections
   (``system.0``, ``developer.1`` … by position); their text parts are joined
-  with newlines. A ``system`` / ``developer`` message after the conversation
+  with newlines and their other keys (``name``) are not kept. A ``system`` / ``developer`` message after the conversation
   started stays in the transcript as a user message whose meta records its
   role, so its place in the history is kept.
 - ``null`` is absent: SDKs dump unset optional fields as ``null``
@@ -12,15 +12,18 @@ Rules (see ``common`` for the meta carried on a text part):
   assistant message with ``tool_calls`` and no content comes back with
   ``content: null``.
 - ``tool_calls`` become ``[{id, name, arguments}]`` with the arguments parsed
-  (text that is not a JSON object is kept as ``ToolCallIn`` keeps it); when the
-  argument text is not exactly what ``json.dumps`` makes of the parsed value
-  (the model's own spacing), the text goes into the meta and comes back as is.
+  (text that is not a JSON object is kept as ``ToolCallIn`` keeps it). The
+  text comes back as ``json.dumps`` writes the value — the same JSON, not
+  always the same spacing: the context build writes arguments that way
+  anyway, and keeping the model's own text would turn nearly every
+  tool-calling message's content into a part list just to carry it. JSON that
+  is not an object (``[1, 2]``) keeps its text in the meta.
 - A ``tool`` message is named after the call it answers; ``reasoning_content``
   (vLLM, DeepSeek) is the transcript's ``reasoning``; keys the converter does
   not know go into the meta and come back.
 
 What comes back equals what went in apart from these documented changes:
-``null`` keys, the text parts of a leading system message (back as one
+``null`` keys, the spacing of argument JSON, the text parts of a leading system message (back as one
 string), an absent ``parameters`` or ``description`` of a function tool
 (back as an empty object schema / left out) and non-function tools listed
 after the function tools.
@@ -28,6 +31,7 @@ after the function tools.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ..messages import PromptSection, ToolDef
@@ -161,8 +165,8 @@ def tools_to_defs(
 
 
 def tools_from_defs(
-    defs: list[ToolDef],
-    other_tools: list[dict[str, Any]] = (),  # type: ignore[assignment]
+    defs: Sequence[ToolDef],
+    other_tools: Sequence[dict[str, Any]] = (),
     tool_extras: dict[str, dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
@@ -262,7 +266,7 @@ def _assistant(message: dict[str, Any], meta: dict[str, Any], path: str) -> dict
         text = function.get("arguments", "")
         arguments = arguments_from_text(text)
         calls.append({"id": call["id"], "name": function["name"], "arguments": arguments})
-        if not isinstance(text, str) or arguments_to_text(arguments) != text:
+        if not isinstance(text, str) or "_value" in arguments:
             texts[call["id"]] = text
     meta = dict(meta)
     if texts:
