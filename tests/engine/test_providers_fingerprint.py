@@ -76,3 +76,16 @@ def test_conversation_key_follows_system_and_first_user_message_only():
     assert key != conversation_key(
         agent="k1", system="Be brief.", messages=[{"role": "user", "content": "Other"}]
     )
+
+
+def test_tool_inputs_are_compared_as_they_are():
+    def call(arguments):
+        return {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "t", "name": "w", "input": arguments}],
+        }
+
+    assert message_fingerprint(call({"x": None})) != message_fingerprint(call({}))
+    assert message_fingerprint(call({"content": "a"})) != message_fingerprint(
+        call({"content": [{"type": "text", "text": "a"}]})
+    )

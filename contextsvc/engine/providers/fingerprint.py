@@ -17,7 +17,8 @@ for one that edited it:
 - string content equals one text block of that text
   (``"hi"`` ≡ ``[{"type": "text", "text": "hi"}]``);
 - tool-call ``arguments`` given as JSON text are compared parsed
-  (``'{"a":1}'`` ≡ ``'{"a": 1}'``).
+  (``'{"a":1}'`` ≡ ``'{"a": 1}'``); tool inputs are otherwise compared as
+  they are (a ``null`` inside them is a value).
 """
 
 from __future__ import annotations
@@ -30,19 +31,26 @@ from typing import Any
 _DROPPED = frozenset({"cache_control"})
 
 
+# Tool inputs are the model's data, compared as they are (a null there is a value).
+_VERBATIM = frozenset({"input", "arguments"})
+
+
 def _canonical(value: Any) -> Any:
     if isinstance(value, dict):
         out = {}
         for key, item in value.items():
             if item is None or key in _DROPPED:
                 continue
+            if key in _VERBATIM:
+                if isinstance(item, str):
+                    try:
+                        item = json.loads(item)
+                    except (json.JSONDecodeError, RecursionError):
+                        pass
+                out[key] = item
+                continue
             if key == "content" and isinstance(item, str):
                 item = [{"type": "text", "text": item}]
-            elif key == "arguments" and isinstance(item, str):
-                try:
-                    item = json.loads(item)
-                except (json.JSONDecodeError, RecursionError):
-                    pass
             out[key] = _canonical(item)
         return out
     if isinstance(value, list):
