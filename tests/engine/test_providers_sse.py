@@ -17,7 +17,6 @@ from contextsvc.engine.providers.sse import (
     OpenAIStream,
     SseEvent,
     SseParser,
-    parse_all,
 )
 from tests.fakes.streams import (
     ScriptedReply,
@@ -76,6 +75,12 @@ def openai_completion() -> dict:
             "prompt_tokens_details": {"cached_tokens": 4096},
         },
     }
+
+
+def parse_all(body: bytes) -> list[SseEvent]:
+    """Every event of a whole body."""
+    parser = SseParser()
+    return [*parser.feed(body), *parser.close()]
 
 
 def anthropic_body() -> bytes:

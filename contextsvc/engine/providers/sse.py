@@ -115,12 +115,6 @@ class SseParser:
         return None
 
 
-def parse_all(body: bytes) -> list[SseEvent]:
-    """Every event of a whole body (tests, recorded streams)."""
-    parser = SseParser()
-    return [*parser.feed(body), *parser.close()]
-
-
 def _event_data(event: SseEvent | dict[str, Any]) -> dict[str, Any] | None:
     if isinstance(event, dict):
         return event
