@@ -24,6 +24,20 @@ It accepts ``x-api-key`` or ``Authorization: Bearer`` (what SDK 2.x sends),
 requires ``anthropic-version``, records every request, and can be told to
 fail the next calls (429 / 500 / 529, with ``retry-after-ms`` so the SDK's own
 retries are quick) or to answer after a delay.
+
+For the proxy's tests it also speaks the rest of what a client uses:
+
+- ``stream: true``: the exact event sequence of the API (``tests.fakes.streams``),
+  text, thinking and ``tool_use`` blocks, usage with the cache fields; it can
+  pause between events (``stream_delay``) or drop the connection after N of
+  them (``cut_stream_after``);
+- ``POST /v1/messages/count_tokens`` and ``GET /v1/models``;
+- ``window``: a request estimated above it gets the API's ``400
+  invalid_request_error`` "prompt is too long: N tokens > M maximum";
+- scripted replies: ``script(ScriptedReply(...))`` queues what the model says
+  next (text, tool calls, thinking); with none queued the responder answers;
+- ``cache_control`` markers are honoured like a prompt cache
+  (``cache_creation_input_tokens`` / ``cache_read_input_tokens``).
 """
 
 from __future__ import annotations
@@ -37,6 +51,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from tests.fakes.prompt_cache import PrefixCache, anthropic_blocks
+from tests.fakes.streams import (
+    QuietServer,
+    ScriptedReply,
+    anthropic_content,
+    anthropic_events,
+    anthropic_frame,
+    send_stream,
+)
 
 ERROR_TYPES = {
     400: "invalid_request_error",
@@ -243,6 +267,15 @@ def default_responder(body: dict[str, Any]) -> str:
     return f"Fake compressed summary. First request: {headline}"
 
 
+MODELS = ("claude-fake-large", "claude-fake-small")
+
+
+def estimate_tokens(body: dict[str, Any]) -> int:
+    """The fake's token count of a request's prompt (JSON characters / 4)."""
+    prompt = {k: body.get(k) for k in ("system", "messages", "tools")}
+    return max(1, len(json.dumps(prompt)) // 4)
+
+
 @dataclass
 class FakeAnthropic:
     """Start with ``start()`` (or as a context manager); point the SDK at ``base_url``."""
@@ -255,6 +288,23 @@ class FakeAnthropic:
     _server: ThreadingHTTPServer | None = None
     _thread: threading.Thread | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    window: int | None = None
+    stream_delay: float = 0.0
+    cut_stream_after: int | None = None
+    models: tuple[str, ...] = MODELS
+    _script: deque[ScriptedReply] = field(default_factory=deque)
+    _cache: PrefixCache = field(default_factory=PrefixCache)
+
+    def script(self, *replies: ScriptedReply) -> None:
+        """Queue what the model answers to the next requests, in order."""
+        with self._lock:
+            self._script.extend(replies)
+
+    def _next_reply(self, body: dict[str, Any]) -> ScriptedReply:
+        with self._lock:
+            if self._script:
+                return self._script.popleft()
+        return ScriptedReply(text=self.responder(body))
 
     @property
     def base_url(self) -> str:
@@ -333,32 +383,99 @@ class FakeAnthropic:
                     return self._error(record, 400, "Request body must be a JSON object")
                 if failure is not None:
                     return self._error(record, failure[0], failure[1])
+                if self.path.startswith("/v1/messages/count_tokens"):
+                    return self._count_tokens(record)
                 try:
                     validate(record.body)
                 except InvalidRequest as exc:
                     return self._error(record, 400, str(exc))
+                tokens = estimate_tokens(record.body)
+                if fake.window is not None and tokens > fake.window:
+                    return self._error(
+                        record, 400, f"prompt is too long: {tokens} tokens > {fake.window} maximum"
+                    )
                 if fake.delay:
                     time.sleep(fake.delay)
-                text = fake.responder(record.body)
+                number = len(fake.requests)
+                reply = fake._next_reply(record.body)
+                content = anthropic_content(reply, number)
+                written, read = fake._cache.lookup(*anthropic_blocks(record.body))
+                text = "".join(b.get("text", "") for b in content if b["type"] == "text")
+                message = {
+                    "id": f"msg_fake_{number}",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": record.body["model"],
+                    "content": content,
+                    "stop_reason": reply.stop_reason
+                    or ("tool_use" if reply.tool_calls else "end_turn"),
+                    "stop_sequence": None,
+                    "usage": {
+                        "input_tokens": max(1, len(raw) // 4 - written - read),
+                        "cache_creation_input_tokens": written,
+                        "cache_read_input_tokens": read,
+                        "output_tokens": max(1, len(text or json.dumps(content)) // 4),
+                    },
+                }
+                record.status = 200
+                if record.body.get("stream"):
+                    frames = [anthropic_frame(e) for e in anthropic_events(message)]
+                    return send_stream(
+                        self,
+                        frames,
+                        headers={"request-id": f"req_fake_{number}"},
+                        delay=fake.stream_delay,
+                        cut_after=fake.cut_stream_after,
+                    )
+                self._send(200, message)
+
+            def _authorized(self, record: RecordedRequest) -> bool:
+                key = record.headers.get("x-api-key")
+                bearer = record.headers.get("authorization", "")
+                return key == fake.api_key or bearer == f"Bearer {fake.api_key}"
+
+            def _count_tokens(self, record: RecordedRequest) -> None:
+                try:
+                    validate({"max_tokens": 1, **record.body})  # it takes no max_tokens
+                except InvalidRequest as exc:
+                    return self._error(record, 400, str(exc))
+                record.status = 200
+                self._send(200, {"input_tokens": estimate_tokens(record.body)})
+
+            def do_GET(self) -> None:  # noqa: N802 - stdlib name
+                record = RecordedRequest(
+                    path=self.path,
+                    headers={k.lower(): v for k, v in self.headers.items()},
+                    body=None,
+                )
+                with fake._lock:
+                    fake.requests.append(record)
+                if self.path.split("?")[0] != "/v1/models":
+                    return self._error(record, 404, f"Not found: {self.path}")
+                if not self._authorized(record):
+                    return self._error(record, 401, "invalid x-api-key")
+                data = [
+                    {
+                        "type": "model",
+                        "id": model,
+                        "display_name": model.replace("-", " ").title(),
+                        "created_at": "2025-09-29T00:00:00Z",
+                    }
+                    for model in fake.models
+                ]
                 record.status = 200
                 self._send(
                     200,
                     {
-                        "id": f"msg_fake_{len(fake.requests)}",
-                        "type": "message",
-                        "role": "assistant",
-                        "model": record.body["model"],
-                        "content": [{"type": "text", "text": text}],
-                        "stop_reason": "end_turn",
-                        "stop_sequence": None,
-                        "usage": {
-                            "input_tokens": max(1, len(raw) // 4),
-                            "output_tokens": max(1, len(text) // 4),
-                        },
+                        "data": data,
+                        "has_more": False,
+                        "first_id": data[0]["id"] if data else None,
+                        "last_id": data[-1]["id"] if data else None,
                     },
                 )
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        # Quiet about clients that hang up (timeouts, disconnects mid-stream).
+        self._server = QuietServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(
             # A short poll interval: shutdown() waits for one.

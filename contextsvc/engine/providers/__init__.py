@@ -1,0 +1,1 @@
+"""Provider formats (Anthropic Messages, OpenAI Chat Completions) to and from the transcript: pure converters, SSE parsing and stream accumulation, client-view fingerprints."""
