@@ -1323,9 +1323,10 @@ def compaction_preview(
     summariser, so no LLM is called; the real run's summary may differ in
     length when an LLM writes it. Nothing is written.
     """
-    from compaction import services as compaction_services
+    from compaction.services.plan import compaction_plan
+    from compaction.services.policy import resolve_chain
 
-    plan = compaction_services.compaction_plan(
+    plan = compaction_plan(
         session=session,
         strategy=strategy,
         instructions=instructions,
@@ -1368,7 +1369,7 @@ def compaction_preview(
             "summary may be longer or shorter."
         )
     return CompactionPreview(
-        chain=list(compaction_services.resolve_chain(session, strategy)),
+        chain=list(resolve_chain(session, strategy)),
         changed=plan.result.changed and r.after_tokens < r.before_tokens,
         before_tokens=r.before_tokens,
         after_tokens=r.after_tokens,

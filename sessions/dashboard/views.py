@@ -334,7 +334,7 @@ def _compact_context(session, form=None, run=None, joined=False) -> dict[str, An
 @operator_required
 def compact_start(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     """Queue a manual compaction (or join the one under way) and follow it."""
-    from compaction import services as compaction_services
+    from compaction.services.requests import compaction_request
     from contextsvc.engine.errors import EngineValidationError
 
     from .forms import CompactForm
@@ -345,7 +345,7 @@ def compact_start(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     joined = False
     if form.is_valid():
         try:
-            run, created = compaction_services.compaction_request(
+            run, created = compaction_request(
                 session=session,
                 trigger="manual",
                 strategy=form.cleaned_data["strategy"],
@@ -444,13 +444,13 @@ def snapshot_restore(
     """Make an earlier snapshot (or, without an id, the uncompacted transcript) live again."""
     from django_htmx.http import trigger_client_event
 
-    from compaction import services as compaction_services
+    from compaction.services.snapshots import snapshot_restore
 
     session = sel.session_for_operator(pk)
     if snapshot_id is not None:
         sel.snapshot_for_operator(session, snapshot_id)  # 404 before any write
     try:
-        restored = compaction_services.snapshot_restore(session=session, snapshot_id=snapshot_id)
+        restored = snapshot_restore(session=session, snapshot_id=snapshot_id)
     except ServiceError as exc:
         context = _history_context(session, restore_error=exc.message)
         return render(request, "sessions/detail.html#compactions", context)

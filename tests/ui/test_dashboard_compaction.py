@@ -8,7 +8,8 @@ import pytest
 from django.urls import reverse
 
 from compaction.models import CompactionRun, Snapshot
-from compaction.services import compaction_execute, compaction_request
+from compaction.services.execute import compaction_execute
+from compaction.services.requests import compaction_request
 from contextsvc.engine.summarize import SummarizerError
 from sessions.models import Session
 from tests.ui.conftest import HX
