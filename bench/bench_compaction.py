@@ -231,7 +231,8 @@ def main() -> None:
 
 
 def run_benchmarks(db_url: str, tmp: Path, settings) -> None:
-    from compaction import services
+    from compaction.services.requests import compaction_request
+    from compaction.services.sync import compaction_run_sync
     from sessions.models import Message, Session
     from sessions.services import agent_key_create, session_append_messages, session_create
     from tests.fakes.anthropic_server import FakeAnthropic
@@ -277,7 +278,7 @@ def run_benchmarks(db_url: str, tmp: Path, settings) -> None:
         walls, queues, totals, cpus, results = [], [], [], [], []
         for s in sessions:
             start = time.perf_counter()
-            run, _ = services.compaction_request(session=s, trigger="manual", strategy="chain")
+            run, _ = compaction_request(session=s, trigger="manual", strategy="chain")
             run, done = wait_finished(run.pk)
             assert run.status == "succeeded", run.error
             walls.append((done - start) * 1000)
@@ -314,10 +315,10 @@ def run_benchmarks(db_url: str, tmp: Path, settings) -> None:
         cold = 0.0
         for i in range(5):
             s = big_session(f"fake-{i}")
-            run, _ = services.compaction_request(
+            run, _ = compaction_request(
                 session=s, trigger="manual", strategy="chain", enqueue=False
             )
-            run = services.compaction_run_sync(run=run)
+            run = compaction_run_sync(run=run)
             assert run.status == "succeeded" and run.summarizer == "anthropic", run.error
             if i == 0:
                 # The first call in a fresh process imports the SDK and builds its
@@ -381,7 +382,7 @@ def run_benchmarks(db_url: str, tmp: Path, settings) -> None:
     with Worker(base_env, tmp / "worker-rss.log") as worker:
         settings.CONTEXTSVC_COMPACTION_QUEUE = worker.queue
         idle = worker.status("VmRSS")
-        run, _ = services.compaction_request(session=heavy, trigger="manual", strategy="chain")
+        run, _ = compaction_request(session=heavy, trigger="manual", strategy="chain")
         run, _ = wait_finished(run.pk, timeout=600)
         assert run.status == "succeeded", run.error
         peak = worker.status("VmHWM")

@@ -235,7 +235,8 @@ def main() -> None:
     report(client, rows)
 
     # The same inspector after one compaction (the usual shape of a long session).
-    from compaction.services import compaction_execute, compaction_request
+    from compaction.services.execute import compaction_execute
+    from compaction.services.requests import compaction_request
 
     run, _ = compaction_request(session=session, trigger="manual", enqueue=False)
     start = time.perf_counter()

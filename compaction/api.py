@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from django.http import HttpRequest
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse
 from ninja import Query, Router, Schema, Status
 from pydantic import Field
 
@@ -11,8 +13,9 @@ from contextsvc.http import json_response
 from contextsvc.openapi import ErrorOut, declare_errors
 from prompting.context.service import context_for_call
 from sessions import selectors as session_selectors
+from sessions.models import Session
 
-from . import selectors, services
+from . import selectors
 from .schemas import CompactIn, OverflowIn
 from .schemas_out import (
     CompactOut,
@@ -23,11 +26,14 @@ from .schemas_out import (
     RunListOut,
     SnapshotListOut,
 )
+from .services.requests import compaction_recover, compaction_request
+from .services.snapshots import snapshot_restore
+from .services.sync import compaction_overflow, compaction_run_sync, raise_for_failure
 
 router = Router(tags=["compaction"])
 
 
-def _session(request: HttpRequest, sid: str):
+def _session(request: HttpRequest, sid: str) -> Session:
     return session_selectors.session_get(owner=request.auth, external_id=sid)
 
 
@@ -36,10 +42,10 @@ def _session(request: HttpRequest, sid: str):
     response={200: CompactOut, 202: CompactOut, 409: ErrorOut},
     exclude_unset=True,
 )
-def compact(request: HttpRequest, sid: str, payload: CompactIn):
+def compact(request: HttpRequest, sid: str, payload: CompactIn) -> Status:
     """spec 002 §7 ``/compact``: a forced compaction; ``wait`` runs it in the request."""
     session = _session(request, sid)
-    run, created = services.compaction_request(
+    run, created = compaction_request(
         session=session,
         trigger="manual",
         strategy=payload.strategy,
@@ -49,8 +55,8 @@ def compact(request: HttpRequest, sid: str, payload: CompactIn):
     )
     if not payload.wait:
         return Status(202, {"run_id": str(run.pk), "status": run.status, "joined": not created})
-    run = services.compaction_run_sync(run=run)
-    services.raise_for_failure(run)
+    run = compaction_run_sync(run=run)
+    raise_for_failure(run)
     status = 200 if run.is_finished else 202
     return Status(
         status,
@@ -66,10 +72,10 @@ def compact(request: HttpRequest, sid: str, payload: CompactIn):
 
 
 @router.get("/compactions/{run_id}", response=RunDetailOut, exclude_unset=True)
-def get_compaction(request: HttpRequest, run_id: str):
+def get_compaction(request: HttpRequest, run_id: str) -> dict[str, Any]:
     run = selectors.run_get(owner=request.auth, run_id=run_id)
     # A client polling a run whose worker died sees it requeued (or failed), not "running".
-    services.compaction_recover(run)
+    compaction_recover(run)
     return selectors.run_to_dict(run)
 
 
@@ -78,7 +84,7 @@ class RunListQuery(Schema):
 
 
 @router.get("/sessions/{sid}/compactions", response=RunListOut)
-def list_compactions(request: HttpRequest, sid: str, q: Query[RunListQuery]):
+def list_compactions(request: HttpRequest, sid: str, q: Query[RunListQuery]) -> dict[str, Any]:
     session = _session(request, sid)
     runs = selectors.run_list(session=session, limit=q.limit)
     return {"items": [selectors.run_to_dict(r, detail=False) for r in runs]}
@@ -86,18 +92,18 @@ def list_compactions(request: HttpRequest, sid: str, q: Query[RunListQuery]):
 
 # Declared, not validated: the handler returns its pre-rendered body as is.
 @router.get("/sessions/{sid}/snapshot", response=ResumeOut)
-def get_snapshot(request: HttpRequest, sid: str):
+def get_snapshot(request: HttpRequest, sid: str) -> HttpResponse:
     """spec 002 §6 resume: the newest snapshot plus the messages after it."""
     return json_response(selectors.session_resume(_session(request, sid)))
 
 
 @router.get("/sessions/{sid}/snapshots", response=SnapshotListOut)
-def list_snapshots(request: HttpRequest, sid: str):
+def list_snapshots(request: HttpRequest, sid: str) -> dict[str, Any]:
     return {"items": selectors.snapshot_list(session=_session(request, sid))}
 
 
 @router.post("/sessions/{sid}/snapshots/{snapshot_id}/restore", response=RestoreOut)
-def restore_snapshot(request: HttpRequest, sid: str, snapshot_id: str):
+def restore_snapshot(request: HttpRequest, sid: str, snapshot_id: str) -> dict[str, Any]:
     """Make snapshot ``snapshot_id`` (or ``uncompacted``: the whole transcript) live again."""
     session = _session(request, sid)
     if snapshot_id == "uncompacted":
@@ -107,7 +113,7 @@ def restore_snapshot(request: HttpRequest, sid: str, snapshot_id: str):
         target = int(snapshot_id)
     else:
         raise NotFound(f"Snapshot {snapshot_id!r} not found")
-    snapshot = services.snapshot_restore(session=session, snapshot_id=target)
+    snapshot = snapshot_restore(session=session, snapshot_id=target)
     session.refresh_from_db()
     return {
         "snapshot": selectors.snapshot_to_dict(snapshot, with_messages=False),
@@ -121,16 +127,18 @@ class ContextFormat(Schema):
 
 # Declared, not validated: the handler returns its pre-rendered body as is.
 @router.post("/sessions/{sid}/overflow", response={200: OverflowOut, 409: ErrorOut})
-def overflow(request: HttpRequest, sid: str, payload: OverflowIn, q: Query[ContextFormat]):
+def overflow(
+    request: HttpRequest, sid: str, payload: OverflowIn, q: Query[ContextFormat]
+) -> HttpResponse:
     """spec 003 emergency compression: the provider said "context too long".
 
     Drops the oldest turns now (synchronously) and answers with the new context.
     """
     session = _session(request, sid)
-    run = services.compaction_overflow(
+    run = compaction_overflow(
         session=session, detail=payload.detail, reported_tokens=payload.reported_tokens
     )
-    services.raise_for_failure(run)
+    raise_for_failure(run)
     session.refresh_from_db()
     body = context_for_call(session=session, fmt=q.format, preflight=False)
     body["compaction"] = selectors.run_to_dict(run, detail=False)

@@ -1,3 +1,5 @@
+"""The compaction app: plugs its hooks and the compact_context tool into the sessions registry."""
+
 from django.apps import AppConfig
 
 
@@ -14,18 +16,19 @@ class CompactionConfig(AppConfig):
         # the dashboard's compaction marks on the usage chart and Compact panel.
         from sessions.extensions import REGISTRY
 
-        from . import selectors, services
+        from . import selectors
         from .dashboard import selectors as dashboard_selectors
         from .dashboard import views as dashboard_views
+        from .services import hooks, tool
 
-        for hooks, hook in (
-            (REGISTRY.after_append, services.on_session_activity),
-            (REGISTRY.context_notes, services.context_note),
+        for hooks_list, hook in (
+            (REGISTRY.after_append, hooks.on_session_activity),
+            (REGISTRY.context_notes, hooks.context_note),
             (REGISTRY.budget_blocks, selectors.budget_block),
-            (REGISTRY.compaction_available, services.can_make_room),
-            (REGISTRY.context_preflight, services.compact_before_call),
+            (REGISTRY.compaction_available, hooks.can_make_room),
+            (REGISTRY.context_preflight, hooks.compact_before_call),
             (REGISTRY.window_events, dashboard_selectors.window_events),
             (REGISTRY.inspector_panels, dashboard_views.compact_panel),
         ):
-            REGISTRY.add(hooks, hook)
-        REGISTRY.register_tool(services.COMPACT_CONTEXT_TOOL, services.compact_context_tool)
+            REGISTRY.add(hooks_list, hook)
+        REGISTRY.register_tool(tool.COMPACT_CONTEXT_TOOL, tool.compact_context_tool)

@@ -9,7 +9,7 @@ has been claimed ``CONTEXTSVC_COMPACTION_MAX_ATTEMPTS`` times (the session is
 never touched: results are applied in one transaction at the end).
 
 This module decides and renews; the writes that requeue or fail a run live in
-``services`` (``compaction_recover``), which imports this module, not the
+``services.requests`` (``compaction_recover``), which imports this module, not the
 other way round.
 """
 
@@ -32,6 +32,10 @@ logger = logging.getLogger("contextsvc.compaction")
 
 Status = CompactionRun.Status
 
+# A queued run nobody claimed for this long is enqueued again (lost message,
+# broker down at enqueue time): its lease until a claim gives it a short one.
+STALE_QUEUED = timedelta(seconds=120)
+
 
 def lease_seconds() -> int:
     """How long a claim or a heartbeat keeps a run its holder's."""
@@ -45,6 +49,7 @@ def heartbeat_interval() -> float:
 
 
 def max_attempts() -> int:
+    """Claims after which a run left running by a lost executor is failed."""
     return int(settings.CONTEXTSVC_COMPACTION_MAX_ATTEMPTS)
 
 
@@ -54,6 +59,7 @@ def context_wait_seconds() -> float:
 
 
 def lease_deadline(now: datetime | None = None) -> datetime:
+    """When a lease taken or renewed now runs out."""
     return (now or timezone.now()) + timedelta(seconds=lease_seconds())
 
 

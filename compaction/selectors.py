@@ -3,9 +3,9 @@
 Every lookup for the API takes the owner, so another key's run or snapshot is
 a 404. Windows are loaded as *views*: a message whose view differs from its
 content (a cut, trimmed or cleared tool output) never has its content read —
-with issue 3 the full output lives in ``ToolOutput`` anyway, and nothing here
-reads that table, so compacting a session holding 200 MB of outputs costs what
-its views cost.
+the full output lives in the tool output cache (``ToolOutput``) anyway, and
+nothing here reads that table, so compacting a session holding 200 MB of
+outputs costs what its views cost.
 """
 
 from __future__ import annotations

@@ -19,9 +19,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from functools import lru_cache
+from types import ModuleType
 from typing import Any
 
-from compaction.conf import setting_number, setting_str
+from django.conf import settings
+
 from contextsvc.engine.offline_summarizer import OfflineSummarizer
 from contextsvc.engine.summarize import (
     Summarizer,
@@ -33,6 +35,19 @@ from contextsvc.engine.summarize import (
 DEFAULT_TIMEOUT = 120.0
 DEFAULT_MAX_RETRIES = 2
 TRANSIENT_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
+
+
+def load_sdk() -> ModuleType:
+    """The ``anthropic`` SDK, imported on first use.
+
+    The one deliberate function-local import: the SDK takes seconds to import,
+    and a process that never summarises with it (no ANTHROPIC_API_KEY, the
+    offline summariser, manage.py commands) must not pay that at start-up.
+    Workers load it once per process (``tasks._warm_up``).
+    """
+    import anthropic
+
+    return anthropic
 
 
 @dataclass
@@ -53,8 +68,7 @@ class AnthropicSummarizer:
         return self._client
 
     def complete(self, request: SummaryRequest) -> SummaryResult:
-        import anthropic
-
+        anthropic = load_sdk()
         if not request.model:
             raise SummarizerError("No model to summarise with", transient=False)
         # Building the body is the service's work; only the SDK call (its own
@@ -101,13 +115,11 @@ class AnthropicSummarizer:
 def _client(api_key: str, base_url: str | None, max_retries: int, timeout: float) -> Any:
     """One SDK client per configuration and process: building one loads the CA
     bundle and a connection pool (tens of ms), and the pool is worth keeping."""
-    import anthropic
-
     kwargs: dict[str, Any] = {"api_key": api_key, "max_retries": max_retries, "timeout": timeout}
     # The SDK reads ANTHROPIC_BASE_URL itself when base_url is None.
     if base_url:
         kwargs["base_url"] = base_url
-    return anthropic.Anthropic(**kwargs)
+    return load_sdk().Anthropic(**kwargs)
 
 
 def _error_message(exc: Any) -> str:
@@ -120,24 +132,23 @@ def _error_message(exc: Any) -> str:
 
 
 def is_anthropic_model(model: str) -> bool:
+    """Whether ``model`` names one of Anthropic's models."""
     return model.lower().startswith(("claude", "anthropic"))
 
 
 def for_session(*, model: str, provider: str = "") -> Summarizer:
     """The summariser for a summary with ``model`` (already resolved: policy > session)."""
-    choice = (setting_str("CONTEXTSVC_SUMMARIZER", "auto") or "auto").lower()
+    choice = settings.CONTEXTSVC_SUMMARIZER
     if choice == "offline":
         return OfflineSummarizer()
-    api_key = setting_str("ANTHROPIC_API_KEY")
+    api_key = settings.ANTHROPIC_API_KEY
     anthropic_model = is_anthropic_model(model) or (provider == "anthropic" and bool(model))
     if api_key and (anthropic_model or choice == "anthropic"):
         return AnthropicSummarizer(
             api_key=api_key,
-            base_url=setting_str("ANTHROPIC_BASE_URL"),
-            max_retries=int(
-                setting_number("CONTEXTSVC_SUMMARIZER_MAX_RETRIES", DEFAULT_MAX_RETRIES)
-            ),
-            timeout=setting_number("CONTEXTSVC_SUMMARIZER_TIMEOUT", DEFAULT_TIMEOUT, minimum=1),
+            base_url=settings.ANTHROPIC_BASE_URL,
+            max_retries=settings.CONTEXTSVC_SUMMARIZER_MAX_RETRIES,
+            timeout=float(settings.CONTEXTSVC_SUMMARIZER_TIMEOUT),
         )
     if choice == "anthropic":
         raise SummarizerError("CONTEXTSVC_SUMMARIZER=anthropic but ANTHROPIC_API_KEY is not set")

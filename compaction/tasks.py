@@ -8,16 +8,24 @@ touched: results are applied in one transaction at the end). A whole worker
 killed takes its messages with it until the broker's visibility timeout, so
 every worker also sweeps for runs whose heartbeat lease lapsed and requeues
 them (``leases.Sweeper``): recovery in about a lease, with or without beat.
+
+The services send runs here by name (``services.requests.RUN_TASK``) and never
+import this module.
 """
 
 from __future__ import annotations
 
 import logging
 
-from celery import shared_task
+from celery import Task, shared_task
 from celery.signals import worker_process_init, worker_ready, worker_shutdown
+from django.conf import settings
 
-from . import leases, services
+from contextsvc.engine.tokens import get_tokenizer
+
+from . import leases, summarizers
+from .services.execute import RetryableCompactionError, compaction_execute
+from .services.requests import RUN_TASK, compaction_requeue_stale
 
 logger = logging.getLogger("contextsvc.compaction")
 
@@ -27,13 +35,9 @@ MAX_RETRIES = 5
 @worker_process_init.connect
 def _warm_up(**_: object) -> None:
     """Load the tokenizer (and the SDK) once per worker process, not in the first run."""
-    from contextsvc.engine.tokens import get_tokenizer
-
-    from .conf import setting_str
-
     get_tokenizer()
-    if setting_str("ANTHROPIC_API_KEY"):
-        import anthropic  # noqa: F401 - a second-long import, paid at start, not in a run
+    if settings.ANTHROPIC_API_KEY:
+        summarizers.load_sdk()
 
 
 _sweeper: leases.Sweeper | None = None
@@ -44,7 +48,7 @@ def _start_sweeper(**_: object) -> None:
     """In the worker's main process: recover lapsed runs every third of a lease."""
     global _sweeper
     if _sweeper is None:
-        _sweeper = leases.Sweeper(services.compaction_requeue_stale, leases.heartbeat_interval())
+        _sweeper = leases.Sweeper(compaction_requeue_stale, leases.heartbeat_interval())
         _sweeper.start()
 
 
@@ -63,20 +67,21 @@ def backoff(retries: int) -> int:
 
 @shared_task(
     bind=True,
-    name="compaction.run",
+    name=RUN_TASK,
     acks_late=True,
     reject_on_worker_lost=True,
     max_retries=MAX_RETRIES,
     ignore_result=True,
 )
-def run_compaction(self, run_id: str) -> str | None:
+def run_compaction(self: Task, run_id: str) -> str | None:
+    """Execute run ``run_id``; a transient failure retries with backoff."""
     try:
-        run = services.compaction_execute(
+        run = compaction_execute(
             run_id=run_id,
             task_id=self.request.id,
             can_retry=self.request.retries < self.max_retries,
         )
-    except services.RetryableCompactionError as exc:
+    except RetryableCompactionError as exc:
         # Transient (429 / 5xx / overloaded, a database hiccup): the run is
         # queued again; the session is untouched.
         raise self.retry(exc=exc, countdown=backoff(self.request.retries)) from exc
@@ -93,4 +98,4 @@ def requeue_stale() -> int:
     Workers sweep the same way on their own, and every request that looks at a
     run recovers it, so beat is a backstop, not a requirement.
     """
-    return services.compaction_requeue_stale()
+    return compaction_requeue_stale()

@@ -3,14 +3,16 @@
 With no environment but a SECRET_KEY the service runs on its embedded defaults:
 an SQLite file and a filesystem Celery broker under ./var/, the offline
 summariser, HTTPS-only cookies and redirects (CONTEXTSVC_PLAIN_HTTP=true for
-plain HTTP; bin/run sets it and makes the key). The
-helpers below fail loudly (ImproperlyConfigured) on values they cannot parse,
-so a typo in production is a crash at start-up rather than a silent default.
+plain HTTP; bin/run sets it and makes the key). The env helpers
+(contextsvc/settings_env.py) fail loudly (ImproperlyConfigured) on values they
+cannot parse, so a typo in production is a crash at start-up rather than a
+silent default. Celery and compaction settings are a group of their own
+(contextsvc/settings_celery.py), imported below: this stays the one module
+Django loads.
 """
 
 from __future__ import annotations
 
-import os
 from datetime import timedelta
 from pathlib import Path
 
@@ -19,56 +21,15 @@ import limits
 from csp.constants import NONE, SELF, UNSAFE_INLINE
 from django.core.exceptions import ImproperlyConfigured
 
-BASE_DIR = Path(__file__).resolve().parent.parent
-VAR_DIR = Path(os.environ.get("CONTEXTSVC_VAR_DIR", BASE_DIR / "var"))
-
-
-# --- environment helpers ----------------------------------------------------
-
-
-def env_str(name: str, default: str | None = None) -> str | None:
-    """A string from NAME, or from the file named by NAME_FILE (docker secrets)."""
-    file_name = os.environ.get(f"{name}_FILE")
-    if file_name:
-        try:
-            return Path(file_name).read_text().strip()
-        except OSError as exc:
-            raise ImproperlyConfigured(f"{name}_FILE={file_name!r} cannot be read: {exc}") from exc
-    value = os.environ.get(name)
-    return default if value is None or value == "" else value
-
-
-def env_bool(name: str, default: bool) -> bool:
-    value = os.environ.get(name)
-    if value is None or value == "":
-        return default
-    lowered = value.strip().lower()
-    if lowered in ("1", "true", "yes", "on"):
-        return True
-    if lowered in ("0", "false", "no", "off"):
-        return False
-    raise ImproperlyConfigured(f"{name}={value!r} is not a boolean (use true/false)")
-
-
-def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
-    value = os.environ.get(name)
-    if value is None or value == "":
-        return default
-    try:
-        number = int(value)
-    except ValueError as exc:
-        raise ImproperlyConfigured(f"{name}={value!r} is not an integer") from exc
-    if minimum is not None and number < minimum:
-        raise ImproperlyConfigured(f"{name}={number} must be >= {minimum}")
-    return number
-
-
-def env_list(name: str, default: list[str]) -> list[str]:
-    value = os.environ.get(name)
-    if value is None or value.strip() == "":
-        return default
-    return [item.strip() for item in value.split(",") if item.strip()]
-
+from contextsvc.settings_env import (
+    BASE_DIR,
+    REDIS_URL,
+    VAR_DIR,
+    env_bool,
+    env_int,
+    env_list,
+    env_str,
+)
 
 # --- security ---------------------------------------------------------------
 
@@ -251,69 +212,9 @@ if DB_PREPARED_STATEMENTS and DATABASES["default"]["ENGINE"].endswith("postgresq
     DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = 5
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-# --- celery -----------------------------------------------------------------
+# --- celery and compaction: contextsvc/settings_celery.py ---------------------
 
-REDIS_URL = env_str("REDIS_URL")
-_celery_dir = VAR_DIR / "celery"
-CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL or "filesystem://")
-CELERY_RESULT_BACKEND = env_str("CELERY_RESULT_BACKEND", REDIS_URL)  # job state lives in the DB
-if CELERY_BROKER_URL == "filesystem://":
-    # Embedded broker: a real `celery worker` process reads these folders, so
-    # compaction still runs in the background with no Redis (DESIGN.md).
-    for sub in ("out", "processed", "control"):
-        (_celery_dir / sub).mkdir(parents=True, exist_ok=True)
-    CELERY_BROKER_TRANSPORT_OPTIONS = {
-        "data_folder_in": str(_celery_dir / "out"),
-        "data_folder_out": str(_celery_dir / "out"),
-        "processed_folder": str(_celery_dir / "processed"),
-        # broadcast/pidbox files; the default is ./control in the working dir
-        "control_folder": str(_celery_dir / "control"),
-        "store_processed": False,
-    }
-CELERY_TASK_ACKS_LATE = True
-CELERY_TASK_REJECT_ON_WORKER_LOST = True
-CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-CELERY_TASK_TIME_LIMIT = env_int("CONTEXTSVC_TASK_TIME_LIMIT", 600, minimum=1)
-CELERY_TASK_SOFT_TIME_LIMIT = max(1, CELERY_TASK_TIME_LIMIT - 30)
-# Redis hands an unacked message (acks_late: its worker was killed) to another
-# worker after this many seconds. Longer than the time limit, so a task still
-# running is never delivered twice, and than a retry's countdown (at most 300 s,
-# compaction/tasks.py), which Redis also counts; not an hour, the default.
-_visibility_floor = max(CELERY_TASK_TIME_LIMIT, 300) + 1
-CONTEXTSVC_BROKER_VISIBILITY_TIMEOUT = env_int(
-    "CONTEXTSVC_BROKER_VISIBILITY_TIMEOUT", _visibility_floor + 59, minimum=_visibility_floor
-)
-if CELERY_BROKER_URL != "filesystem://":
-    # Redis, Sentinel and SQS read it; other transports ignore it.
-    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CONTEXTSVC_BROKER_VISIBILITY_TIMEOUT}
-# A compaction run's holder renews a lease this long every third of it while it
-# works; a run whose lease lapsed (its worker was killed) is requeued by whoever
-# looks at it next — a request, any worker's sweep (every third of a lease), beat.
-# 10 s: a killed worker's run is running again within ~15 s; one renewal can be
-# late by two beats before a live run looks dead.
-CONTEXTSVC_COMPACTION_LEASE_SECONDS = env_int("CONTEXTSVC_COMPACTION_LEASE_SECONDS", 10, minimum=3)
-# A run whose holder was lost this many times (counting every claim) is failed,
-# the session unchanged, instead of requeued again.
-CONTEXTSVC_COMPACTION_MAX_ATTEMPTS = env_int("CONTEXTSVC_COMPACTION_MAX_ATTEMPTS", 4, minimum=1)
-# The most GET /context (at block) waits for a compaction another executor
-# holds before it answers with the context it has; never for one that stopped.
-CONTEXTSVC_CONTEXT_WAIT_SECONDS = env_int("CONTEXTSVC_CONTEXT_WAIT_SECONDS", 5, minimum=0)
-CELERY_TASK_IGNORE_RESULT = True
-CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-CELERY_WORKER_HIJACK_ROOT_LOGGER = False
-# Periodic chores (run `celery -A contextsvc beat`; bin/run embeds it in its
-# worker). Each is also a management command for cron.
-CELERY_BEAT_SCHEDULE = {
-    # re-send compaction runs whose queue message or worker was lost
-    "compaction-requeue-stale": {"task": "compaction.requeue_stale", "schedule": 60.0},
-    # Idempotency-Key records past CONTEXTSVC_IDEMPOTENCY_TTL_HOURS
-    "sessions-prune-idempotency-keys": {
-        "task": "sessions.prune_idempotency_keys",
-        "schedule": 3600.0,
-    },
-    # spec 000 §1.9: tool outputs nothing references any more
-    "sessions-gc-outputs": {"task": "sessions.gc_outputs", "schedule": 86400.0},
-}
+from contextsvc.settings_celery import *  # noqa: E402,F403
 
 # --- auth, i18n, static -----------------------------------------------------
 
@@ -341,11 +242,12 @@ STORAGES = {
 }
 
 # Request bodies: a 5 MB file read is an ordinary tool result, so JSON bodies of
-# 32 MB are accepted (issue 3); bigger outputs go through the raw upload path.
+# 32 MB are accepted (spec 000 §1, the tool output cache); bigger outputs go
+# through the raw upload path.
 CONTEXTSVC_MAX_JSON_BODY = env_int("CONTEXTSVC_MAX_JSON_BODY", 32 * 1024 * 1024, minimum=1024)
 CONTEXTSVC_MAX_UPLOAD_BYTES = env_int("CONTEXTSVC_MAX_UPLOAD_BYTES", 256 * 1024 * 1024, minimum=1)
 DATA_UPLOAD_MAX_MEMORY_SIZE = CONTEXTSVC_MAX_JSON_BODY
-# Tool output cache (issue 3): unreferenced outputs older than this are
+# Tool output cache (spec 000 §1): unreferenced outputs older than this are
 # collected (manage.py gc_outputs / sessions.tasks.gc_outputs); a grep gives
 # up (422) after this long.
 CONTEXTSVC_OUTPUT_RETENTION_DAYS = env_int("CONTEXTSVC_OUTPUT_RETENTION_DAYS", 7, minimum=0)
@@ -368,7 +270,7 @@ CONTEXT_DEBUG = env_bool("CONTEXT_DEBUG", False)
 CONTEXTSVC_FINAL_REPORT_TOOL = env_str("CONTEXTSVC_FINAL_REPORT_TOOL", "final_report")
 CONTEXTSVC_IDEMPOTENCY_TTL_HOURS = env_int("CONTEXTSVC_IDEMPOTENCY_TTL_HOURS", 24, minimum=1)
 CONTEXTSVC_MAX_BATCH = env_int("CONTEXTSVC_MAX_BATCH", 1000, minimum=1)
-# Prompt sections and tool definitions per session (issue 6): more is a 422
+# Prompt sections and tool definitions per session: more is a 422
 # naming the first item over the limit, and nothing is applied.
 CONTEXTSVC_MAX_SECTIONS = env_int("CONTEXTSVC_MAX_SECTIONS", 100, minimum=1)
 CONTEXTSVC_MAX_TOOLS = env_int("CONTEXTSVC_MAX_TOOLS", 1000, minimum=1)

@@ -15,7 +15,8 @@ from django.db.models import Count, Max, Min, Sum
 from django.http import Http404
 
 from compaction.models import CompactionRun, Snapshot, ViewChange
-from compaction.services import compaction_plan, resolve_chain
+from compaction.services.plan import compaction_plan
+from compaction.services.policy import resolve_chain
 from compaction.summarizers import for_session
 from sessions.dashboard.selectors.usage import WindowEvent
 from sessions.models import Message, Session

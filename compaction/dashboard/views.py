@@ -15,8 +15,9 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HTMX_STOP_POLLING, trigger_client_event
 
-from compaction import services as compaction_services
 from compaction.models import CompactionRun
+from compaction.services.requests import compaction_request
+from compaction.services.snapshots import snapshot_restore as snapshot_restore_service
 from contextsvc.engine.errors import EngineValidationError
 from contextsvc.errors import ServiceError
 from sessions.dashboard.http import HtmxHttpRequest, operator_required
@@ -77,7 +78,7 @@ def compact_start(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     joined = False
     if form.is_valid():
         try:
-            run, created = compaction_services.compaction_request(
+            run, created = compaction_request(
                 session=session,
                 trigger="manual",
                 strategy=form.cleaned_data["strategy"],
@@ -172,7 +173,7 @@ def snapshot_restore(
     if snapshot_id is not None:
         snapshot_for_operator(session, snapshot_id)  # 404 before any write
     try:
-        restored = compaction_services.snapshot_restore(session=session, snapshot_id=snapshot_id)
+        restored = snapshot_restore_service(session=session, snapshot_id=snapshot_id)
     except ServiceError as exc:
         context = _history_context(session, restore_error=exc.message)
         return render(request, f"{PANELS}#compactions", context)

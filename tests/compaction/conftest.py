@@ -23,7 +23,7 @@ SMALL = {
     "max_output_tokens": 2_000,
     "buffer_tokens": 1_000,
 }
-# These tests are about compaction: keep the tool-output trim (issue 3) out of
+# These tests are about compaction: keep the tool-output trim (spec 001) out of
 # the way with an explicit budget above what the small window can hold.
 NO_TRIM = {"tool_output_cache": {"context_budget_tokens": 20_000}}
 LOG = "2026-11-22 12:00:00 INFO worker processed /srv/app/jobs/item.py ok\n" * 25
@@ -38,11 +38,8 @@ def _no_broker(request, monkeypatch, settings):
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     sent: list[tuple[str, str | None]] = []
     if request.node.get_closest_marker("redis") is None:
-        from compaction import services
-
         monkeypatch.setattr(
-            services,
-            "enqueue_run",
+            "compaction.services.requests.enqueue_run",
             lambda run_id, task_id=None: sent.append((str(run_id), task_id)),
         )
     return sent

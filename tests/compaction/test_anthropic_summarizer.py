@@ -12,8 +12,11 @@ import copy
 import anthropic
 import pytest
 
-from compaction import services, summarizers
+from compaction import summarizers
 from compaction.models import CompactionRun
+from compaction.services.execute import RetryableCompactionError, compaction_execute
+from compaction.services.requests import compaction_request
+from compaction.services.sync import compaction_run_sync
 from contextsvc.engine.build import ContextParts, build_request
 from contextsvc.engine.messages import Message, ToolCall, ToolDef
 from contextsvc.engine.offline_summarizer import OfflineSummarizer
@@ -149,10 +152,10 @@ def test_service_compaction_through_the_sdk_with_model_override(fake_anthropic, 
             {"role": "assistant", "content": "Sure."},
         ],
     )
-    run, _ = services.compaction_request(
+    run, _ = compaction_request(
         session=session, trigger="manual", strategy="summarize", enqueue=False
     )
-    run = services.compaction_run_sync(run=run)
+    run = compaction_run_sync(run=run)
     assert run.status == "succeeded", run.error
     assert (run.model, run.summarizer) == ("claude-haiku-4-5", "anthropic")
     (sent,) = fake_anthropic.messages_requests()
@@ -176,17 +179,17 @@ def test_service_compaction_through_the_sdk_with_model_override(fake_anthropic, 
 
 def test_session_model_is_used_without_override(fake_anthropic, session_factory):
     session = session_factory(4)
-    run, _ = services.compaction_request(
+    run, _ = compaction_request(
         session=session, trigger="manual", strategy="summarize", enqueue=False
     )
-    services.compaction_run_sync(run=run)
+    compaction_run_sync(run=run)
     assert fake_anthropic.messages_requests()[0].body["model"] == "claude-sonnet-4-5"
 
 
 def test_sandwich_compression_prompt_through_the_sdk_spec004(fake_anthropic, session_factory):
     session = session_factory(6, policy={"compaction": {"strategy": "sandwich"}})
-    run, _ = services.compaction_request(session=session, trigger="manual", enqueue=False)
-    run = services.compaction_run_sync(run=run)
+    run, _ = compaction_request(session=session, trigger="manual", enqueue=False)
+    run = compaction_run_sync(run=run)
     assert run.status == "succeeded"
     body = fake_anthropic.messages_requests()[0].body
     assert len(body["messages"]) == 1
@@ -201,10 +204,10 @@ def test_sandwich_compression_prompt_through_the_sdk_spec004(fake_anthropic, ses
 def test_sdk_retries_overloaded_then_succeeds(fake_anthropic, session_factory):
     fake_anthropic.fail_next(529)
     session = session_factory(4)
-    run, _ = services.compaction_request(
+    run, _ = compaction_request(
         session=session, trigger="manual", strategy="summarize", enqueue=False
     )
-    run = services.compaction_run_sync(run=run)
+    run = compaction_run_sync(run=run)
     assert run.status == "succeeded"
     assert [r.status for r in fake_anthropic.messages_requests()] == [529, 200]
 
@@ -214,16 +217,16 @@ def test_transient_errors_requeue_the_run_for_a_task_retry(fake_anthropic, sessi
     fake_anthropic.fail_next(status, count=2)  # the SDK's own retry (max_retries=1) also fails
     session = session_factory(4)
     before = Session.objects.filter(pk=session.pk).values().get()
-    run, _ = services.compaction_request(
+    run, _ = compaction_request(
         session=session, trigger="manual", strategy="summarize", enqueue=False
     )
-    with pytest.raises(services.RetryableCompactionError):
-        services.compaction_execute(run_id=run.pk, task_id="t", can_retry=True)
+    with pytest.raises(RetryableCompactionError):
+        compaction_execute(run_id=run.pk, task_id="t", can_retry=True)
     run.refresh_from_db()
     assert run.status == "queued" and run.error_code == "SERVICE_UNAVAILABLE"
     assert Session.objects.filter(pk=session.pk).values().get() == before
     # The task's retry then goes through.
-    run = services.compaction_execute(run_id=run.pk, task_id="t", can_retry=True)
+    run = compaction_execute(run_id=run.pk, task_id="t", can_retry=True)
     assert run.status == "succeeded"
 
 
@@ -233,10 +236,10 @@ def test_permanent_error_fails_the_run_with_service_unavailable_cx_nt3(
     fake_anthropic.fail_next(400, message="invalid model")
     session = session_factory(4)
     before = Session.objects.filter(pk=session.pk).values().get()
-    run, _ = services.compaction_request(
+    run, _ = compaction_request(
         session=session, trigger="manual", strategy="summarize", enqueue=False
     )
-    run = services.compaction_execute(run_id=run.pk, task_id="t", can_retry=True)
+    run = compaction_execute(run_id=run.pk, task_id="t", can_retry=True)
     assert run.status == "failed" and run.error_code == "SERVICE_UNAVAILABLE"
     assert "400" in run.error and "invalid model" in run.error
     assert Session.objects.filter(pk=session.pk).values().get() == before
@@ -291,12 +294,12 @@ def test_selection_offline_without_key_or_for_other_providers(settings):
 def test_no_run_left_running_after_a_failure(fake_anthropic, session_factory):
     fake_anthropic.fail_next(400)
     session = session_factory(4)
-    run, _ = services.compaction_request(
+    run, _ = compaction_request(
         session=session, trigger="manual", strategy="summarize", enqueue=False
     )
-    services.compaction_run_sync(run=run)
+    compaction_run_sync(run=run)
     assert not CompactionRun.objects.filter(status__in=CompactionRun.ACTIVE).exists()
     # A new request starts a new run (nothing is stuck).
     session_append_messages(session=session, messages=turn(9))
-    run2, created = services.compaction_request(session=session, trigger="manual", enqueue=False)
+    run2, created = compaction_request(session=session, trigger="manual", enqueue=False)
     assert created and run2.pk != run.pk

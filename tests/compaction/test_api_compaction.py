@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from compaction.models import CompactionRun, Snapshot
+from compaction.services.execute import compaction_execute
 from sessions.models import Message, Session
 
 from .conftest import turn
@@ -293,9 +294,7 @@ def test_budget_reports_compaction_block(alice, sid):
 def test_post_until_compact_then_next_context_is_small(
     alice, session_factory, enqueued, django_capture_on_commit_callbacks
 ):
-    """The issue story without a worker: the auto run is queued; running it shrinks the context."""
-    from compaction import services
-
+    """The whole story without a worker: the auto run is queued; running it shrinks the context."""
     sid = session_factory(0).external_id
     status = "ok"
     t = 0
@@ -304,7 +303,7 @@ def test_post_until_compact_then_next_context_is_small(
             status = post_turns(alice, sid, range(t, t + 1))["budget"]["guard"]["status"]
             t += 1
     ((run_id, _task),) = enqueued
-    services.compaction_execute(run_id=run_id)
+    compaction_execute(run_id=run_id)
     body = alice.get(f"sessions/{sid}/context").json()
     assert body["budget"]["guard"]["status"] == "ok"
     assert alice.get(f"compactions/{run_id}").json()["status"] == "succeeded"

@@ -17,8 +17,15 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from compaction import leases, services
+from compaction import leases
 from compaction.models import CompactionRun, CompactionState, Snapshot
+from compaction.services.execute import _claim, compaction_execute
+from compaction.services.requests import (
+    compaction_auto_request,
+    compaction_recover,
+    compaction_request,
+    compaction_requeue_stale,
+)
 from sessions.services import session_append_messages
 
 from .conftest import turn
@@ -30,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def _dead_claim(run: CompactionRun, *, lease_left: float = -1.0, task_id: str = "dead-worker"):
     """Claim ``run`` as a worker would, then leave ``lease_left`` seconds of lease
     and nobody to renew it (negative: already lapsed)."""
-    claimed = services._claim(run.pk, task_id)
+    claimed = _claim(run.pk, task_id)
     assert claimed is not None
     CompactionRun.objects.filter(pk=run.pk).update(
         lease_expires_at=timezone.now() + timedelta(seconds=lease_left)
@@ -62,7 +69,7 @@ def _at_block(session_factory, sid: str, **fields):
 def _auto_run(session) -> CompactionRun:
     """The automatic run the append hook queued (it runs on commit), or one like it."""
     run = CompactionRun.objects.filter(session=session, status="queued").first()
-    return run or services.compaction_request(session=session, trigger="auto", enqueue=False)[0]
+    return run or compaction_request(session=session, trigger="auto", enqueue=False)[0]
 
 
 # --- the lease and its heartbeat ---------------------------------------------------------------
@@ -71,9 +78,9 @@ def _auto_run(session) -> CompactionRun:
 def test_claim_takes_a_short_lease(session_factory, settings):
     settings.CONTEXTSVC_COMPACTION_LEASE_SECONDS = 15
     session = session_factory(8)
-    run, _ = services.compaction_request(session=session, trigger="manual", enqueue=False)
+    run, _ = compaction_request(session=session, trigger="manual", enqueue=False)
     before = timezone.now()
-    claimed, _ = services._claim(run.pk, "w1")
+    claimed, _ = _claim(run.pk, "w1")
     left = (claimed.lease_expires_at - before).total_seconds()
     assert 14 <= left <= 16
 
@@ -81,8 +88,8 @@ def test_claim_takes_a_short_lease(session_factory, settings):
 def test_heartbeat_renews_the_lease_until_superseded(transactional_db, session_factory, settings):
     settings.CONTEXTSVC_COMPACTION_LEASE_SECONDS = 3  # a beat every second
     session = session_factory(8)
-    run, _ = services.compaction_request(session=session, trigger="manual", enqueue=False)
-    claimed, attempt = services._claim(run.pk, "w1")
+    run, _ = compaction_request(session=session, trigger="manual", enqueue=False)
+    claimed, attempt = _claim(run.pk, "w1")
     first = claimed.lease_expires_at
     with leases.Heartbeat(run.pk, attempt) as beat:
         deadline = time.monotonic() + 20
@@ -100,7 +107,7 @@ def test_heartbeat_renews_the_lease_until_superseded(transactional_db, session_f
 def test_lapsed_and_stalled(session_factory, settings):
     settings.CONTEXTSVC_COMPACTION_LEASE_SECONDS = 12
     session = session_factory(8)
-    run, _ = services.compaction_request(session=session, trigger="manual", enqueue=False)
+    run, _ = compaction_request(session=session, trigger="manual", enqueue=False)
     run = _dead_claim(run, lease_left=11)
     assert not leases.lapsed(run) and not leases.stalled(run)
     run.lease_expires_at = timezone.now() + timedelta(seconds=2)  # two beats missed
@@ -118,31 +125,31 @@ def test_lapsed_run_is_requeued_under_a_new_task_id(
     session_factory, enqueued, django_capture_on_commit_callbacks
 ):
     session = session_factory(8)
-    run, _ = services.compaction_request(session=session, trigger="auto", enqueue=False)
+    run, _ = compaction_request(session=session, trigger="auto", enqueue=False)
     run = _dead_claim(run)
     before = session_state(session)
     with django_capture_on_commit_callbacks(execute=True):
-        assert services.compaction_recover(run) is True
+        assert compaction_recover(run) is True
     assert run.status == "queued" and run.celery_task_id != "dead-worker"
     assert enqueued == [(str(run.pk), run.celery_task_id)]
     assert session_state(session) == before
     # The new message runs it; the dead worker's message, redelivered later,
     # finds it held under another id and leaves it alone.
-    new_holder = services._claim(run.pk, run.celery_task_id)
+    new_holder = _claim(run.pk, run.celery_task_id)
     assert new_holder is not None
-    assert services.compaction_execute(run_id=run.pk, task_id="dead-worker").status == "running"
-    assert services.compaction_recover(run) is False  # alive: nothing to do
+    assert compaction_execute(run_id=run.pk, task_id="dead-worker").status == "running"
+    assert compaction_recover(run) is False  # alive: nothing to do
 
 
 def test_run_lost_too_often_fails_and_leaves_the_session_unchanged(session_factory, settings):
     settings.CONTEXTSVC_COMPACTION_MAX_ATTEMPTS = 2
     session = session_factory(8)
-    run, _ = services.compaction_request(session=session, trigger="auto", enqueue=False)
+    run, _ = compaction_request(session=session, trigger="auto", enqueue=False)
     run = _dead_claim(run)
-    assert services.compaction_recover(run) and run.status == "queued"
+    assert compaction_recover(run) and run.status == "queued"
     run = _dead_claim(run)  # lost a second time
     before = session_state(session)
-    assert services.compaction_recover(run) is True
+    assert compaction_recover(run) is True
     assert run.status == "failed" and run.error_code == "SERVICE_UNAVAILABLE"
     assert "lost 2 time(s)" in run.error and run.finished_at is not None
     assert session_state(session) == before
@@ -154,20 +161,20 @@ def test_run_lost_too_often_fails_and_leaves_the_session_unchanged(session_facto
 def test_redelivered_message_of_a_run_lost_too_often_fails_it(session_factory, settings):
     settings.CONTEXTSVC_COMPACTION_MAX_ATTEMPTS = 1
     session = session_factory(8)
-    run, _ = services.compaction_request(session=session, trigger="manual", enqueue=False)
+    run, _ = compaction_request(session=session, trigger="manual", enqueue=False)
     run = _dead_claim(run, lease_left=10)
     before = session_state(session)
     # reject_on_worker_lost sends the same message again: no endless loop.
-    done = services.compaction_execute(run_id=run.pk, task_id="dead-worker")
+    done = compaction_execute(run_id=run.pk, task_id="dead-worker")
     assert done.status == "failed" and done.attempts == 1
     assert session_state(session) == before
 
 
 def test_append_hook_recovers_a_lapsed_auto_run(session_factory, enqueued):
     session = session_factory(8)
-    run = services.compaction_auto_request(session=session)
+    run = compaction_auto_request(session=session)
     run = _dead_claim(run)
-    assert services.compaction_auto_request(session=session).pk == run.pk
+    assert compaction_auto_request(session=session).pk == run.pk
     run.refresh_from_db()
     assert run.status == "queued"
 
@@ -177,13 +184,13 @@ def test_requeue_stale_sweeps_every_lapsed_run(session_factory):
     second = session_factory(8, sid="sweep-b")
     runs = []
     for session in (first, second):
-        run, _ = services.compaction_request(session=session, trigger="manual", enqueue=False)
+        run, _ = compaction_request(session=session, trigger="manual", enqueue=False)
         runs.append(_dead_claim(run))
-    live, _ = services.compaction_request(
+    live, _ = compaction_request(
         session=session_factory(8, sid="sweep-c"), trigger="manual", enqueue=False
     )
     _dead_claim(live, lease_left=30)
-    assert services.compaction_requeue_stale() == 2
+    assert compaction_requeue_stale() == 2
     assert {r.status for r in CompactionRun.objects.filter(pk__in=[r.pk for r in runs])} == {
         "queued"
     }
@@ -192,9 +199,9 @@ def test_requeue_stale_sweeps_every_lapsed_run(session_factory):
 
 def test_worker_sweeper_recovers_without_beat(transactional_db, session_factory, enqueued):
     session = session_factory(8)
-    run, _ = services.compaction_request(session=session, trigger="manual", enqueue=False)
+    run, _ = compaction_request(session=session, trigger="manual", enqueue=False)
     run = _dead_claim(run)
-    sweeper = leases.Sweeper(services.compaction_requeue_stale, 0.2).start()
+    sweeper = leases.Sweeper(compaction_requeue_stale, 0.2).start()
     try:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
@@ -214,7 +221,7 @@ def test_worker_sweeper_recovers_without_beat(transactional_db, session_factory,
 
 def _session_run(alice, session_factory, sid: str, *, lease_left: float = -1.0):
     session = session_factory(8, sid=sid)
-    run, _ = services.compaction_request(session=session, trigger="manual", enqueue=False)
+    run, _ = compaction_request(session=session, trigger="manual", enqueue=False)
     return session, _dead_claim(run, lease_left=lease_left)
 
 
@@ -397,3 +404,48 @@ def test_bad_lease_settings_fail_loudly(tmp_path, name, value):
     done = _settings_in_subprocess(CONTEXTSVC_VAR_DIR=str(tmp_path), **{name: value})
     assert done.returncode != 0
     assert "ImproperlyConfigured" in done.stderr and name in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("CONTEXTSVC_AUTO_COMPACT", "maybe"),
+        ("CONTEXTSVC_SUMMARIZER", "gpt"),
+        ("CONTEXTSVC_SUMMARIZER_MAX_RETRIES", "-1"),
+        ("CONTEXTSVC_SUMMARIZER_TIMEOUT", "0"),
+        ("CONTEXTSVC_COMPACT_WAIT_SECONDS", "soon"),
+    ],
+)
+def test_bad_compaction_settings_fail_loudly_at_start_up(tmp_path, name, value):
+    done = _settings_in_subprocess(CONTEXTSVC_VAR_DIR=str(tmp_path), **{name: value})
+    assert done.returncode != 0
+    assert "ImproperlyConfigured" in done.stderr and name in done.stderr
+
+
+def test_compaction_settings_are_read_once_from_the_environment(tmp_path):
+    code = (
+        "import django; django.setup(); from django.conf import settings as s; "
+        "print(s.CONTEXTSVC_AUTO_COMPACT, s.CONTEXTSVC_SUMMARIZER, "
+        "s.CONTEXTSVC_SUMMARIZER_MAX_RETRIES, s.CONTEXTSVC_SUMMARIZER_TIMEOUT, "
+        "s.CONTEXTSVC_COMPACTION_QUEUE, s.CONTEXTSVC_COMPACT_WAIT_SECONDS)"
+    )
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("CONTEXTSVC_", "CELERY_"))}
+    env = {
+        "CONTEXTSVC_VAR_DIR": str(tmp_path),
+        "CONTEXTSVC_AUTO_COMPACT": "off",
+        "CONTEXTSVC_SUMMARIZER": "Offline",
+        "CONTEXTSVC_SUMMARIZER_MAX_RETRIES": "0",
+        "CONTEXTSVC_SUMMARIZER_TIMEOUT": "30",
+        "CONTEXTSVC_COMPACTION_QUEUE": "compaction",
+        "CONTEXTSVC_COMPACT_WAIT_SECONDS": "7",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={**clean, "DJANGO_SETTINGS_MODULE": "contextsvc.settings", **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "offline", "0", "30", "compaction", "7"]

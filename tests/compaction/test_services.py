@@ -10,8 +10,18 @@ from django.forms.models import model_to_dict
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from compaction import selectors, services
+from compaction import selectors
 from compaction.models import CompactionRun, CompactionState, Snapshot, ViewChange
+from compaction.services.apply import apply_plan
+from compaction.services.execute import RetryableCompactionError, _claim, compaction_execute
+from compaction.services.plan import compute_plan
+from compaction.services.requests import (
+    compaction_auto_request,
+    compaction_request,
+    compaction_requeue_stale,
+)
+from compaction.services.snapshots import snapshot_restore
+from compaction.services.sync import compaction_overflow, compaction_run_sync
 from contextsvc.engine.offline_summarizer import OfflineSummarizer
 from contextsvc.engine.summarize import SummarizerError
 from contextsvc.errors import ValidationFailed
@@ -65,8 +75,8 @@ def session_state(session: Session) -> dict:
 
 
 def manual(session: Session, summarizer=None, **kw) -> CompactionRun:
-    run, _ = services.compaction_request(session=session, trigger="manual", enqueue=False, **kw)
-    return services.compaction_run_sync(run=run, summarizer=summarizer)
+    run, _ = compaction_request(session=session, trigger="manual", enqueue=False, **kw)
+    return compaction_run_sync(run=run, summarizer=summarizer)
 
 
 # --- triggering -------------------------------------------------------------------------
@@ -125,23 +135,23 @@ def test_threshold_ratio_policy_triggers_earlier_spec000(
 
 def test_second_request_joins_the_active_run(session_factory):
     session = session_factory(3)
-    first, created = services.compaction_request(session=session, trigger="auto")
-    second, created2 = services.compaction_request(session=session, trigger="manual")
+    first, created = compaction_request(session=session, trigger="auto")
+    second, created2 = compaction_request(session=session, trigger="manual")
     assert created and not created2 and second.pk == first.pk
     assert CompactionRun.objects.count() == 1
 
 
 def test_emergency_never_waits_for_the_active_run(session_factory):
     session = session_factory(3)
-    services.compaction_request(session=session, trigger="auto")
-    run = services.compaction_overflow(session=session)
+    compaction_request(session=session, trigger="auto")
+    run = compaction_overflow(session=session)
     assert run.trigger == "emergency" and run.status == "succeeded"
 
 
 def test_empty_session_is_validation_error_cx_nt2(session_factory):
     session = session_factory(0)
     with pytest.raises(ValidationFailed, match="Conversation has no messages"):
-        services.compaction_request(session=session, trigger="manual")
+        compaction_request(session=session, trigger="manual")
     assert not CompactionRun.objects.exists()
 
 
@@ -203,10 +213,10 @@ def test_appends_during_compaction_are_kept_after_the_summary(session_factory):
     session = session_factory(8)
     late = [{"role": "user", "content": "A late request arriving mid-compaction"}]
     summarizer = Appending(session, late)
-    run, _ = services.compaction_request(
+    run, _ = compaction_request(
         session=session, trigger="manual", strategy="summarize", enqueue=False
     )
-    run = services.compaction_execute(run_id=run.pk, summarizer=summarizer)
+    run = compaction_execute(run_id=run.pk, summarizer=summarizer)
     assert run.status == "succeeded" and summarizer.done
     session.refresh_from_db()
     live = live_messages(session)
@@ -230,13 +240,13 @@ def test_window_moved_during_compaction_is_recomputed(session_factory):
         def complete(self, request):
             Overflowing.calls += 1
             if Overflowing.calls == 1:
-                services.compaction_overflow(session=session)  # moves the window meanwhile
+                compaction_overflow(session=session)  # moves the window meanwhile
             return OfflineSummarizer().complete(request)
 
-    run, _ = services.compaction_request(
+    run, _ = compaction_request(
         session=session, trigger="manual", strategy="summarize", enqueue=False
     )
-    run = services.compaction_execute(run_id=run.pk, summarizer=Overflowing())
+    run = compaction_execute(run_id=run.pk, summarizer=Overflowing())
     assert run.status == "succeeded" and Overflowing.calls == 2
     session.refresh_from_db()
     assert run.base_window_start_seq > 1  # computed again from the moved window
@@ -250,8 +260,8 @@ def test_failure_leaves_session_byte_for_byte_unchanged_cx_nt3(session_factory):
     )
     before = session_state(session)
     cached_before = model_to_dict(CompactionState.objects.get(session=session))
-    run, _ = services.compaction_request(session=session, trigger="manual", enqueue=False)
-    run = services.compaction_execute(run_id=run.pk, summarizer=Failing())
+    run, _ = compaction_request(session=session, trigger="manual", enqueue=False)
+    run = compaction_execute(run_id=run.pk, summarizer=Failing())
     assert run.status == "failed" and run.error_code == "SERVICE_UNAVAILABLE"
     assert "model overloaded" in run.error
     assert session_state(session) == before
@@ -264,68 +274,68 @@ def test_failure_leaves_session_byte_for_byte_unchanged_cx_nt3(session_factory):
 
 def test_transient_failure_is_released_for_retry_then_succeeds(session_factory):
     session = session_factory(8)
-    run, _ = services.compaction_request(
+    run, _ = compaction_request(
         session=session, trigger="auto", strategy="summarize", enqueue=False
     )
-    with pytest.raises(services.RetryableCompactionError):
-        services.compaction_execute(
+    with pytest.raises(RetryableCompactionError):
+        compaction_execute(
             run_id=run.pk, task_id="t1", can_retry=True, summarizer=Failing(transient=True)
         )
     run.refresh_from_db()
     assert run.status == "queued" and run.error_code == "SERVICE_UNAVAILABLE"
     assert not Snapshot.objects.exists()
-    run = services.compaction_execute(run_id=run.pk, task_id="t1", can_retry=True)
+    run = compaction_execute(run_id=run.pk, task_id="t1", can_retry=True)
     assert run.status == "succeeded" and run.attempts == 2 and run.error_code == ""
 
 
 def test_execute_twice_is_a_no_op(session_factory):
     session = session_factory(8)
-    run, _ = services.compaction_request(session=session, trigger="manual", enqueue=False)
-    first = services.compaction_execute(run_id=run.pk, task_id="a")
-    again = services.compaction_execute(run_id=run.pk, task_id="a")
+    run, _ = compaction_request(session=session, trigger="manual", enqueue=False)
+    first = compaction_execute(run_id=run.pk, task_id="a")
+    again = compaction_execute(run_id=run.pk, task_id="a")
     assert first.status == again.status == "succeeded"
     assert Snapshot.objects.filter(session=session).count() == 1
-    assert services.compaction_execute(run_id="00000000-0000-0000-0000-000000000000") is None
+    assert compaction_execute(run_id="00000000-0000-0000-0000-000000000000") is None
 
 
 def test_redelivered_message_takes_over_a_run_left_running(session_factory):
     session = session_factory(8)
-    run, _ = services.compaction_request(session=session, trigger="auto", enqueue=False)
+    run, _ = compaction_request(session=session, trigger="auto", enqueue=False)
     run.celery_task_id = "task-1"
     run.save()
     # A worker claimed it and was killed before applying anything.
-    claimed = services._claim(run.pk, "task-1")
+    claimed = _claim(run.pk, "task-1")
     assert claimed is not None
     before = session_state(session)
     # Another message for the same run (a duplicate) leaves it to its holder…
-    assert services.compaction_execute(run_id=run.pk, task_id="task-2").status == "running"
+    assert compaction_execute(run_id=run.pk, task_id="task-2").status == "running"
     assert session_state(session) == before
     # …the redelivered one (same task id, reject_on_worker_lost) takes it over.
-    done = services.compaction_execute(run_id=run.pk, task_id="task-1")
+    done = compaction_execute(run_id=run.pk, task_id="task-1")
     assert done.status == "succeeded" and done.attempts == 2
 
 
 def test_expired_lease_is_taken_over_and_stale_runs_are_requeued(session_factory, enqueued):
     session = session_factory(8)
-    run, _ = services.compaction_request(session=session, trigger="auto", enqueue=False)
-    services._claim(run.pk, "dead-worker")
+    run, _ = compaction_request(session=session, trigger="auto", enqueue=False)
+    _claim(run.pk, "dead-worker")
     CompactionRun.objects.filter(pk=run.pk).update(
         lease_expires_at=timezone.now() - timedelta(seconds=1)
     )
-    assert services.compaction_requeue_stale() == 1
+    assert compaction_requeue_stale() == 1
     run.refresh_from_db()
     assert run.status == "queued" and enqueued == []  # sent on commit (none here: db test)
-    done = services.compaction_execute(run_id=run.pk, task_id="new-worker")
+    done = compaction_execute(run_id=run.pk, task_id="new-worker")
     assert done.status == "succeeded"
 
 
 def test_superseded_attempt_does_not_apply(session_factory):
     session = session_factory(8)
-    run, _ = services.compaction_request(session=session, trigger="manual", enqueue=False)
-    old_run, attempt = services._claim(run.pk, "w1")
-    plan = services._compute(old_run, None)
+    run, _ = compaction_request(session=session, trigger="manual", enqueue=False)
+    old_run, attempt = _claim(run.pk, "w1")
+    plan = compute_plan(old_run, None)
     CompactionRun.objects.filter(pk=run.pk).update(attempts=attempt + 1)  # someone took it over
-    result = services._apply(old_run, attempt, plan, 0.0)
+    result = apply_plan(old_run, attempt, plan, 0.0)
     assert result.status == "running"
     assert not Snapshot.objects.exists()
 
@@ -337,12 +347,12 @@ def test_circuit_breaker_opens_after_three_failed_auto_runs(session_factory, mon
     session = session_factory(8, policy={"compaction": {"strategy": "summarize"}})
     monkeypatch.setattr("compaction.summarizers.for_session", lambda **kw: Failing())
     for _ in range(3):
-        run = services.compaction_auto_request(session=session)
+        run = compaction_auto_request(session=session)
         assert run is not None
-        services.compaction_execute(run_id=run.pk)
+        compaction_execute(run_id=run.pk)
     assert selectors.budget_block(session)["compaction"]["circuit_breaker"]["open"]
     assert selectors.budget_block(session)["compaction"]["auto"] is False
-    assert services.compaction_auto_request(session=session) is None
+    assert compaction_auto_request(session=session) is None
     body = context_preview(session, "raw")
     assert body["budget"]["compaction"]["circuit_breaker"]["consecutive_failures"] == 3
     # Manual runs still work, and a success closes the breaker.
@@ -355,17 +365,17 @@ def test_circuit_breaker_opens_after_three_failed_auto_runs(session_factory, mon
 def test_failed_manual_runs_do_not_count_toward_the_breaker(session_factory):
     session = session_factory(8)
     for _ in range(3):
-        run, _ = services.compaction_request(session=session, trigger="manual", enqueue=False)
-        services.compaction_execute(run_id=run.pk, summarizer=Failing())
+        run, _ = compaction_request(session=session, trigger="manual", enqueue=False)
+        compaction_execute(run_id=run.pk, summarizer=Failing())
     assert not selectors.budget_block(session)["compaction"]["circuit_breaker"]["open"]
 
 
 def test_no_auto_run_right_after_one_that_changed_nothing(session_factory):
     session = session_factory(1)
-    run, _ = services.compaction_request(session=session, trigger="auto", enqueue=False)
-    run = services.compaction_execute(run_id=run.pk)
+    run, _ = compaction_request(session=session, trigger="auto", enqueue=False)
+    run = compaction_execute(run_id=run.pk)
     assert run.status == "succeeded" and not run.changed  # far under the target
-    assert services.compaction_auto_request(session=session) is None
+    assert compaction_auto_request(session=session) is None
 
 
 # --- strategies through the store ----------------------------------------------------------------
@@ -395,8 +405,8 @@ def test_tool_clearing_persists_views_and_logs_the_old_ones(session_factory):
 
 def test_chain_stops_at_the_target(session_factory):
     session = session_factory(8)
-    run, _ = services.compaction_request(session=session, trigger="auto", enqueue=False)
-    run = services.compaction_execute(run_id=run.pk)
+    run, _ = compaction_request(session=session, trigger="auto", enqueue=False)
+    run = compaction_execute(run_id=run.pk)
     assert run.strategies_run == ["tool_clearing"]
     assert run.after_tokens <= run.target_tokens
 
@@ -410,10 +420,10 @@ def test_forced_chain_runs_fully_with_instructions(session_factory):
             recorded.append(request)
             return super().complete(request)
 
-    run, _ = services.compaction_request(
+    run, _ = compaction_request(
         session=session, trigger="manual", instructions="Keep the parser decisions", enqueue=False
     )
-    run = services.compaction_execute(run_id=run.pk, summarizer=Recording())
+    run = compaction_execute(run_id=run.pk, summarizer=Recording())
     assert run.strategies_run == ["tool_clearing", "summarize"]
     assert "- Keep the parser decisions" in recorded[0].prompt
 
@@ -471,7 +481,7 @@ def test_open_tool_call_stays_live_and_abandoned_calls_are_closed(session_factor
 
 def test_emergency_overflow_drops_oldest_turns_with_note_spec003(session_factory):
     session = session_factory(8)
-    run = services.compaction_overflow(session=session)
+    run = compaction_overflow(session=session)
     assert run.strategies_run == ["drop_oldest_turns"] and run.trigger == "emergency"
     session.refresh_from_db()
     assert "provider reported the context too long" in session.summary
@@ -536,13 +546,13 @@ def test_restore_earlier_snapshot_and_uncompacted(session_factory):
     second = manual(session, strategy="summarize")
     assert second.changed
     snap_a = Snapshot.objects.get(run=first)
-    restored = services.snapshot_restore(session=session, snapshot_id=snap_a.pk)
+    restored = snapshot_restore(session=session, snapshot_id=snap_a.pk)
     assert restored.kind == "restore" and restored.restored_from_id == snap_a.pk
     session.refresh_from_db()
     assert session_state(session)["context"] == after_first
     assert session.window_start_seq == snap_a.window_start_seq and session.summary == ""
     # The uncompacted transcript: every view back as it was, nothing deleted.
-    services.snapshot_restore(session=session, snapshot_id=None)
+    snapshot_restore(session=session, snapshot_id=None)
     now = session_state(session)
     assert now["context"] == original["context"]
     assert [{k: v for k, v in m.items()} for m in now["messages"]] == original["messages"]
@@ -557,4 +567,4 @@ def test_restore_unknown_snapshot_is_404(session_factory):
 
     session = session_factory(2)
     with pytest.raises(NotFound):
-        services.snapshot_restore(session=session, snapshot_id=999)
+        snapshot_restore(session=session, snapshot_id=999)

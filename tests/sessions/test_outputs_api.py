@@ -616,12 +616,12 @@ def test_overflowing_output_is_trimmed_and_compaction_requested_when_it_can_help
     """With auto-compaction on, an output that cannot fit does not end the
     session: it is stored, shown as spec 000's trimmed placeholder, and an
     automatic compaction is requested at once, whatever the guard tier."""
-    from compaction import services as compaction_services
     from compaction.models import CompactionRun
+    from compaction.services import requests as compaction_requests
 
     sent = []
     monkeypatch.setattr(
-        compaction_services, "enqueue_run", lambda run_id, task_id=None: sent.append(run_id)
+        compaction_requests, "enqueue_run", lambda run_id, task_id=None: sent.append(run_id)
     )
     sid = make_session(**SMALL)["id"]
     post(alice, sid, [{"role": "user", "content": "read the log"}])

@@ -8,7 +8,8 @@ import pytest
 from django.urls import reverse
 
 from compaction.models import CompactionRun, Snapshot
-from compaction.services import compaction_execute, compaction_request
+from compaction.services.execute import compaction_execute
+from compaction.services.requests import compaction_request
 from contextsvc.engine.summarize import SummarizerError
 from sessions.dashboard.selectors.detail import budget_view
 from sessions.dashboard.selectors.usage import usage_over_turns

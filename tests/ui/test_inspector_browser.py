@@ -198,13 +198,14 @@ def test_sessions_list_and_keys_pages(page, alice, make_session):
 
 
 def test_inspect_expand_grep_compact_restore(page, alice, monkeypatch):
-    from compaction import services as compaction_services
+    from compaction.services import requests as compaction_requests
+    from compaction.services.execute import compaction_execute
 
     queued: list[str] = []
     # The worker's part: the page's POST queues the run; this test plays the
     # Celery worker (DESIGN.md: task bodies are called directly in tests).
     monkeypatch.setattr(
-        compaction_services, "enqueue_run", lambda run_id, task_id=None: queued.append(run_id)
+        compaction_requests, "enqueue_run", lambda run_id, task_id=None: queued.append(run_id)
     )
 
     sid = build_via_api(alice)
@@ -253,7 +254,7 @@ def test_inspect_expand_grep_compact_restore(page, alice, monkeypatch):
     pg.wait_for_selector(".run-status-text[data-status=queued]")
     shot(pg, "06-compaction-queued")
     assert len(queued) == 1
-    compaction_services.compaction_execute(run_id=queued[0])
+    compaction_execute(run_id=queued[0])
     pg.wait_for_selector(".run-status-text[data-status=succeeded]", timeout=5_000)
     pg.wait_for_function(f"() => {USED} < {before}")
     after = used_tokens(pg)

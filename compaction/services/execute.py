@@ -1,0 +1,123 @@
+"""Executing a queued run: claim it, compute the plan, apply it, or fail or release it.
+
+``compaction_execute`` is what the worker's task and the synchronous paths
+call; it is safe to call twice (a finished run, or one another executor
+holds, is returned as it is).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from django.db import DatabaseError, transaction
+from django.utils import timezone
+
+from contextsvc.engine.errors import EngineValidationError
+from contextsvc.engine.summarize import Summarizer, SummarizerError
+from contextsvc.errors import ServiceError
+
+from .. import leases
+from ..models import CompactionRun
+from .apply import WindowChanged, apply_plan
+from .failure import compaction_fail_lost, compaction_mark_failed, compaction_release
+from .plan import compute_plan
+
+logger = logging.getLogger("contextsvc.compaction")
+
+Status = CompactionRun.Status
+
+# Recomputations when the window moves between compute and apply.
+MAX_APPLY_ATTEMPTS = 3
+
+
+class RetryableCompactionError(Exception):
+    """A transient failure: the run is queued again and the task retries later."""
+
+
+def _claim(run_id: Any, task_id: str | None) -> tuple[CompactionRun, int] | None:
+    """Take the run for this executor under its row lock: ``(run, attempt)``,
+    or None when it is finished or another live executor holds it."""
+    with transaction.atomic():
+        # No select_related here: FOR UPDATE would lock the session row too.
+        run = CompactionRun.objects.select_for_update().filter(pk=run_id).first()
+        if run is None or run.is_finished:
+            return None
+        now = timezone.now()
+        if run.status == Status.RUNNING:
+            # The same message again (the worker died: acks_late +
+            # reject_on_worker_lost), or a lease run out: the executor is gone.
+            redelivered = bool(task_id) and run.celery_task_id == task_id
+            expired = run.lease_expires_at is not None and run.lease_expires_at <= now
+            if not (redelivered or expired):
+                return None
+            if leases.exhausted(run):
+                # Lost that many times (a run that kills its worker): stop here.
+                compaction_fail_lost(run, time.perf_counter())
+                return None
+        run.status = Status.RUNNING
+        run.attempts += 1
+        run.started_at = run.started_at or now
+        # Short: the heartbeat renews it while the run works.
+        run.lease_expires_at = leases.lease_deadline(now)
+        if task_id:
+            run.celery_task_id = task_id
+        run.save(
+            update_fields=["status", "attempts", "started_at", "lease_expires_at", "celery_task_id"]
+        )
+        return run, run.attempts
+
+
+def compaction_execute(
+    *,
+    run_id: Any,
+    task_id: str | None = None,
+    can_retry: bool = False,
+    summarizer: Summarizer | None = None,
+) -> CompactionRun | None:
+    """Run a queued run to its end. Safe to call twice: a finished run, or one
+    another executor holds, is returned as it is."""
+    claim = _claim(run_id, task_id)
+    if claim is None:
+        return CompactionRun.objects.filter(pk=run_id).first()
+    run, attempt = claim
+    with leases.Heartbeat(run.pk, attempt):
+        return _execute_claimed(run, attempt, can_retry=can_retry, summarizer=summarizer)
+
+
+def _execute_claimed(
+    run: CompactionRun, attempt: int, *, can_retry: bool, summarizer: Summarizer | None
+) -> CompactionRun:
+    started = time.perf_counter()
+    cpu_started = time.thread_time()
+    try:
+        for _ in range(MAX_APPLY_ATTEMPTS):
+            plan = compute_plan(run, summarizer)
+            try:
+                return apply_plan(run, attempt, plan, started, cpu_started)
+            except WindowChanged:
+                logger.info("compaction run %s: the window moved, recomputing", run.pk)
+        return compaction_mark_failed(
+            run, attempt, "CONFLICT", "The live window kept changing during the compaction", started
+        )
+    except SummarizerError as exc:
+        if exc.transient and can_retry:
+            compaction_release(run, attempt, "SERVICE_UNAVAILABLE", str(exc))
+            raise RetryableCompactionError(str(exc)) from exc
+        return compaction_mark_failed(run, attempt, "SERVICE_UNAVAILABLE", str(exc), started)
+    except EngineValidationError as exc:
+        return compaction_mark_failed(run, attempt, "VALIDATION_ERROR", exc.message, started)
+    except ServiceError as exc:
+        return compaction_mark_failed(run, attempt, exc.code, exc.message, started)
+    except DatabaseError as exc:
+        if can_retry:
+            compaction_release(run, attempt, "SERVICE_UNAVAILABLE", f"database: {exc}")
+            raise RetryableCompactionError(str(exc)) from exc
+        compaction_mark_failed(run, attempt, "SERVICE_UNAVAILABLE", f"database: {exc}", started)
+        raise
+    except Exception as exc:
+        compaction_mark_failed(
+            run, attempt, "INTERNAL_ERROR", f"{type(exc).__name__}: {exc}", started
+        )
+        raise

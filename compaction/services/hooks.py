@@ -1,0 +1,82 @@
+"""What the sessions registry calls: the auto-trigger, the preflight, the 80 % note.
+
+Registered in ``CompactionConfig.ready()`` (``sessions.extensions.REGISTRY``);
+sessions never imports compaction.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.conf import settings
+
+from contextsvc.engine.budget import usage_note
+from sessions import accounting
+from sessions.models import Session
+
+from .. import leases, selectors
+from ..models import CompactionRun
+from .policy import compaction_policy, resolve_chain, should_auto_compact
+from .requests import compaction_auto_request, compaction_request
+from .sync import compaction_run_bounded
+
+logger = logging.getLogger("contextsvc.compaction")
+
+Trigger = CompactionRun.Trigger
+Status = CompactionRun.Status
+
+
+def on_session_activity(session: Session, state: accounting.BudgetState, last_role: str) -> None:
+    """``REGISTRY.after_append``: spec 000 §2.8's check points.
+
+    Runs after the append/usage transaction committed: after an assistant
+    message (an LLM call ended), after tool results, and on reported usage.
+    Never raises: the append already succeeded.
+    """
+    if last_role not in ("assistant", "tool", "usage", "tool_overflow"):
+        return
+    if not settings.CONTEXTSVC_AUTO_COMPACT:
+        return
+    try:
+        chain = resolve_chain(session, None)
+        # A tool output that could not fit (shown trimmed) makes compaction due
+        # at once, whatever the tier (the tool-output preflight on append).
+        if last_role == "tool_overflow" or should_auto_compact(session, state, chain):
+            compaction_auto_request(session=session)
+    except Exception:  # noqa: BLE001 - the append must not fail because of this
+        logger.exception("auto-compaction trigger failed for session %s", session.pk)
+
+
+def can_make_room(session: Session) -> bool:
+    """``REGISTRY.compaction_available``: may an automatic
+    compaction still run for this session?"""
+    policy = compaction_policy(session)
+    if not policy.get("enabled", True) or not policy.get("auto", True):
+        return False
+    if session.status != Session.Status.ACTIVE or not settings.CONTEXTSVC_AUTO_COMPACT:
+        return False
+    return not selectors.breaker_open(selectors.state_of(session))
+
+
+def compact_before_call(session: Session, state: accounting.BudgetState) -> bool:
+    """``REGISTRY.context_preflight``: at block or final, compact
+    now, in the request, while compaction can make room (spec 002 §8 step 3).
+    Joins (and runs) an automatic run already queued. Answers within
+    ``CONTEXTSVC_CONTEXT_WAIT_SECONDS`` whatever the run does (a slow summary
+    goes on in the background), and at once for a run that stopped beating.
+    True when the window changed; a failed or unfinished run leaves the
+    session as it was and the guard decides."""
+    if not can_make_room(session):
+        return False
+    try:
+        run, _ = compaction_request(session=session, trigger=Trigger.AUTO, enqueue=False)
+        run = compaction_run_bounded(run, leases.context_wait_seconds())
+    except Exception:  # noqa: BLE001 - the context must still be answered
+        logger.exception("compaction before the call failed for session %s", session.pk)
+        return False
+    return run.status == Status.SUCCEEDED and bool(run.changed)
+
+
+def context_note(session: Session, state: accounting.BudgetState) -> str | None:
+    """``REGISTRY.context_notes``: spec 002 §7's non-cacheable note above 80 % usage."""
+    return usage_note(state.budget.used, state.budget.effective_window)

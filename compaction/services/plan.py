@@ -1,0 +1,175 @@
+"""Computing a compaction without writing: load the window, run the strategy chain.
+
+What a run applies (``apply``) and what the dashboard previews
+(``compaction_plan``) come from the same ``compute_plan``; it holds no lock,
+so it may call the summariser for as long as that takes.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from contextsvc.engine.errors import EngineValidationError
+from contextsvc.engine.messages import Message as EngineMessage
+from contextsvc.engine.offline_summarizer import OfflineSummarizer
+from contextsvc.engine.retention import (
+    RetentionReport,
+    WindowText,
+    check_retention,
+    extract_key_facts,
+)
+from contextsvc.engine.strategies.base import (
+    CompactionConfig,
+    ContextState,
+    StrategyContext,
+    TokenCounter,
+    Window,
+)
+from contextsvc.engine.strategies.chain import DEFAULT_CHAIN, ChainResult, run_chain
+from contextsvc.engine.summarize import Summarizer
+from sessions import accounting
+from sessions.models import Session
+
+from .. import selectors, summarizers
+from ..models import CompactionRun
+from .policy import compaction_policy, resolve_chain, target_tokens
+from .window import view_key
+
+Trigger = CompactionRun.Trigger
+
+# What the summary prompt and its answer need besides the messages.
+SUMMARY_PROMPT_MARGIN = 2_000
+
+
+@dataclass(slots=True)
+class CompactionPlan:
+    """A computed compaction: the window it started from and the chain's result."""
+
+    through_seq: int
+    base: tuple[int, str, str]
+    window: Window
+    result: ChainResult
+    counter: TokenCounter
+    target: int
+    model: str
+    summarizer: summarizers.TimedSummarizer
+    retention: dict[str, Any] | None
+    retention_score: float | None
+    load_ms: float
+    compute_ms: float
+
+
+def compaction_plan(
+    *,
+    session: Session,
+    strategy: str | None,
+    instructions: str = "",
+    retain_last_turns: int | None = None,
+    summarizer: Summarizer | None = None,
+) -> CompactionPlan:
+    """What a manual compaction would do now, computed without writing anything:
+    the same window, chain, target and strategies as a real run (the
+    dashboard's preview). ``summarizer`` defaults to the offline one, so no LLM
+    is called."""
+    draft = CompactionRun(
+        session=session,
+        trigger=Trigger.MANUAL,
+        strategy=strategy or "chain",
+        chain=list(resolve_chain(session, strategy)),
+        forced=True,
+        instructions=instructions,
+        retain_last_turns=retain_last_turns,
+    )
+    return compute_plan(draft, summarizer or OfflineSummarizer())
+
+
+def compute_plan(run: CompactionRun, summarizer: Summarizer | None) -> CompactionPlan:
+    """Run ``run``'s chain on the live window up to its last message (no lock, no write)."""
+    t0 = time.perf_counter()
+    session = Session.objects.get(pk=run.session_id)
+    through = session.last_seq
+    base = (session.window_start_seq, session.retain, session.summary)
+    messages = selectors.window_messages(
+        session, start_seq=session.window_start_seq, through_seq=through
+    )
+    if not messages and not session.retain and not session.summary:
+        raise EngineValidationError("Conversation has no messages", field="messages")
+    window = Window(messages=messages, retain=session.retain, summary=session.summary)
+    state = accounting.compute_budget(session)
+    policy = compaction_policy(session)
+    chain = tuple(run.chain) or DEFAULT_CHAIN
+    effective = state.budget.effective_window
+    summary_max = int(policy.get("summary_max_tokens", 4096))
+    config = CompactionConfig.from_policy(
+        policy,
+        model=session.model,
+        instructions=run.instructions,
+        retain_last_turns=run.retain_last_turns,
+        summary_input_tokens=max(1_000, effective - summary_max - SUMMARY_PROMPT_MARGIN),
+    )
+    timed = summarizers.TimedSummarizer(
+        summarizer or summarizers.for_session(model=config.model, provider=session.provider)
+    )
+    counter = TokenCounter(accounting.tokenizer_of(session), accounting.estimate_config_of(session))
+    target = target_tokens(session, state, chain)
+    fixed = state.budget.system_prompt + state.budget.skill_prompts + state.budget.tool_descriptions
+    cached = selectors.state_of(session)
+    sandwich_state = None
+    if cached is not None and cached.range_start is not None and cached.range_end is not None:
+        sandwich_state = ContextState(
+            strategy=cached.strategy,
+            summary=cached.summary,
+            summary_range=(cached.range_start, cached.range_end),
+        )
+    ctx = StrategyContext(
+        counter=counter,
+        config=config,
+        summarizer=timed,
+        target_tokens=target,
+        force=run.forced,
+        reason="overflow" if run.trigger == Trigger.EMERGENCY else "budget",
+        max_context_tokens=max(1, effective - fixed),
+        sandwich_state=sandwich_state,
+        transcript=(
+            (lambda: selectors.transcript_messages(session, through_seq=through))
+            if "sandwich" in chain
+            else None
+        ),
+    )
+    load_ms = (time.perf_counter() - t0) * 1000
+    result = run_chain(window, chain, ctx)
+    retention: dict[str, Any] | None = None
+    score: float | None = None
+    if result.changed:
+        report = _retention(window, result.window)
+        retention, score = report.to_dict(), report.score
+    return CompactionPlan(
+        through_seq=through,
+        base=base,
+        window=window,
+        result=result,
+        counter=counter,
+        target=target,
+        model=config.model if timed.calls else "",
+        summarizer=timed,
+        retention=retention,
+        retention_score=score,
+        load_ms=load_ms,
+        compute_ms=(time.perf_counter() - t0) * 1000 - load_ms,
+    )
+
+
+def _retention(before: Window, after: Window) -> RetentionReport:
+    """Key facts of what the compaction removed or rewrote, checked against the new window."""
+    kept = {m.seq: m for m in after.messages if m.seq is not None}
+    compacted: list[EngineMessage] = []
+    if (before.retain, before.summary) != (after.retain, after.summary):
+        compacted.extend(before.preamble())
+    for msg in before.messages:
+        new = kept.get(msg.seq)
+        if new is None or view_key(new) != view_key(msg):
+            compacted.append(msg)
+    facts = extract_key_facts(compacted)
+    return check_retention(facts, WindowText.of(after.retain, after.summary, after.messages))

@@ -1,0 +1,97 @@
+"""Celery and compaction settings, imported by ``contextsvc.settings`` (one settings module).
+
+The broker (Redis, or an embedded filesystem broker), task limits and the
+periodic chores; then the compaction runs Celery executes: leases, waits,
+the summariser and the queue.
+"""
+
+from __future__ import annotations
+
+from contextsvc.settings_env import REDIS_URL, VAR_DIR, env_bool, env_choice, env_int, env_str
+
+# --- celery -----------------------------------------------------------------
+
+_celery_dir = VAR_DIR / "celery"
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL or "filesystem://")
+CELERY_RESULT_BACKEND = env_str("CELERY_RESULT_BACKEND", REDIS_URL)  # job state lives in the DB
+if CELERY_BROKER_URL == "filesystem://":
+    # Embedded broker: a real `celery worker` process reads these folders, so
+    # compaction still runs in the background with no Redis (DESIGN.md).
+    for sub in ("out", "processed", "control"):
+        (_celery_dir / sub).mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_celery_dir / "out"),
+        "data_folder_out": str(_celery_dir / "out"),
+        "processed_folder": str(_celery_dir / "processed"),
+        # broadcast/pidbox files; the default is ./control in the working dir
+        "control_folder": str(_celery_dir / "control"),
+        "store_processed": False,
+    }
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_TIME_LIMIT = env_int("CONTEXTSVC_TASK_TIME_LIMIT", 600, minimum=1)
+CELERY_TASK_SOFT_TIME_LIMIT = max(1, CELERY_TASK_TIME_LIMIT - 30)
+# Redis hands an unacked message (acks_late: its worker was killed) to another
+# worker after this many seconds. Longer than the time limit, so a task still
+# running is never delivered twice, and than a retry's countdown (at most 300 s,
+# compaction/tasks.py), which Redis also counts; not an hour, the default.
+_visibility_floor = max(CELERY_TASK_TIME_LIMIT, 300) + 1
+CONTEXTSVC_BROKER_VISIBILITY_TIMEOUT = env_int(
+    "CONTEXTSVC_BROKER_VISIBILITY_TIMEOUT", _visibility_floor + 59, minimum=_visibility_floor
+)
+if CELERY_BROKER_URL != "filesystem://":
+    # Redis, Sentinel and SQS read it; other transports ignore it.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CONTEXTSVC_BROKER_VISIBILITY_TIMEOUT}
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+# Periodic chores (run `celery -A contextsvc beat`; bin/run embeds it in its
+# worker). Each is also a management command for cron.
+CELERY_BEAT_SCHEDULE = {
+    # re-send compaction runs whose queue message or worker was lost
+    "compaction-requeue-stale": {"task": "compaction.requeue_stale", "schedule": 60.0},
+    # Idempotency-Key records past CONTEXTSVC_IDEMPOTENCY_TTL_HOURS
+    "sessions-prune-idempotency-keys": {
+        "task": "sessions.prune_idempotency_keys",
+        "schedule": 3600.0,
+    },
+    # spec 000 §1.9: tool outputs nothing references any more
+    "sessions-gc-outputs": {"task": "sessions.gc_outputs", "schedule": 86400.0},
+}
+
+# --- compaction ---------------------------------------------------------------
+
+# Enqueue a compaction from the append/usage hook when the budget says one is
+# due (spec 000 §2.8); false leaves only explicit ones (POST /compact, the
+# compact_context tool, the overflow path).
+CONTEXTSVC_AUTO_COMPACT = env_bool("CONTEXTSVC_AUTO_COMPACT", True)
+# Who writes summaries: auto (Anthropic's API when ANTHROPIC_API_KEY is set and
+# the summary model is Anthropic's, else the offline summariser), offline, or
+# anthropic (an error without a key).
+CONTEXTSVC_SUMMARIZER = env_choice(
+    "CONTEXTSVC_SUMMARIZER", "auto", ("auto", "offline", "anthropic")
+)
+# The SDK's own retries of a summary call (429 / 5xx / 529, honouring
+# retry-after) before the run's task retries with backoff.
+CONTEXTSVC_SUMMARIZER_MAX_RETRIES = env_int("CONTEXTSVC_SUMMARIZER_MAX_RETRIES", 2, minimum=0)
+# Seconds per summary call.
+CONTEXTSVC_SUMMARIZER_TIMEOUT = env_int("CONTEXTSVC_SUMMARIZER_TIMEOUT", 120, minimum=1)
+# Route runs to a dedicated worker pool (`celery worker -Q <queue>`); unset:
+# Celery's default queue.
+CONTEXTSVC_COMPACTION_QUEUE = env_str("CONTEXTSVC_COMPACTION_QUEUE")
+# How long `wait: true`, the compact_context tool and the overflow path wait
+# for a run another executor holds.
+CONTEXTSVC_COMPACT_WAIT_SECONDS = env_int("CONTEXTSVC_COMPACT_WAIT_SECONDS", 120, minimum=0)
+# A compaction run's holder renews a lease this long every third of it while it
+# works; a run whose lease lapsed (its worker was killed) is requeued by whoever
+# looks at it next — a request, any worker's sweep (every third of a lease), beat.
+# 10 s: a killed worker's run is running again within ~15 s; one renewal can be
+# late by two beats before a live run looks dead.
+CONTEXTSVC_COMPACTION_LEASE_SECONDS = env_int("CONTEXTSVC_COMPACTION_LEASE_SECONDS", 10, minimum=3)
+# A run whose holder was lost this many times (counting every claim) is failed,
+# the session unchanged, instead of requeued again.
+CONTEXTSVC_COMPACTION_MAX_ATTEMPTS = env_int("CONTEXTSVC_COMPACTION_MAX_ATTEMPTS", 4, minimum=1)
+# The most GET /context (at block) waits for a compaction another executor
+# holds before it answers with the context it has; never for one that stopped.
+CONTEXTSVC_CONTEXT_WAIT_SECONDS = env_int("CONTEXTSVC_CONTEXT_WAIT_SECONDS", 5, minimum=0)
