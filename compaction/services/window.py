@@ -12,7 +12,7 @@ from typing import Any
 from django.db import connection
 from django.db.models import Count, Sum
 from django.utils import timezone
-from sessions.output_store import session_recount_tool_outputs
+from sessions.outputs.budget import session_recount_tool_outputs
 
 from contextsvc.engine.build import message_to_dict
 from contextsvc.engine.messages import Message as EngineMessage
