@@ -1,3 +1,5 @@
+"""The sessions app: fills the extension registry with its tools and GC reference checks."""
+
 from django.apps import AppConfig
 
 
