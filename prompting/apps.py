@@ -14,6 +14,12 @@ class PromptingConfig(AppConfig):
         from contextsvc.engine import deferral
         from sessions.extensions import REGISTRY
 
-        from . import tool_search
+        from . import services, tool_search
 
         REGISTRY.register_tool(deferral.TOOL_SEARCH, tool_search.tool_search)
+        # Bridge to the registry's positional ToolDeferral hook (h-prompting
+        # registers its renamed function here instead).
+        if not REGISTRY.tool_deferral:
+            REGISTRY.tool_deferral.append(
+                lambda session, tools: services.tools_registered(session=session, tools=tools)
+            )

@@ -497,7 +497,7 @@ def select_tools(
         plan.tools = list(selection.active)
         if selection.tokens_sent != session.tool_tokens:
             if record:
-                from sessions.services import session_set_sent_tool_tokens
+                from sessions.services.tools import session_set_sent_tool_tokens
 
                 session_set_sent_tool_tokens(session=session, tokens=selection.tokens_sent)
             else:
@@ -522,7 +522,7 @@ def _restore_full_tool_tokens(session: Session, plan: ToolPlan, *, record: bool)
             scale = accounting.estimate_config_of(session).tool_schema_scale
             full = deferral.scaled(sum(plan.tokens[t.name] for t in plan.registered), scale)
             if full != session.tool_tokens and record:
-                from sessions.services import session_set_sent_tool_tokens
+                from sessions.services.tools import session_set_sent_tool_tokens
 
                 session_set_sent_tool_tokens(session=session, tokens=full)
             elif full != session.tool_tokens:

@@ -33,24 +33,32 @@ CompactionCheck = Callable[["Session"], bool]
 # Given candidate outputs, the refs among them still referenced; GC never
 # deletes one (compaction: snapshots).
 ReferenceCheck = Callable[[Sequence["ToolOutput"]], Iterable[str]]
+# The tool tokens that will be sent, or None to send everything (prompting's
+# deferral, spec 002 §5); called by ``session_set_tools`` under the session lock.
+ToolDeferral = Callable[["Session", list[ToolDef]], "int | None"]
 # A built-in tool's handler: the session and the model's arguments → its result.
 ToolHandler = Callable[["Session", dict[str, Any]], dict[str, Any]]
 
 
 @dataclass(frozen=True, slots=True)
 class BuiltinTool:
+    """A tool the service runs itself: its definition and its handler."""
+
     definition: ToolDef
     handler: ToolHandler
 
 
 @dataclass(slots=True)
 class Extensions:
+    """Every hook list and built-in tool, in one place (the only way up from ``sessions``)."""
+
     after_append: list[AfterAppend] = field(default_factory=list)
     context_preflight: list[ContextPreflight] = field(default_factory=list)
     context_notes: list[ContextNote] = field(default_factory=list)
     budget_blocks: list[BudgetBlock] = field(default_factory=list)
     compaction_available: list[CompactionCheck] = field(default_factory=list)
     reference_checks: list[ReferenceCheck] = field(default_factory=list)
+    tool_deferral: list[ToolDeferral] = field(default_factory=list)
     tools: dict[str, BuiltinTool] = field(default_factory=dict)
 
     def register_tool(self, definition: ToolDef, handler: ToolHandler) -> None:

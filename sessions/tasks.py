@@ -31,6 +31,6 @@ def gc_outputs(older_than_days: int | None = None) -> dict[str, Any]:
 @shared_task(name="sessions.prune_idempotency_keys", acks_late=True, ignore_result=True)
 def prune_idempotency_keys() -> int:
     """Periodic (beat, hourly): ``manage.py prune_idempotency_keys``. Idempotent."""
-    from .services import idempotency_prune
+    from .services.idempotency import idempotency_prune
 
     return idempotency_prune()

@@ -22,7 +22,7 @@ from django_htmx.middleware import HtmxDetails
 from contextsvc.errors import ServiceError
 from contextsvc.http import json_response
 from sessions import selectors_dashboard as sel
-from sessions import services
+from sessions.services.keys import agent_key_create, agent_key_revoke
 
 from . import charts
 from .forms import AgentKeyForm, SessionFilterForm, int_param
@@ -197,7 +197,7 @@ def key_list(request: HtmxHttpRequest) -> HttpResponse:
     form = AgentKeyForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         try:
-            created, raw_key = services.agent_key_create(name=form.cleaned_data["name"])
+            created, raw_key = agent_key_create(name=form.cleaned_data["name"])
         except ServiceError as exc:
             form.add_error("name", exc.message)
         else:
@@ -216,7 +216,7 @@ def key_list(request: HtmxHttpRequest) -> HttpResponse:
 @operator_required
 def key_revoke(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     key = sel.agent_key_for_operator(pk)
-    services.agent_key_revoke(key=key)
+    agent_key_revoke(key=key)
     context = {"keys": sel.agent_keys(), "form": AgentKeyForm(), "revoked": key}
     if _is_partial(request):
         return render(request, "sessions/keys.html#keys-panel", context)

@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from compaction import leases, services
 from compaction.models import CompactionRun, CompactionState, Snapshot
-from sessions.services import session_append_messages
+from sessions.services.append import session_append_messages
 
 from .conftest import turn
 from .test_services import session_state

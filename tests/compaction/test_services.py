@@ -16,7 +16,8 @@ from contextsvc.engine.summarize import OfflineSummarizer, SummarizerError
 from contextsvc.errors import ValidationFailed
 from sessions.models import Message, Session
 from sessions.selectors import live_messages, session_context
-from sessions.services import session_append_messages, session_record_usage
+from sessions.services.append import session_append_messages
+from sessions.services.usage import session_record_usage
 from tests.conftest import tool_turn
 
 from .conftest import turn

@@ -15,7 +15,9 @@ from contextsvc.errors import PayloadTooLarge, ValidationFailed
 from sessions import output_store
 from sessions.extensions import REGISTRY
 from sessions.models import AgentKey, Message, Session, ToolOutput, ToolOutputChunk
-from sessions.services import agent_key_create, session_append_messages, session_create
+from sessions.services.append import session_append_messages
+from sessions.services.keys import agent_key_create
+from sessions.services.sessions import session_create
 from sessions.tasks import gc_outputs
 from tests.conftest import tool_turn
 
