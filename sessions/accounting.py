@@ -88,7 +88,7 @@ def targets_of(session: Session) -> list[Target]:
         Target(provider=session.provider or "", model=session.model, limits=limits_of(session))
     ]
     for t in (session.policy or {}).get("targets") or []:
-        # Limits were resolved when the policy was saved (services.session_*).
+        # Limits were resolved when the policy was saved (``sessions.services.sessions``).
         targets.append(
             Target(
                 provider=t["provider"],

@@ -1,6 +1,6 @@
 """Sessions, their append-only transcript, agent keys and model profiles.
 
-Business rules live in ``services.py`` (writes) and ``contextsvc.engine``
+Business rules live in ``services/`` (writes) and ``contextsvc.engine``
 (formulas); the models hold data and the small invariants the database can
 enforce (unique seq per session, unique session id per owner).
 """

@@ -1,7 +1,7 @@
 """The append path: tool-call ids checked and paired, a batch inserted under the session lock.
 
 It follows healthchecks' ``Check.ping``: do the slow work (tokenizing,
-``prepare.prepare_messages``) before taking the lock, then lock the session
+``prepare.prepare_messages_storing_outputs``) before taking the lock, then lock the session
 row, take the next seq, insert, bump the cached counters, commit. Follow-up
 work (the registry's ``after_append`` hooks) is enqueued with
 ``transaction.on_commit``.
@@ -23,7 +23,7 @@ from sessions.models import Message, Session
 
 from .idempotency import idempotency_record_create, replayed_response
 from .inputs import MessageData
-from .prepare import Prepared, prepare_messages
+from .prepare import Prepared, prepare_messages_storing_outputs
 
 
 def _match_tool_calls(open_calls: dict[str, str], prepared: list[Prepared]) -> dict[str, str]:
@@ -169,7 +169,7 @@ def session_append_messages(
             return replay
     _duplicate_call_id(messages)
     # Tokenizing is the slow part: do it before taking the row lock.
-    prepared = prepare_messages(session, messages)
+    prepared = prepare_messages_storing_outputs(session, messages)
     with transaction.atomic():
         session = hotpath.relock_session(session, exclude=hotpath.HEAVY_FIELDS)
         if idempotency_key:

@@ -58,8 +58,14 @@ def nul_view_config(cache: ViewConfig, text: str) -> ViewConfig:
     return dataclasses.replace(cache, max_message_bytes=size, max_line_length=size)
 
 
-def prepare_messages(session: Session, messages: Sequence[MessageData]) -> list[Prepared]:
-    """Convert, store tool outputs (spec 000 §1.5) and count each message of a batch."""
+def prepare_messages_storing_outputs(
+    session: Session, messages: Sequence[MessageData]
+) -> list[Prepared]:
+    """Convert and count each message of a batch; writes its tool outputs (spec 000 §1.5).
+
+    Large outputs are stored here, outside the session lock; small ones are
+    left pending for the append to insert under the lock.
+    """
     tokenizer = accounting.tokenizer_of(session)
     config = accounting.estimate_config_of(session)
     cache = output_store.cache_config(session)
