@@ -54,12 +54,10 @@ def main() -> None:
     from contextsvc.engine.tokens import estimate_message
     from sessions import accounting
     from sessions.models import Message, Session
-    from sessions.services import (
-        agent_key_create,
-        session_append_messages,
-        session_create,
-        to_engine_message,
-    )
+    from sessions.services.append import session_append_messages
+    from sessions.services.keys import agent_key_create
+    from sessions.services.prepare import to_engine_message
+    from sessions.services.sessions import session_create
 
     texts = sample_texts()
     key, raw = agent_key_create(name="bench")

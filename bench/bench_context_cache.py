@@ -262,13 +262,10 @@ def replay_session() -> tuple[str, list[dict]]:
 def main() -> None:
     db_url = django_on_scratch_database("_ctxcache_bench")
     from sessions.models import Session
-    from sessions.services import (
-        agent_key_create,
-        session_append_messages,
-        session_create,
-        session_set_sections,
-        session_set_tools,
-    )
+    from sessions.services.append import session_append_messages
+    from sessions.services.keys import agent_key_create
+    from sessions.services.sessions import session_create, session_set_sections
+    from sessions.services.tools import session_set_tools
 
     key, raw = agent_key_create(name="bench-ctxcache")
     tools = make_tools(300)
@@ -453,12 +450,9 @@ def run_in_process() -> None:
 def run_replay(key) -> None:
     from prompting.context.service import context_for_call
     from sessions.models import Message, Session
-    from sessions.services import (
-        session_append_messages,
-        session_create,
-        session_set_sections,
-        session_set_tools,
-    )
+    from sessions.services.append import session_append_messages
+    from sessions.services.sessions import session_create, session_set_sections
+    from sessions.services.tools import session_set_tools
 
     system, messages = replay_session()
     calls = sum(len(m.get("tool_calls") or []) for m in messages)

@@ -50,7 +50,9 @@ def workload_texts() -> tuple[list[str], list[str]]:
 
 def seed(owner, texts: list[str], outputs: list[str]):
     from sessions.models import Session
-    from sessions.services import session_append_messages, session_create, session_record_usage
+    from sessions.services.append import session_append_messages
+    from sessions.services.sessions import session_create
+    from sessions.services.usage import session_record_usage
 
     session = session_create(
         owner=owner,
@@ -142,7 +144,8 @@ def main() -> None:
     from django.urls import reverse
 
     from sessions.models import Message, Session
-    from sessions.services import agent_key_create, session_create
+    from sessions.services.keys import agent_key_create
+    from sessions.services.sessions import session_create
 
     texts, outputs = workload_texts()
     key, _ = agent_key_create(name="bench")

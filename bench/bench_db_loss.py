@@ -27,7 +27,8 @@ from common import Http, django_on_scratch_database, gunicorn, pct
 def main() -> None:
     db_url = django_on_scratch_database("_dbloss")
     # Django is set up only now, on the scratch database.
-    from sessions.services import agent_key_create, session_create
+    from sessions.services.keys import agent_key_create
+    from sessions.services.sessions import session_create
 
     key, raw = agent_key_create(name="bench")
     workers = int(os.environ.get("BENCH_WORKERS", "2"))

@@ -65,7 +65,7 @@ def big_output(lines: int = BIG_LINES, piece: int = 10_000) -> Iterator[bytes]:
 def main() -> None:
     started = time.perf_counter()
     db_url = django_on_scratch_database("_outputs_bench")
-    from sessions.services import agent_key_create
+    from sessions.services.keys import agent_key_create
 
     _, raw = agent_key_create(name="bench-outputs")
     with gunicorn(db_url, workers=1, timeout=300) as (port, server):
@@ -267,7 +267,8 @@ def replay(runs: list[list[dict]], sid: str, hysteresis: float, budget: int) -> 
     it with the previous call's: did the already-sent prefix change?"""
     from prompting.context.service import context_for_call
     from sessions.models import AgentKey, Session
-    from sessions.services import session_append_messages, session_create
+    from sessions.services.append import session_append_messages
+    from sessions.services.sessions import session_create
 
     owner = AgentKey.objects.get(name="bench-outputs")
     session = session_create(

@@ -10,9 +10,10 @@ import json
 from typing import Any
 
 import orjson
+from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.db import InterfaceError, OperationalError
-from django.http import Http404, HttpRequest
+from django.http import Http404, HttpRequest, HttpResponse
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
@@ -36,7 +37,9 @@ api = NinjaAPI(
 )
 
 
-def _error(request: HttpRequest, status: int, code: str, message: str, details: Any = None):
+def _error(
+    request: HttpRequest, status: int, code: str, message: str, details: Any = None
+) -> HttpResponse:
     return api.create_response(request, error_body(code, message, details), status=status)
 
 
@@ -51,7 +54,7 @@ def _field_name(loc: Any) -> str:
 
 
 @api.exception_handler(NinjaValidationError)
-def on_validation_error(request: HttpRequest, exc: NinjaValidationError):
+def on_validation_error(request: HttpRequest, exc: NinjaValidationError) -> HttpResponse:
     errors = [
         {"field": _field_name(e.get("loc", ())), "message": e.get("msg", ""), "type": e.get("type")}
         for e in exc.errors
@@ -61,12 +64,12 @@ def on_validation_error(request: HttpRequest, exc: NinjaValidationError):
 
 
 @api.exception_handler(ServiceError)
-def on_service_error(request: HttpRequest, exc: ServiceError):
+def on_service_error(request: HttpRequest, exc: ServiceError) -> HttpResponse:
     return api.create_response(request, exc.body(), status=exc.status)
 
 
 @api.exception_handler(RateLimited)
-def on_rate_limited(request: HttpRequest, exc: RateLimited):
+def on_rate_limited(request: HttpRequest, exc: RateLimited) -> HttpResponse:
     response = on_service_error(request, exc)
     response["Retry-After"] = str(exc.retry_after)
     response._has_been_logged = True  # a flood's refusals would flood the log as warnings
@@ -74,32 +77,30 @@ def on_rate_limited(request: HttpRequest, exc: RateLimited):
 
 
 @api.exception_handler(EngineValidationError)
-def on_engine_validation(request: HttpRequest, exc: EngineValidationError):
+def on_engine_validation(request: HttpRequest, exc: EngineValidationError) -> HttpResponse:
     details = {"field": exc.field} if getattr(exc, "field", None) else getattr(exc, "details", None)
     return _error(request, 422, "VALIDATION_ERROR", exc.message, details)
 
 
 @api.exception_handler(EngineUnavailableError)
-def on_engine_unavailable(request: HttpRequest, exc: EngineUnavailableError):
+def on_engine_unavailable(request: HttpRequest, exc: EngineUnavailableError) -> HttpResponse:
     return _error(request, 503, "SERVICE_UNAVAILABLE", str(exc))
 
 
 @api.exception_handler(AuthenticationError)
-def on_auth_error(request: HttpRequest, exc: AuthenticationError):
+def on_auth_error(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
     return _error(
         request, 401, "UNAUTHORIZED", "Missing or invalid agent key (Authorization: Bearer <key>)"
     )
 
 
 @api.exception_handler(Http404)
-def on_not_found(request: HttpRequest, exc: Http404):
+def on_not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
     return _error(request, 404, "NOT_FOUND", str(exc) or "Not found")
 
 
 @api.exception_handler(RequestDataTooBig)
-def on_too_big(request: HttpRequest, exc: RequestDataTooBig):
-    from django.conf import settings
-
+def on_too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
     return _error(
         request,
         413,
@@ -110,7 +111,7 @@ def on_too_big(request: HttpRequest, exc: RequestDataTooBig):
 
 
 @api.exception_handler(HttpError)
-def on_http_error(request: HttpRequest, exc: HttpError):
+def on_http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
     cause = exc.__cause__
     if isinstance(cause, ServiceError):  # raised while parsing the body (a NUL)
         return on_service_error(request, cause)

@@ -89,7 +89,7 @@ def targets_of(session: Session) -> list[Target]:
         Target(provider=session.provider or "", model=session.model, limits=limits_of(session))
     ]
     for t in (session.policy or {}).get("targets") or []:
-        # Limits were resolved when the policy was saved (services.session_*).
+        # Limits were resolved when the policy was saved (``sessions.services.sessions``).
         targets.append(
             Target(
                 provider=t["provider"],
@@ -113,7 +113,7 @@ class BudgetState:
     calibrated: int | None
     reserved: int
     # spec 001 toolBudgetExceeded / canExecuteTool and spec 000 §1.7's
-    # tool-output budget (issue 3).
+    # tool-output budget.
     tool_budget_exceeded: bool = False
     can_execute_tool: bool = True
     tool_outputs: dict[str, Any] | None = None
@@ -148,7 +148,7 @@ def compute_budget(session: Session, *, extra: int = 0) -> BudgetState:
     calibrated = None
     if session.reported_total is not None and session.estimated_at_report is not None:
         # The provider's count wins for the prefix it counted; what changed
-        # since is our estimate (issue 2 §6).
+        # since is our estimate (spec 000 §2.3 usage calibrates the estimate).
         calibrated = max(0, session.reported_total + estimated - session.estimated_at_report)
     reserved = int(getattr(session, "reserved_tokens", 0) or 0)
     counters = GuardCounters(

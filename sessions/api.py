@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from django.db import transaction
-from django.http import HttpRequest
+from django.http import HttpResponse
 from ninja import Body, Header, Query, Router, Schema, Status
 from pydantic import Field
 
@@ -13,7 +13,10 @@ from contextsvc import nul
 from contextsvc.http import json_response
 from contextsvc.openapi import ErrorOut, declare_errors
 
-from . import selectors, services
+from . import builtin_tools, selectors
+from .accounting import compute_budget
+from .auth import ApiRequest
+from .models import AgentKey, Session
 from .schemas import (
     MAX_ID,
     MAX_TOKENS,
@@ -27,6 +30,7 @@ from .schemas import (
 from .schemas_out import (
     AppendOut,
     BudgetDetailOut,
+    BuiltinToolResultOut,
     BuiltinToolsOut,
     SectionsOut,
     SessionListOut,
@@ -34,16 +38,29 @@ from .schemas_out import (
     ToolNamesOut,
     UsageOut,
 )
+from .services.append import session_append_messages
+from .services.idempotency import request_fingerprint
+from .services.inputs import (
+    MessageData,
+    SectionData,
+    SessionCreateData,
+    SessionPatchData,
+    ToolData,
+    UsageData,
+)
+from .services.sessions import session_create, session_set_sections, session_update
+from .services.tools import session_set_tools
+from .services.usage import session_record_usage
 
 router = Router(tags=["sessions"])
 
 
-def _owner(request: HttpRequest):
+def _owner(request: ApiRequest) -> AgentKey:
     return request.auth
 
 
-def _session(request: HttpRequest, sid: str, *, defer_tools: bool = False):
-    cached = getattr(request, "contextsvc_session", None)  # loaded by AgentKeyAuth
+def _session(request: ApiRequest, sid: str, *, defer_tools: bool = False) -> Session:
+    cached = request.contextsvc_session  # loaded by AgentKeyAuth
     if cached is not None and cached.external_id == sid:
         return cached
     return selectors.session_get(owner=_owner(request), external_id=sid, defer_tools=defer_tools)
@@ -57,49 +74,47 @@ class ListFilters(Schema):
 
 
 @router.post("/sessions", response={201: SessionOut, 409: ErrorOut})
-def create_session(request: HttpRequest, payload: SessionCreateIn):
-    data = payload.model_dump(exclude_unset=True)
+def create_session(request: ApiRequest, payload: SessionCreateIn) -> Status:
+    data = cast(SessionCreateData, payload.model_dump(exclude_unset=True))
     data["policy"] = payload.policy.model_dump(exclude_unset=True)
-    session = services.session_create(owner=_owner(request), data=data)
+    session = session_create(owner=_owner(request), data=data)
     return Status(201, selectors.session_to_dict(session))
 
 
 @router.get("/sessions", response=SessionListOut)
-def list_sessions(request: HttpRequest, filters: Query[ListFilters]):
+def list_sessions(request: ApiRequest, filters: Query[ListFilters]) -> dict[str, Any]:
     nul.reject_in_text(filters.agent, "agent")
     page, next_cursor = selectors.session_list(owner=_owner(request), **filters.model_dump())
     return {"items": [selectors.session_to_dict(s) for s in page], "next_cursor": next_cursor}
 
 
 @router.get("/sessions/{sid}", response=SessionOut)
-def get_session(request: HttpRequest, sid: str):
+def get_session(request: ApiRequest, sid: str) -> dict[str, Any]:
     return selectors.session_to_dict(_session(request, sid))
 
 
 @router.patch("/sessions/{sid}", response=SessionOut)
-def patch_session(request: HttpRequest, sid: str, payload: SessionPatchIn):
-    data = payload.model_dump(exclude_unset=True)
+def patch_session(request: ApiRequest, sid: str, payload: SessionPatchIn) -> dict[str, Any]:
+    data = cast(SessionPatchData, payload.model_dump(exclude_unset=True))
     if payload.policy is not None:
         data["policy"] = payload.policy.model_dump(exclude_unset=True)
     # One transaction with the answer: a PATCH that cannot be answered is not kept.
     with transaction.atomic():
-        session = services.session_update(session=_session(request, sid), data=data)
+        session = session_update(session=_session(request, sid), data=data)
         return selectors.session_to_dict(session)
 
 
 @router.put("/sessions/{sid}/system", response=SectionsOut)
-def put_system(request: HttpRequest, sid: str, payload: list[SectionIn]):
-    session = services.session_set_sections(
-        session=_session(request, sid), sections=[s.model_dump() for s in payload]
-    )
+def put_system(request: ApiRequest, sid: str, payload: list[SectionIn]) -> dict[str, Any]:
+    sections = [cast(SectionData, s.model_dump()) for s in payload]
+    session = session_set_sections(session=_session(request, sid), sections=sections)
     return {"sections": session.sections, "budget": selectors.session_to_dict(session)["budget"]}
 
 
 @router.put("/sessions/{sid}/tools", response=ToolNamesOut)
-def put_tools(request: HttpRequest, sid: str, payload: list[ToolDefIn]):
-    session = services.session_set_tools(
-        session=_session(request, sid), tools=[t.model_dump() for t in payload]
-    )
+def put_tools(request: ApiRequest, sid: str, payload: list[ToolDefIn]) -> dict[str, Any]:
+    tools = [cast(ToolData, t.model_dump()) for t in payload]
+    session = session_set_tools(session=_session(request, sid), tools=tools)
     return {
         "tools": [t["name"] for t in session.tools],
         "budget": selectors.session_to_dict(session)["budget"],
@@ -108,22 +123,22 @@ def put_tools(request: HttpRequest, sid: str, payload: list[ToolDefIn]):
 
 @router.post("/sessions/{sid}/messages", response={200: AppendOut, 409: ErrorOut})
 def post_messages(
-    request: HttpRequest,
+    request: ApiRequest,
     sid: str,
     payload: AppendIn,
     idempotency_key: str | None = Header(None, alias="Idempotency-Key", max_length=200),
-):
+) -> HttpResponse:
     nul.reject_in_text(idempotency_key, "Idempotency-Key")
     session = _session(request, sid)
-    messages = [m.model_dump() for m in payload.messages]
+    messages = cast(list[MessageData], [m.model_dump() for m in payload.messages])
     # Pre-rendered like the context: the hot path skips re-validating its own
     # answer against AppendOut (~55 µs); the contract tests hold it to the schema.
     return json_response(
-        services.session_append_messages(
+        session_append_messages(
             session=session,
             messages=messages,
             idempotency_key=idempotency_key,
-            fingerprint=services.request_fingerprint(messages) if idempotency_key else "",
+            fingerprint=request_fingerprint(messages) if idempotency_key else "",
         )
     )
 
@@ -133,9 +148,7 @@ class BudgetQuery(Schema):
 
 
 @router.get("/sessions/{sid}/budget", response=BudgetDetailOut, exclude_unset=True)
-def get_budget(request: HttpRequest, sid: str, q: Query[BudgetQuery]):
-    from .accounting import compute_budget
-
+def get_budget(request: ApiRequest, sid: str, q: Query[BudgetQuery]) -> dict[str, Any]:
     session = _session(request, sid)
     out: dict[str, Any] = compute_budget(session, extra=q.extra_tokens).to_dict()
     out["status"] = session.status
@@ -148,10 +161,9 @@ def get_budget(request: HttpRequest, sid: str, q: Query[BudgetQuery]):
 
 
 @router.post("/sessions/{sid}/usage", response=UsageOut)
-def post_usage(request: HttpRequest, sid: str, payload: UsageIn):
-    report, state = services.session_record_usage(
-        session=_session(request, sid), usage=payload.model_dump()
-    )
+def post_usage(request: ApiRequest, sid: str, payload: UsageIn) -> dict[str, Any]:
+    usage = cast(UsageData, payload.model_dump())
+    report, state = session_record_usage(session=_session(request, sid), usage=usage)
     return {
         "total_tokens": report.total_tokens,
         "estimated_tokens": report.estimated_tokens,
@@ -164,9 +176,7 @@ def post_usage(request: HttpRequest, sid: str, payload: UsageIn):
 
 
 @router.get("/tools", tags=["tools"], response=BuiltinToolsOut)
-def list_builtin_tools(request: HttpRequest):
-    from . import builtin_tools
-
+def list_builtin_tools(request: ApiRequest) -> dict[str, Any]:
     defs = builtin_tools.definitions()
     return {
         "anthropic": [builtin_tools.as_format(t, "anthropic") for t in defs],
@@ -177,11 +187,11 @@ def list_builtin_tools(request: HttpRequest):
 @router.post(
     "/sessions/{sid}/tools/{name}/call",
     tags=["tools"],
-    response={200: dict[str, Any], 409: ErrorOut},
+    response={200: BuiltinToolResultOut, 409: ErrorOut},
 )
-def call_builtin_tool(request: HttpRequest, sid: str, name: str, payload: Body[dict[str, Any]]):
-    from . import builtin_tools
-
+def call_builtin_tool(
+    request: ApiRequest, sid: str, name: str, payload: Body[dict[str, Any]]
+) -> dict[str, Any]:
     return builtin_tools.call(_session(request, sid, defer_tools=True), name, payload)
 
 

@@ -1,4 +1,4 @@
-"""Bearer agent keys for the API."""
+"""Bearer agent keys for the API, and the typed request its handlers receive."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from ninja.security import HttpBearer
 from contextsvc.ratelimit import admit_key, refuse_flooding_key
 
 from .hotpath import session_for_key
-from .models import AgentKey, hash_key
+from .models import AgentKey, Session, hash_key
 from .selectors import is_session_id
 
 # Touch last_used_at at most this often: one write per request would double
@@ -19,8 +19,24 @@ from .selectors import is_session_id
 LAST_USED_RESOLUTION = timedelta(minutes=1)
 
 
+class ApiRequest(HttpRequest):
+    """An API request once ``AgentKeyAuth`` let it in: what handlers annotate ``request`` with.
+
+    Never instantiated: it declares the attributes authentication sets on
+    Django's request.
+    """
+
+    auth: AgentKey
+    # The session the URL names, loaded with the key in one query (None when
+    # the URL names none, or one the key does not own).
+    contextsvc_session: Session | None
+
+
 class AgentKeyAuth(HttpBearer):
+    """``Authorization: Bearer <key>``: an active agent key, within its rate limits."""
+
     def authenticate(self, request: HttpRequest, token: str) -> AgentKey | None:
+        request.contextsvc_session = None
         if not token:
             return None
         digest = hash_key(token)

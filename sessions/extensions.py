@@ -49,12 +49,16 @@ ToolHandler = Callable[["Session", dict[str, Any]], dict[str, Any]]
 
 @dataclass(frozen=True, slots=True)
 class BuiltinTool:
+    """A tool the service runs itself: its definition and its handler."""
+
     definition: ToolDef
     handler: ToolHandler
 
 
 @dataclass(slots=True)
 class Extensions:
+    """Every hook list and built-in tool, in one place (the only way up from ``sessions``)."""
+
     after_append: list[AfterAppend] = field(default_factory=list)
     context_preflight: list[ContextPreflight] = field(default_factory=list)
     context_notes: list[ContextNote] = field(default_factory=list)

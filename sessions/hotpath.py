@@ -141,8 +141,10 @@ def lock_session(pk: int, *, exclude: frozenset[str] = frozenset()) -> Session:
     """Re-read a session under its row lock (call inside transaction.atomic).
 
     The one lock every writer of the session row takes (appends, settings,
-    tool budget, compaction), so they serialise on the row. ``exclude`` leaves
-    columns out (deferred); the append path leaves out ``HEAVY_FIELDS``.
+    tool budget, the sent tool tokens, compaction), so they serialise on the
+    row; on PostgreSQL it is ``FOR NO KEY UPDATE``, which does not block
+    inserts of messages. ``exclude`` leaves columns out (deferred): the append
+    path and ``session_set_sent_tool_tokens`` leave out ``HEAVY_FIELDS``.
     """
     with _cursor() as cursor:
         cursor.execute(_lock_sql(exclude, connection.vendor), [pk])

@@ -1,6 +1,6 @@
 """Sessions, their append-only transcript, agent keys and model profiles.
 
-Business rules live in ``services.py`` (writes) and ``contextsvc.engine``
+Business rules live in ``services/`` (writes) and ``contextsvc.engine``
 (formulas); the models hold data and the small invariants the database can
 enforce (unique seq per session, unique session id per owner).
 """
@@ -133,7 +133,7 @@ class Session(models.Model):
     # change since (appends, new sections, trims, compaction) without a re-read.
     estimated_at_report = models.PositiveIntegerField(null=True, blank=True)
 
-    # Tool output cache (issue 3). Untrimmed tool-output view tokens in the
+    # Tool output cache (spec 000 §1). Untrimmed tool-output view tokens in the
     # live window (spec 000 §1.7's total), so the trim decision never re-reads
     # history; the seq of the newest trimmed tool message (trimming is oldest
     # first, so everything at or before it is trimmed: candidates start after

@@ -141,7 +141,7 @@ class EstimatePolicy(In):
 
 
 class PromptCachePolicy(In):
-    """Prompt caching (issue 6, spec 002 §4): where ``cache_control`` markers go."""
+    """Prompt caching (spec 002 §4): where ``cache_control`` markers go."""
 
     enabled: bool = True
     # Anthropic cache lifetimes: writes cost 1.25× input for 5 min, 2× for 1 h.
@@ -202,7 +202,7 @@ class SessionPatchIn(In):
 
 
 def _named(data: Any, field: str, allowed: tuple[str, ...], what: str) -> None:
-    """Reject an unknown enum value with a message naming the item (issue 6 "bad input")."""
+    """Reject an unknown enum value with a message naming the item, so a bad list is fixed in one go."""
     if isinstance(data, dict) and field in data and data[field] not in allowed:
         raise ValueError(
             f"{what} {data.get('name')!r}: unknown {field} {data[field]!r};"

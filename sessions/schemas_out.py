@@ -186,6 +186,24 @@ class BuiltinToolsOut(Out):
     openai: list[dict[str, Any]]
 
 
+class BuiltinToolResultOut(Out):
+    """What a built-in tool answers; each tool has its own keys (the tool's JSON, as is).
+
+    - ``tool_output_cache`` (spec 000 §1.8): numbered lines of a stored output,
+      as GET /refs/{ref} answers (``text``, ``offset``, ``limit``, ``lines``,
+      ``total_lines``, ``has_more``, ``next_offset``, ``truncated``, ...), with
+      ``ref_id`` for ``ref``.
+    - ``tool_output_cache_grep``: matching lines with context, as GET
+      /refs/{ref}/grep answers, with ``ref_id`` for ``ref``.
+    - ``tool_search`` (spec 002 §5): ``query``, ``matches``, ``loaded`` (tools
+      now sent for the rest of the turn), ``deferred_remaining``, ``message``.
+    - ``compact_context`` (spec 002 §7): ``result`` (for the model), ``run_id``,
+      ``status``, ``compact_result``.
+
+    No declared fields: the tool's keys are passed through in its own order.
+    """
+
+
 # --- tool outputs (spec 000 §1.8, spec 001) ---------------------------------------------
 
 

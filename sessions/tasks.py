@@ -7,7 +7,7 @@ from typing import Any
 from celery import shared_task
 
 from .outputs.gc import outputs_gc
-from .services import idempotency_prune
+from .services.idempotency import idempotency_prune
 
 
 @shared_task(

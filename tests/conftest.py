@@ -71,7 +71,7 @@ class ApiClient:
 
 @pytest.fixture
 def make_key(db):
-    from sessions.services import agent_key_create
+    from sessions.services.keys import agent_key_create
 
     def _make(name: str = "agent"):
         return agent_key_create(name=name)

@@ -32,7 +32,7 @@ import pytest
 import redis
 from django.db import connection
 
-from sessions.services import agent_key_create
+from sessions.services.keys import agent_key_create
 from tests.conftest import IN_CI, tool_turn
 from tests.live_server import database_url, gunicorn
 

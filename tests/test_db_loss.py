@@ -30,7 +30,8 @@ from django.test import Client
 
 from sessions import hotpath
 from sessions.models import Message
-from sessions.services import agent_key_create, session_create
+from sessions.services.keys import agent_key_create
+from sessions.services.sessions import session_create
 from tests.conftest import IN_CI
 from tests.live_server import database_url, gunicorn
 

@@ -12,7 +12,6 @@ from typing import Any
 from django.db import connection
 from django.db.models import Count, Sum
 from django.utils import timezone
-from sessions.outputs.budget import session_recount_tool_outputs
 
 from contextsvc.engine.build import message_to_dict
 from contextsvc.engine.messages import Message as EngineMessage
@@ -20,6 +19,7 @@ from contextsvc.engine.strategies.base import TokenCounter
 from contextsvc.engine.summarize import preamble
 from sessions import accounting
 from sessions.models import Message, Session
+from sessions.outputs.budget import session_recount_tool_outputs
 
 from ..models import ViewChange
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from sessions.models import Session
 from sessions.selectors import context_messages
-from sessions.services import session_context_preflight
+from sessions.services.preflight import session_context_preflight
 from sessions.status import session_mark_final
 
 from ..services.cache import account_build, build_record_save

@@ -16,10 +16,10 @@ from django.utils.safestring import SafeString
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from contextsvc.errors import ServiceError
-from sessions import services
 from sessions.extensions import REGISTRY
 from sessions.models import Session
 from sessions.outputs.read import output_iter_bytes
+from sessions.services.keys import agent_key_create, agent_key_revoke
 
 from . import charts
 from .forms import AgentKeyForm, SessionFilterForm, int_param
@@ -162,7 +162,7 @@ def key_list(request: HtmxHttpRequest) -> HttpResponse:
     form = AgentKeyForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         try:
-            created, raw_key = services.agent_key_create(name=form.cleaned_data["name"])
+            created, raw_key = agent_key_create(name=form.cleaned_data["name"])
         except ServiceError as exc:
             form.add_error("name", exc.message)
         else:
@@ -181,7 +181,7 @@ def key_list(request: HtmxHttpRequest) -> HttpResponse:
 @operator_required
 def key_revoke(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     key = agent_key_for_operator(pk)
-    services.agent_key_revoke(key=key)
+    agent_key_revoke(key=key)
     context = {"keys": agent_keys(), "form": AgentKeyForm(), "revoked": key}
     if is_partial(request):
         return render(request, "sessions/keys.html#keys-panel", context)

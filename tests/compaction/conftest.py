@@ -89,7 +89,7 @@ def turn(
 def session_factory(alice_key, make_session):
     """A Session row (owned by alice) created through the API, with ``turns`` turns appended."""
     from sessions.models import Session
-    from sessions.services import session_append_messages
+    from sessions.services.append import session_append_messages
 
     def _make(turns: int = 0, *, sid: str | None = None, **fields: Any) -> Session:
         body = {**SMALL, **fields}

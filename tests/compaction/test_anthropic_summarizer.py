@@ -29,7 +29,7 @@ from contextsvc.engine.summarize import (
 from contextsvc.engine.wellformed import NO_RESULT_TEXT
 from sessions.models import Session
 from sessions.selectors import live_messages
-from sessions.services import session_append_messages
+from sessions.services.append import session_append_messages
 
 from .conftest import turn
 

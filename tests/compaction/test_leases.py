@@ -26,7 +26,7 @@ from compaction.services.requests import (
     compaction_request,
     compaction_requeue_stale,
 )
-from sessions.services import session_append_messages
+from sessions.services.append import session_append_messages
 
 from .conftest import turn
 from .test_services import session_state

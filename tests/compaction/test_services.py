@@ -28,7 +28,8 @@ from contextsvc.errors import ValidationFailed
 from prompting.context.build import context_preview
 from sessions.models import Message, Session
 from sessions.selectors import live_messages
-from sessions.services import session_append_messages, session_record_usage
+from sessions.services.append import session_append_messages
+from sessions.services.usage import session_record_usage
 from tests.conftest import tool_turn
 
 from .conftest import turn

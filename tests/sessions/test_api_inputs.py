@@ -581,7 +581,7 @@ def test_no_input_gives_a_5xx_and_the_session_keeps_working(
 
 def test_services_check_the_policy_whoever_calls_them(alice_key):
     from contextsvc.errors import ValidationFailed
-    from sessions import services
+    from sessions.services import sessions as services
 
     key = alice_key[0]
     bad = {"estimate": {"tool_schema_scale": 1e300}}

@@ -48,7 +48,7 @@ def test_token_count_is_computed_once_at_ingest(alice, make_session, monkeypatch
         calls.append(msg.text)
         return real(msg, *a, **kw)
 
-    monkeypatch.setattr("sessions.services.estimate_message", counting)
+    monkeypatch.setattr("sessions.services.prepare.estimate_message", counting)
     alice.post(
         f"sessions/{sid}/messages", {"messages": [{"role": "assistant", "content": "second"}]}
     )

@@ -96,7 +96,7 @@ def test_missing_or_wrong_key_is_401(anon, alice):
 
 
 def test_revoked_key_is_401(alice_key, alice):
-    from sessions.services import agent_key_revoke
+    from sessions.services.keys import agent_key_revoke
 
     assert alice.get("sessions").status_code == 200
     agent_key_revoke(key=alice_key[0])

@@ -14,7 +14,9 @@ from django.db import connection, connections
 
 from sessions import hotpath
 from sessions.models import Message, Session, hash_key
-from sessions.services import agent_key_create, session_append_messages, session_create
+from sessions.services.append import session_append_messages
+from sessions.services.keys import agent_key_create
+from sessions.services.sessions import session_create
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 

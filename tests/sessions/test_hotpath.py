@@ -9,12 +9,9 @@ from django.db import connection, transaction
 
 from sessions import hotpath
 from sessions.models import AgentKey, Session, hash_key
-from sessions.services import (
-    agent_key_create,
-    session_append_messages,
-    session_create,
-    session_set_sections,
-)
+from sessions.services.append import session_append_messages
+from sessions.services.keys import agent_key_create
+from sessions.services.sessions import session_create, session_set_sections
 
 pytestmark = pytest.mark.django_db
 

@@ -19,7 +19,9 @@ from sessions.outputs.gc import outputs_gc
 from sessions.outputs.grep import GREP_LINE_CHARS, output_grep
 from sessions.outputs.read import CUT_MARK, output_read_all, output_slice
 from sessions.outputs.store import READ_PIECE, output_store_bytes, output_upload
-from sessions.services import agent_key_create, session_append_messages, session_create
+from sessions.services.append import session_append_messages
+from sessions.services.keys import agent_key_create
+from sessions.services.sessions import session_create
 from sessions.tasks import gc_outputs
 from tests.conftest import tool_turn
 

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from sessions.services import agent_key_create, session_create
+from sessions.services.keys import agent_key_create
+from sessions.services.sessions import session_create
 from tests.fakes.flood_agent import Client, append_body
 from tests.live_server import database_url, gunicorn
 

@@ -64,13 +64,10 @@ def build_session(
     tool calls with their results, a final assistant answer, and (optionally)
     the provider's usage report."""
     from sessions.models import Session
-    from sessions.services import (
-        session_append_messages,
-        session_create,
-        session_record_usage,
-        session_set_sections,
-        session_set_tools,
-    )
+    from sessions.services.append import session_append_messages
+    from sessions.services.sessions import session_create, session_set_sections
+    from sessions.services.tools import session_set_tools
+    from sessions.services.usage import session_record_usage
 
     session = session_create(
         owner=key,

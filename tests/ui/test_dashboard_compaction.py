@@ -127,7 +127,7 @@ def test_invalid_form_is_shown_with_its_errors(op, big):
 
 
 def test_empty_session_cannot_be_compacted(op, alice_key):
-    from sessions.services import session_create
+    from sessions.services.sessions import session_create
 
     session = session_create(owner=alice_key[0], data={"id": "e", "model": "gpt-4o"})
     body = op.post(
@@ -171,7 +171,7 @@ def test_snapshot_before_after(op, big):
 
 
 def test_restore_an_earlier_snapshot_and_the_uncompacted_transcript(op, big):
-    from sessions.services import session_append_messages
+    from sessions.services.append import session_append_messages
 
     first = _compacted(op, big)
     # More conversation, then a second compaction: the first snapshot is no longer live.

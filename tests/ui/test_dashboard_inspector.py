@@ -226,7 +226,7 @@ def test_long_message_preview_and_full_text(op, make_dash_session):
 
 
 def test_empty_session(op, alice_key):
-    from sessions.services import session_create
+    from sessions.services.sessions import session_create
 
     session = session_create(owner=alice_key[0], data={"id": "empty", "model": "gpt-4o"})
     html = op.get(detail(session)).content.decode()

@@ -17,7 +17,7 @@ LIST = reverse("dashboard:session_list")
 
 def _bare_session(key, sid: str, **fields) -> Session:
     """A session row with set counters (the list reads only the row)."""
-    from sessions.services import session_create
+    from sessions.services.sessions import session_create
 
     session = session_create(
         owner=key,

@@ -94,7 +94,7 @@ def test_grep_marks_matches_with_line_numbers_and_context(op, stored):
 
 
 def test_grep_escapes_the_output_text(op, make_dash_session):
-    from sessions.services import session_append_messages
+    from sessions.services.append import session_append_messages
 
     session = make_dash_session(turns=1, tool_lines=2)
     session_append_messages(

@@ -8,19 +8,17 @@ data folder) and reused while it is still valid.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
 from sessions.models import AgentKey, Session, hash_key
-from sessions.services import (
-    agent_key_create,
-    session_append_messages,
-    session_create,
-    session_set_sections,
-    session_set_tools,
-)
+from sessions.services.append import session_append_messages
+from sessions.services.keys import agent_key_create
+from sessions.services.sessions import session_create, session_set_sections
+from sessions.services.tools import session_set_tools
 
 DEMO_SESSION = "demo"
 
@@ -78,7 +76,7 @@ def demo_conversation() -> list[list[dict]]:
 class Command(BaseCommand):
     help = "Create the quick-start demo (operator login, agent key, demo session)."
 
-    def handle(self, *args, **options):
+    def handle(self, *args: Any, **options: Any) -> None:
         user_model = get_user_model()
         username = os.environ.get("CONTEXTSVC_DEMO_USER", "operator")
         password = os.environ.get("CONTEXTSVC_DEMO_PASSWORD", "contextsvc-demo")

@@ -1,0 +1,145 @@
+"""A posted batch made ready outside the session lock: converted, stored, counted.
+
+Tokenizing is the slow part of an append, so it happens here, before
+``session_append_messages`` takes the row lock (healthchecks' ``Check.ping``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from contextsvc import nul
+from contextsvc.engine.messages import Message as EngineMessage
+from contextsvc.engine.messages import ToolCall, content_text
+from contextsvc.engine.output_views import ViewConfig
+from contextsvc.engine.tokens import estimate_message
+from contextsvc.errors import ValidationFailed
+from sessions import accounting
+from sessions.models import Session
+from sessions.outputs.budget import cache_config
+from sessions.outputs.ingest import output_for_message
+from sessions.outputs.store import PendingOutput, output_info, ref_dict
+
+from .inputs import MessageData
+
+
+@dataclass(slots=True)
+class Prepared:
+    """A posted message made ready outside the lock: converted and counted."""
+
+    message: EngineMessage
+    row: dict[str, Any]
+    # Tool results: the stored output (spec 000 §1.4 ToolOutputRef) and its info
+    # for a failure view decided under the lock.
+    ref: dict[str, Any] | None = None
+    info: Any = None
+    pending: Any = None  # a small output to insert under the lock
+
+
+def to_engine_message(data: MessageData) -> EngineMessage:
+    """The engine's message for a posted one (tool-call arguments default to ``{}``)."""
+    return EngineMessage(
+        role=data["role"],
+        content=data.get("content") or "",
+        tool_calls=tuple(
+            ToolCall(id=c["id"], name=c["name"], arguments=c.get("arguments") or {})
+            for c in data.get("tool_calls") or ()
+        ),
+        tool_call_id=data.get("tool_call_id"),
+        name=data.get("name"),
+        reasoning=data.get("reasoning"),
+        output_ref=data.get("output_ref"),
+    )
+
+
+def nul_view_config(cache: ViewConfig, text: str) -> ViewConfig:
+    """With the cache off an output is not cut: a view config its whole text fits."""
+    size = 4 * len(text) + 1  # UTF-8 takes at most 4 bytes a character
+    return dataclasses.replace(cache, max_message_bytes=size, max_line_length=size)
+
+
+def prepare_messages_storing_outputs(
+    session: Session, messages: Sequence[MessageData]
+) -> list[Prepared]:
+    """Convert and count each message of a batch; writes its tool outputs (spec 000 §1.5).
+
+    Large outputs are stored here, outside the session lock; small ones are
+    left pending for the append to insert under the lock.
+    """
+    tokenizer = accounting.tokenizer_of(session)
+    config = accounting.estimate_config_of(session)
+    cache = cache_config(session)
+    # Tool names for outputs (the lock-side match fills Message.name the same way).
+    open_calls = dict(session.open_tool_calls or {})
+    pending: dict[str, PendingOutput] = {}
+    prepared = []
+    for i, data in enumerate(messages):
+        msg = to_engine_message(data)
+        for call in msg.tool_calls:
+            open_calls[call.id] = call.name
+        stored = None
+        # A NUL in a tool output is data: its bytes go to the output store even
+        # with the cache off (text columns cannot hold it), the view shows it escaped.
+        nul_bytes = msg.role == "tool" and not cache.enabled and nul.NUL in msg.text
+        if msg.role == "tool" and (cache.enabled or msg.output_ref or nul_bytes):
+            # spec 000 §1.5: store the full output, put its view in context.
+            # Only the view is tokenized; the blob is never (DESIGN.md).
+            if msg.output_ref and msg.text:
+                raise ValidationFailed(
+                    f"messages[{i}]: a tool message carries content or output_ref, not both",
+                    details={"field": f"messages.{i}.output_ref"},
+                )
+            stored = output_for_message(
+                session=session,
+                config=nul_view_config(cache, msg.text) if nul_bytes else cache,
+                text=None if msg.output_ref else msg.text,
+                output_ref=msg.output_ref,
+                tool_name=msg.name or open_calls.get(msg.tool_call_id or "", ""),
+                field_name=f"messages.{i}.output_ref",
+                pending=pending,
+            )
+            msg.output_ref = stored.output.ref
+            msg.view = stored.view.text
+            msg.view_state = stored.view.state
+            if stored.content is not None:
+                msg.content = stored.content
+        if msg.role == "tool":
+            msg.content = nul.escape_content(msg.content)
+            if msg.view is not None:
+                msg.view = nul.escape(msg.view)
+        msg.token_count = estimate_message(msg, tokenizer, config)
+        content = msg.content
+        if stored is not None and msg.view is not None:
+            # The output lives in its ToolOutput; the row keeps only media parts.
+            media: list[dict[str, Any]] = []
+            if isinstance(content, list):
+                media = [part for part in content if part.get("type", "text") != "text"]
+            content = media or ""
+        prepared.append(
+            Prepared(
+                message=msg,
+                row={
+                    "role": msg.role,
+                    "content": content if isinstance(content, str) else content_text(content),
+                    "parts": content if isinstance(content, list) else None,
+                    "tool_calls": [
+                        {"id": c.id, "name": c.name, "arguments": c.arguments}
+                        for c in msg.tool_calls
+                    ],
+                    "tool_call_id": msg.tool_call_id,
+                    "name": msg.name,
+                    "reasoning": msg.reasoning,
+                    "output_ref": msg.output_ref,
+                    "view": msg.view,
+                    "view_state": msg.view_state,
+                    "token_count": msg.token_count,
+                },
+                ref=ref_dict(stored.output) if stored else None,
+                info=output_info(stored.output, msg.name) if stored else None,
+                pending=stored.pending if stored else None,
+            )
+        )
+    return prepared

@@ -1,0 +1,66 @@
+"""Writes of reported LLM usage (spec 000 §2.3), which calibrate the session's estimate."""
+
+from __future__ import annotations
+
+from django.db import transaction
+from django.db.models import Sum
+from django.utils import timezone
+
+from contextsvc.errors import ValidationFailed
+from sessions import accounting, hotpath, status
+from sessions.extensions import REGISTRY
+from sessions.models import Message, Session, UsageReport
+
+from .inputs import UsageData
+
+
+@transaction.atomic
+def session_record_usage(
+    *, session: Session, usage: UsageData
+) -> tuple[UsageReport, accounting.BudgetState]:
+    """Store one call's usage and what the service estimated for the same messages."""
+    session = hotpath.lock_session(session.pk)
+    through = usage.get("through_seq")
+    if through is None:
+        through = session.last_seq
+    if through > session.last_seq:
+        raise ValidationFailed(
+            f"through_seq {through} is beyond the last message (seq {session.last_seq})",
+            details={"field": "through_seq"},
+        )
+    # spec 000 §2.3: total = input + cache_creation + cache_read + output
+    total = (
+        usage.get("input_tokens", 0)
+        + usage.get("cache_creation_tokens", 0)
+        + usage.get("cache_read_tokens", 0)
+        + usage.get("output_tokens", 0)
+    )
+    estimate_now = accounting.compute_budget(session).estimated
+    later = 0
+    if through < session.last_seq:
+        later = (
+            Message.objects.filter(
+                session=session, seq__gt=through, seq__gte=session.window_start_seq
+            ).aggregate(t=Sum("token_count"))["t"]
+            or 0
+        )
+    estimated_then = max(0, estimate_now - later)
+    report = UsageReport.objects.create(
+        session=session,
+        through_seq=through,
+        input_tokens=usage.get("input_tokens", 0),
+        output_tokens=usage.get("output_tokens", 0),
+        cache_creation_tokens=usage.get("cache_creation_tokens", 0),
+        cache_read_tokens=usage.get("cache_read_tokens", 0),
+        total_tokens=total,
+        estimated_tokens=estimated_then,
+    )
+    session.reported_total = total
+    session.reported_through_seq = through
+    session.estimated_at_report = estimated_then
+    state = status.refresh_guard(session)
+    session.updated_at = timezone.now()
+    session.save()
+    for hook in REGISTRY.after_append:
+        transaction.on_commit(lambda hook=hook: hook(session, state, "usage"))
+    return report, state
