@@ -15,7 +15,7 @@ from contextsvc.engine.messages import ToolDef
 from contextsvc.lru import BoundedLRU
 from sessions import accounting
 from sessions.models import Message, Session
-from sessions.services import session_set_sent_tool_tokens
+from sessions.services.tools import session_set_sent_tool_tokens
 
 from ..models import PromptState
 from .policy import deferral_inputs
