@@ -13,7 +13,6 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-import orjson
 from django.db.models import Case, F, TextField, Value, When
 from django.db.models.functions import Cast
 
@@ -21,7 +20,7 @@ from contextsvc.engine.build import message_to_dict
 from contextsvc.engine.messages import Message as EngineMessage
 from contextsvc.errors import NotFound
 from sessions.models import AgentKey, Message, Session
-from sessions.selectors import row_to_message
+from sessions.selectors import MESSAGE_FIELDS, row_to_message
 
 from .models import CompactionRun, CompactionState, Snapshot
 
@@ -39,24 +38,9 @@ def _view_fields() -> tuple[Any, ...]:
         default=Value(None, output_field=TextField()),
         output_field=TextField(),
     )
-    return (
-        "seq",
-        "role",
-        content,
-        parts,
-        Cast("tool_calls", TextField()),
-        "tool_call_id",
-        "name",
-        "reasoning",
-        "output_ref",
-        "view",
-        "view_state",
-        "token_count",
-    )
-
-
-def _json(text: str | None) -> Any:
-    return orjson.loads(text) if text else None
+    # The reader's column order (sessions.selectors.MESSAGE_FIELDS), with these three swapped in.
+    swapped = {"content": content, "parts": parts, "tool_calls": Cast("tool_calls", TextField())}
+    return tuple(swapped.get(f, f) for f in MESSAGE_FIELDS)
 
 
 def window_messages(

@@ -48,16 +48,20 @@ def read_page(
     meta = _size({"ref": output.ref, "tool_name": output.tool_name}) + 400
     text_cap = max(room - meta, 256)
     lines, line_cap = limit, max_line_length
+
     # One read, capped by the text's size in JSON (escapes included): read again
     # only when the rest of the answer still overflows, or one line alone does.
-    result = read.output_slice(
-        output,
-        offset=offset,
-        limit=lines,
-        max_line_length=line_cap,
-        max_bytes=text_cap,
-        json_bytes=True,
-    )
+    def read_capped() -> dict[str, Any]:
+        return read.output_slice(
+            output,
+            offset=offset,
+            limit=lines,
+            max_line_length=line_cap,
+            max_bytes=text_cap,
+            json_bytes=True,
+        )
+
+    result = read_capped()
     capped = result["truncated"]
     rounds = 0
     while _size(result) > room and rounds < _MAX_ROUNDS:
@@ -70,14 +74,7 @@ def read_page(
             # character is escaped (the rest: a narrower read or /raw).
             fit = text_cap // MAX_JSON_BYTES_PER_CHAR
             line_cap = fit if line_cap is None or line_cap > fit else max(1, line_cap // 2)
-        result = read.output_slice(
-            output,
-            offset=offset,
-            limit=lines,
-            max_line_length=line_cap,
-            max_bytes=text_cap,
-            json_bytes=True,
-        )
+        result = read_capped()
     result["limit"] = limit
     result["truncated"] = capped
     if capped:

@@ -118,20 +118,7 @@ def session_reserve_tool_output(
             status.session_mark_final(session=session, reason="toolBudgetExceeded")
         else:
             reservations[key] = price["tokens"]
-    session.tool_reservations = reservations
-    session.reserved_tokens = sum(reservations.values())
-    state = status.refresh_guard(session)
-    session.updated_at = timezone.now()
-    session.save(
-        update_fields=[
-            "tool_reservations",
-            "reserved_tokens",
-            "tool_budget_exceeded",
-            "guard_status",
-            "used_tokens",
-            "updated_at",
-        ]
-    )
+    state = _save_reservations(session, reservations, "tool_budget_exceeded")
     return {
         "ok": ok,
         "reason": reason,
@@ -143,6 +130,27 @@ def session_reserve_tool_output(
         "tool_budget_exceeded": session.tool_budget_exceeded,
         "budget": state.to_dict(),
     }
+
+
+def _save_reservations(
+    session: Session, reservations: dict[str, int], *fields: str
+) -> accounting.BudgetState:
+    """Store the reservations and the guard figures they change (the session is locked)."""
+    session.tool_reservations = reservations
+    session.reserved_tokens = sum(reservations.values())
+    state = status.refresh_guard(session)
+    session.updated_at = timezone.now()
+    session.save(
+        update_fields=[
+            "tool_reservations",
+            "reserved_tokens",
+            *fields,
+            "guard_status",
+            "used_tokens",
+            "updated_at",
+        ]
+    )
+    return state
 
 
 @transaction.atomic
@@ -158,19 +166,7 @@ def session_release_tool_reservation(
         reservations = {}
     elif tool_call_id in reservations:
         released = reservations.pop(tool_call_id)
-    session.tool_reservations = reservations
-    session.reserved_tokens = sum(reservations.values())
-    state = status.refresh_guard(session)
-    session.updated_at = timezone.now()
-    session.save(
-        update_fields=[
-            "tool_reservations",
-            "reserved_tokens",
-            "guard_status",
-            "used_tokens",
-            "updated_at",
-        ]
-    )
+    state = _save_reservations(session, reservations)
     return {
         "released_tokens": released,
         "reserved_tokens": session.reserved_tokens,
