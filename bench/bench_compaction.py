@@ -312,8 +312,8 @@ def run_benchmarks(db_url: str, tmp: Path, settings) -> None:
     overheads, llms, cpus2 = [], [], []
     with FakeAnthropic(api_key="bench-key") as fake:
         settings.CONTEXTSVC_SUMMARIZER = "auto"
-        settings.ANTHROPIC_API_KEY = "bench-key"
-        settings.ANTHROPIC_BASE_URL = fake.base_url
+        settings.CONTEXTSVC_SUMMARIZER_ANTHROPIC_API_KEY = "bench-key"
+        settings.CONTEXTSVC_SUMMARIZER_ANTHROPIC_BASE_URL = fake.base_url
         cold = 0.0
         for i in range(5):
             s = big_session(f"fake-{i}")
@@ -332,7 +332,7 @@ def run_benchmarks(db_url: str, tmp: Path, settings) -> None:
             cpus2.append(run.timings["cpu_ms"])
         sent = fake.messages_requests()[-1].body
         settings.CONTEXTSVC_SUMMARIZER = "offline"
-        settings.ANTHROPIC_API_KEY = None
+        settings.CONTEXTSVC_SUMMARIZER_ANTHROPIC_API_KEY = None
     med = statistics.median
     print(
         f"2. with the fake Messages API answering in 0 ms: service overhead around the model call"

@@ -44,6 +44,10 @@ class RunOut(Out):
     changed: bool | None
     result: CompactResultOut | None
     retention_score: Number | None
+    summarizer: str | None = Field(
+        None, description="the summariser that wrote the summary: offline, anthropic, openai"
+    )
+    model: str | None = Field(None, description="the model that wrote the summary")
     error: dict[str, Any] | None = Field(..., description="{code, message} of a failed run")
     created_at: datetime
     started_at: datetime | None
@@ -57,8 +61,6 @@ class RunDetailOut(RunOut):
     after_used: int | None = None
     target_tokens: int | None = None
     through_seq: int | None = None
-    model: str | None = None
-    summarizer: str | None = None
     reports: list[dict[str, Any]] | None = None
     retention: dict[str, Any] | None = None
     attempts: int | None = None

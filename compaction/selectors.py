@@ -103,6 +103,9 @@ def run_to_dict(run: CompactionRun, *, detail: bool = True) -> dict[str, Any]:
         "changed": run.changed,
         "result": compact_result(run),
         "retention_score": run.retention_score,
+        # Who wrote the run's summary (none: no summary was written).
+        "summarizer": run.summarizer or None,
+        "model": run.model or None,
         "error": {"code": run.error_code, "message": run.error} if run.error_code else None,
         "created_at": run.created_at,
         "started_at": run.started_at,
@@ -120,8 +123,6 @@ def run_to_dict(run: CompactionRun, *, detail: bool = True) -> dict[str, Any]:
                 "after_used": run.after_used,
                 "target_tokens": run.target_tokens,
                 "through_seq": run.through_seq,
-                "model": run.model or None,
-                "summarizer": run.summarizer or None,
                 "reports": run.reports,
                 "retention": run.retention,
                 "attempts": run.attempts,

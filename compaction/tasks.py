@@ -19,7 +19,6 @@ import logging
 
 from celery import Task, shared_task
 from celery.signals import worker_process_init, worker_ready, worker_shutdown
-from django.conf import settings
 
 from contextsvc.engine.tokens import get_tokenizer
 
@@ -36,8 +35,10 @@ MAX_RETRIES = 5
 def _warm_up(**_: object) -> None:
     """Load the tokenizer (and the SDK) once per worker process, not in the first run."""
     get_tokenizer()
-    if settings.ANTHROPIC_API_KEY:
+    if summarizers.anthropic_configured():
         summarizers.load_sdk()
+    if summarizers.openai_configured():
+        summarizers.load_openai_sdk()
 
 
 _sweeper: leases.Sweeper | None = None

@@ -7,7 +7,16 @@ the summariser and the queue.
 
 from __future__ import annotations
 
-from contextsvc.settings_env import REDIS_URL, VAR_DIR, env_bool, env_choice, env_int, env_str
+from contextsvc.engine.summarize import SUMMARIZERS
+from contextsvc.settings_env import (
+    REDIS_URL,
+    VAR_DIR,
+    env_bool,
+    env_choice,
+    env_int,
+    env_str,
+    env_url,
+)
 
 # --- celery -----------------------------------------------------------------
 
@@ -66,12 +75,34 @@ CELERY_BEAT_SCHEDULE = {
 # due (spec 000 §2.8); false leaves only explicit ones (POST /compact, the
 # compact_context tool, the overflow path).
 CONTEXTSVC_AUTO_COMPACT = env_bool("CONTEXTSVC_AUTO_COMPACT", True)
-# Who writes summaries: auto (Anthropic's API when ANTHROPIC_API_KEY is set and
-# the summary model is Anthropic's, else the offline summariser), offline, or
-# anthropic (an error without a key).
-CONTEXTSVC_SUMMARIZER = env_choice(
-    "CONTEXTSVC_SUMMARIZER", "auto", ("auto", "offline", "anthropic")
+# Who writes summaries (README "Summarisers"): auto — the Anthropic summariser
+# for a Claude summary model when it has a key, else the openai one when it is
+# configured (a key or a base URL), else the offline summariser —, or one of
+# offline, anthropic, openai (an error when that one is not configured).
+# policy.compaction.summarizer overrides it per session.
+CONTEXTSVC_SUMMARIZER = env_choice("CONTEXTSVC_SUMMARIZER", "auto", SUMMARIZERS)
+# Each summariser's server, key and model. A model is a cheap one of that
+# provider by default, not the agent's; ``session`` summarises with the
+# session's own model (spec 000 §2.6.2); policy.compaction.model wins over both.
+# Anthropic Messages API (official SDK): the key and URL fall back to the SDK's
+# own variables; no URL: the SDK's default.
+CONTEXTSVC_SUMMARIZER_ANTHROPIC_API_KEY = env_str(
+    "CONTEXTSVC_SUMMARIZER_ANTHROPIC_API_KEY", env_str("ANTHROPIC_API_KEY")
 )
+CONTEXTSVC_SUMMARIZER_ANTHROPIC_BASE_URL = env_url(
+    "CONTEXTSVC_SUMMARIZER_ANTHROPIC_BASE_URL", env_url("ANTHROPIC_BASE_URL")
+)
+CONTEXTSVC_SUMMARIZER_ANTHROPIC_MODEL = env_str(
+    "CONTEXTSVC_SUMMARIZER_ANTHROPIC_MODEL", "claude-haiku-4-5"
+)
+# Any Chat Completions server (OpenAI, vLLM, Ollama, LiteLLM; official openai
+# SDK): the base URL includes the version path (``http://host:8000/v1``); no
+# URL: OpenAI's API. A server that needs no key needs only the URL.
+CONTEXTSVC_SUMMARIZER_OPENAI_API_KEY = env_str(
+    "CONTEXTSVC_SUMMARIZER_OPENAI_API_KEY", env_str("OPENAI_API_KEY")
+)
+CONTEXTSVC_SUMMARIZER_OPENAI_BASE_URL = env_url("CONTEXTSVC_SUMMARIZER_OPENAI_BASE_URL")
+CONTEXTSVC_SUMMARIZER_OPENAI_MODEL = env_str("CONTEXTSVC_SUMMARIZER_OPENAI_MODEL", "gpt-4.1-mini")
 # The SDK's own retries of a summary call (429 / 5xx / 529, honouring
 # retry-after) before the run's task retries with backoff.
 CONTEXTSVC_SUMMARIZER_MAX_RETRIES = env_int("CONTEXTSVC_SUMMARIZER_MAX_RETRIES", 2, minimum=0)

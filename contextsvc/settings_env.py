@@ -55,6 +55,17 @@ def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
     return number
 
 
+def env_url(name: str, default: str | None = None) -> str | None:
+    """An http(s) URL with a host (trailing slashes dropped)."""
+    value = env_str(name)
+    if value is None:
+        return default
+    scheme, _, rest = value.strip().partition("://")
+    if scheme.lower() not in ("http", "https") or not rest.strip("/"):
+        raise ImproperlyConfigured(f"{name}={value!r} is not an http(s) URL")
+    return value.strip().rstrip("/")
+
+
 def env_list(name: str, default: list[str]) -> list[str]:
     """Comma-separated items, blanks dropped."""
     value = os.environ.get(name)

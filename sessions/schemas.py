@@ -10,6 +10,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 
 from contextsvc.engine.errors import EngineValidationError
 from contextsvc.engine.strategies.chain import validate_chain
+from contextsvc.engine.summarize import SUMMARIZERS
 
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:\-]{0,127}$"
 TOOL_NAME_PATTERN = r"^[A-Za-z0-9_\-]{1,64}$"
@@ -64,6 +65,8 @@ class CompactionPolicy(In):
     auto: bool = True
     threshold_ratio: float | None = Field(None, gt=0, le=1)
     model: str | None = Field(None, min_length=1, max_length=200)
+    # Who writes this session's summaries (CONTEXTSVC_SUMMARIZER when unset).
+    summarizer: str | None = Field(None, max_length=50)
     strategy: str | None = Field(None, max_length=50)
     chain: list[str] | None = Field(None, min_length=1, max_length=MAX_LIST_ITEMS)
     summary_prompt: str | None = Field(None, max_length=MAX_PROMPT_CHARS)
@@ -95,6 +98,15 @@ class CompactionPolicy(In):
     def _known_strategy(cls, value: str | None) -> str | None:
         if value is not None and value != "chain":
             _check_chain([value])
+        return value
+
+    @field_validator("summarizer")
+    @classmethod
+    def _known_summarizer(cls, value: str | None) -> str | None:
+        if value is not None and value not in SUMMARIZERS:
+            raise ValueError(
+                f"unknown summarizer {value!r}; expected one of {', '.join(SUMMARIZERS)}"
+            )
         return value
 
     @field_validator("chain")

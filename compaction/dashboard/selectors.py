@@ -17,7 +17,7 @@ from django.http import Http404
 from compaction.models import CompactionRun, Snapshot, ViewChange
 from compaction.services.plan import compaction_plan
 from compaction.services.policy import resolve_chain
-from compaction.summarizers import for_session
+from compaction.summarizers import for_session, summary_model
 from sessions.dashboard.selectors.usage import WindowEvent
 from sessions.models import Message, Session
 
@@ -219,20 +219,26 @@ def compaction_preview(
     ]
     r = plan.result.result
     kept_seqs = sorted(after)
-    policy_model = (session.policy or {}).get("compaction", {}).get("model") or session.model
+    policy = (session.policy or {}).get("compaction") or {}
     try:
-        real = for_session(model=policy_model, provider=session.provider).name
+        real = for_session(
+            model=policy.get("model") or session.model,
+            provider=session.provider,
+            choice=policy.get("summarizer"),
+        )
+        name = real.name
+        model = summary_model(real, policy_model=policy.get("model"), session_model=session.model)
     except Exception:  # noqa: BLE001 - only decides the wording of a note
-        real = "unknown"
-    if real == "offline":
+        name, model = "unknown", session.model
+    if name == "offline":
         note = (
             "Summaries are written by the offline summariser: the run will do exactly "
             "this, unless the window changes first."
         )
     else:
         note = (
-            f"Summary length estimated offline; the run asks {policy_model}, whose "
-            "summary may be longer or shorter."
+            f"Summary length estimated offline; the run asks {model} ({name} summariser), "
+            "whose summary may be longer or shorter."
         )
     return CompactionPreview(
         chain=list(resolve_chain(session, strategy)),

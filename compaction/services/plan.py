@@ -102,16 +102,22 @@ def compute_plan(run: CompactionRun, summarizer: Summarizer | None) -> Compactio
     chain = tuple(run.chain) or DEFAULT_CHAIN
     effective = state.budget.effective_window
     summary_max = int(policy.get("summary_max_tokens", 4096))
+    policy_model = policy.get("model") or None
+    inner = summarizer or summarizers.for_session(
+        model=policy_model or session.model,
+        provider=session.provider,
+        choice=policy.get("summarizer"),
+    )
     config = CompactionConfig.from_policy(
         policy,
-        model=session.model,
+        model=summarizers.summary_model(
+            inner, policy_model=policy_model, session_model=session.model
+        ),
         instructions=run.instructions,
         retain_last_turns=run.retain_last_turns,
         summary_input_tokens=max(1_000, effective - summary_max - SUMMARY_PROMPT_MARGIN),
     )
-    timed = summarizers.TimedSummarizer(
-        summarizer or summarizers.for_session(model=config.model, provider=session.provider)
-    )
+    timed = summarizers.TimedSummarizer(inner)
     counter = TokenCounter(accounting.tokenizer_of(session), accounting.estimate_config_of(session))
     target = target_tokens(session, state, chain)
     fixed = state.budget.system_prompt + state.budget.skill_prompts + state.budget.tool_descriptions
@@ -152,7 +158,8 @@ def compute_plan(run: CompactionRun, summarizer: Summarizer | None) -> Compactio
         result=result,
         counter=counter,
         target=target,
-        model=config.model if timed.calls else "",
+        # The model that wrote the summary, as the summariser reports it.
+        model=timed.models[-1][:200] if timed.models else "",  # the column's length
         summarizer=timed,
         retention=retention,
         retention_score=score,

@@ -1,8 +1,8 @@
 """Summary prompts and summary requests, and what a summariser is (spec 000 §2.6, spec 004).
 
 Pure: messages in, a request or a text out. A summariser is anything with
-``complete(SummaryRequest) -> SummaryResult``; the one that calls the Anthropic
-API lives in ``compaction/summarizers.py`` (the engine never touches the
+``complete(SummaryRequest) -> SummaryResult``; the ones that call the Anthropic
+and Chat Completions APIs live in ``compaction/summarizers.py`` (the engine never touches the
 network), the deterministic one in ``engine.offline_summarizer``.
 
 Two request kinds:
@@ -33,6 +33,10 @@ from contextsvc.engine.messages import Message
 from contextsvc.engine.tokens import compact_json
 
 SummaryKind = Literal["retain_summary", "compress"]
+
+# Who may write a session's summaries (``CONTEXTSVC_SUMMARIZER``,
+# ``policy.compaction.summarizer``); ``auto`` picks one per session.
+SUMMARIZERS: tuple[str, ...] = ("auto", "offline", "anthropic", "openai")
 
 # spec 000 §2.2 summaryPrompt: "default: Python版に準拠（<summary>タグ）".
 DEFAULT_SUMMARY_PROMPT = """\
@@ -282,6 +286,16 @@ class SummaryRequest:
         body = build_request("anthropic", parts)
         body.pop("tools", None)
         body["system"] = self.system
+        return body
+
+    def openai_body(self) -> dict[str, Any]:
+        """The Chat Completions body by the same assembler: the system message first, no tools."""
+        parts = ContextParts(
+            model=self.model, max_output_tokens=self.max_tokens, messages=self.llm_messages()
+        )
+        body = build_request("openai", parts)
+        body.pop("tools", None)
+        body["messages"] = [{"role": "system", "content": self.system}, *body["messages"]]
         return body
 
 

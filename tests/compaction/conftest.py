@@ -2,8 +2,9 @@
 
 No global eager mode (STYLE.md): tests call the services directly. Enqueueing
 is recorded instead of sent, except in the tests marked ``redis`` that run a
-real worker. The offline summariser is the default; ``fake_anthropic`` points
-the official SDK at a local fake Messages API.
+real worker. The offline summariser is the default; ``fake_anthropic`` and
+``fake_openai`` point the official SDKs at a local fake Messages API and a
+local fake Chat Completions server.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import pytest
 
 from tests.conftest import tool_turn
 from tests.fakes.anthropic_server import FakeAnthropic
+from tests.fakes.openai_server import FakeOpenAI
 
 # A small window so a handful of messages reaches the compaction tier:
 # effective window 16,000 - 2,000 - 1,000 = 13,000; compact at 12,350.
@@ -33,9 +35,12 @@ LOG = "2026-11-22 12:00:00 INFO worker processed /srv/app/jobs/item.py ok\n" * 2
 def _no_broker(request, monkeypatch, settings):
     """Record enqueues instead of talking to a broker; offline summariser."""
     settings.CONTEXTSVC_SUMMARIZER = "offline"
-    settings.ANTHROPIC_API_KEY = None
-    settings.ANTHROPIC_BASE_URL = None
-    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    settings.CONTEXTSVC_SUMMARIZER_ANTHROPIC_API_KEY = None
+    settings.CONTEXTSVC_SUMMARIZER_ANTHROPIC_BASE_URL = None
+    settings.CONTEXTSVC_SUMMARIZER_OPENAI_API_KEY = None
+    settings.CONTEXTSVC_SUMMARIZER_OPENAI_BASE_URL = None
+    for name in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
     sent: list[tuple[str, str | None]] = []
     if request.node.get_closest_marker("redis") is None:
         monkeypatch.setattr(
@@ -55,8 +60,30 @@ def fake_anthropic(settings):
     """A local Messages API; the Anthropic summariser is selected and pointed at it."""
     with FakeAnthropic(api_key="test-key") as fake:
         settings.CONTEXTSVC_SUMMARIZER = "auto"
-        settings.ANTHROPIC_API_KEY = "test-key"
-        settings.ANTHROPIC_BASE_URL = fake.base_url
+        settings.CONTEXTSVC_SUMMARIZER_ANTHROPIC_API_KEY = "test-key"
+        settings.CONTEXTSVC_SUMMARIZER_ANTHROPIC_BASE_URL = fake.base_url
+        settings.CONTEXTSVC_SUMMARIZER_MAX_RETRIES = 1
+        settings.CONTEXTSVC_SUMMARIZER_TIMEOUT = 10
+        yield fake
+
+
+def fake_summary(body: dict[str, Any]) -> str:
+    """A summariser's answer in the shape the prompt asks for (spec 000 §2.6 step 4)."""
+    last = body["messages"][-1]["content"]
+    return (
+        "<retain>\n- First request: kept verbatim\n</retain>\n"
+        f"<summary>Fake summary of {len(body['messages'])} messages ({len(str(last))} chars asked)"
+        "</summary>"
+    )
+
+
+@pytest.fixture
+def fake_openai(settings):
+    """A local Chat Completions server; the openai summariser is configured for it."""
+    with FakeOpenAI(api_key="test-key", responder=fake_summary) as fake:
+        settings.CONTEXTSVC_SUMMARIZER = "auto"
+        settings.CONTEXTSVC_SUMMARIZER_OPENAI_API_KEY = "test-key"
+        settings.CONTEXTSVC_SUMMARIZER_OPENAI_BASE_URL = f"{fake.base_url}/v1"
         settings.CONTEXTSVC_SUMMARIZER_MAX_RETRIES = 1
         settings.CONTEXTSVC_SUMMARIZER_TIMEOUT = 10
         yield fake

@@ -177,7 +177,8 @@ def test_service_compaction_through_the_sdk_with_model_override(fake_anthropic, 
     assert live_messages(session)[0].text == "Never mind, summarise what we did."
 
 
-def test_session_model_is_used_without_override(fake_anthropic, session_factory):
+def test_session_model_is_used_without_override(fake_anthropic, session_factory, settings):
+    settings.CONTEXTSVC_SUMMARIZER_ANTHROPIC_MODEL = "session"  # spec 000 §2.6.2's fallback
     session = session_factory(4)
     run, _ = compaction_request(
         session=session, trigger="manual", strategy="summarize", enqueue=False
@@ -280,9 +281,9 @@ def test_unreachable_server_is_transient():
 
 def test_selection_offline_without_key_or_for_other_providers(settings):
     settings.CONTEXTSVC_SUMMARIZER = "auto"
-    settings.ANTHROPIC_API_KEY = None
+    settings.CONTEXTSVC_SUMMARIZER_ANTHROPIC_API_KEY = None
     assert isinstance(summarizers.for_session(model="claude-sonnet-4-5"), OfflineSummarizer)
-    settings.ANTHROPIC_API_KEY = "k"
+    settings.CONTEXTSVC_SUMMARIZER_ANTHROPIC_API_KEY = "k"
     assert isinstance(
         summarizers.for_session(model="claude-sonnet-4-5"), summarizers.AnthropicSummarizer
     )
