@@ -286,7 +286,7 @@ def for_session(*, model: str, provider: str = "", choice: str | None = None) ->
         if not openai_configured():
             raise SummarizerError(
                 "The openai summariser is not configured: set CONTEXTSVC_SUMMARIZER_OPENAI_API_KEY"
-                " (or OPENAI_API_KEY) and/or CONTEXTSVC_SUMMARIZER_OPENAI_BASE_URL"
+                " and/or CONTEXTSVC_SUMMARIZER_OPENAI_BASE_URL"
             )
         return _openai()
     anthropic_model = is_anthropic_model(model) or (provider == "anthropic" and bool(model))

@@ -96,11 +96,11 @@ CONTEXTSVC_SUMMARIZER_ANTHROPIC_MODEL = env_str(
     "CONTEXTSVC_SUMMARIZER_ANTHROPIC_MODEL", "claude-haiku-4-5"
 )
 # Any Chat Completions server (OpenAI, vLLM, Ollama, LiteLLM; official openai
-# SDK): the base URL includes the version path (``http://host:8000/v1``); no
-# URL: OpenAI's API. A server that needs no key needs only the URL.
-CONTEXTSVC_SUMMARIZER_OPENAI_API_KEY = env_str(
-    "CONTEXTSVC_SUMMARIZER_OPENAI_API_KEY", env_str("OPENAI_API_KEY")
-)
+# SDK), configured only by these names — an OPENAI_API_KEY in the environment
+# does not turn LLM summaries on. The base URL includes the version path
+# (``http://host:8000/v1``); no URL: the SDK's default (OPENAI_BASE_URL, else
+# OpenAI's API). A server that needs no key needs only the URL.
+CONTEXTSVC_SUMMARIZER_OPENAI_API_KEY = env_str("CONTEXTSVC_SUMMARIZER_OPENAI_API_KEY")
 CONTEXTSVC_SUMMARIZER_OPENAI_BASE_URL = env_url("CONTEXTSVC_SUMMARIZER_OPENAI_BASE_URL")
 CONTEXTSVC_SUMMARIZER_OPENAI_MODEL = env_str("CONTEXTSVC_SUMMARIZER_OPENAI_MODEL", "gpt-4.1-mini")
 # The SDK's own retries of a summary call (429 / 5xx / 529, honouring

@@ -29,6 +29,8 @@ from compaction.models import CompactionRun, Snapshot
 from sessions.models import Session
 from tests.conftest import IN_CI
 from tests.fakes.anthropic_server import FakeAnthropic
+from tests.fakes.openai_rules import validate_chat
+from tests.fakes.openai_server import FakeOpenAI
 from tests.live_server import database_url, gunicorn
 
 from .conftest import SMALL, turn
@@ -222,6 +224,36 @@ def _summary_in_flight(alice, alice_key, sid: str, fake, worker):
         time.sleep(0.05)
     assert fake.messages_requests(), worker.log()
     return session, before_row, before_ctx, response.json()["run_id"]
+
+
+def test_worker_summarises_through_the_openai_sdk(alice, alice_key, start_worker):
+    """The openai summariser inside a real worker: the official SDK against a
+    local Chat Completions server, its own retry of a 429 included."""
+    with FakeOpenAI(api_key="test-key") as fake:
+        worker = start_worker(
+            CONTEXTSVC_SUMMARIZER="openai",
+            CONTEXTSVC_SUMMARIZER_OPENAI_API_KEY="test-key",
+            CONTEXTSVC_SUMMARIZER_OPENAI_BASE_URL=f"{fake.base_url}/v1",
+            CONTEXTSVC_SUMMARIZER_OPENAI_MODEL="gpt-fake-small",
+            CONTEXTSVC_SUMMARIZER_MAX_RETRIES="1",
+        )
+        fake.fail_next(429)
+        assert alice.post("sessions", {**SMALL, "id": "e2e-openai"}).status_code == 201
+        for t in range(5):
+            alice.post("sessions/e2e-openai/messages", {"messages": turn(t)})
+        response = alice.post("sessions/e2e-openai/compact", {"strategy": "summarize"})
+        assert response.status_code == 202, response.content
+        session = Session.objects.get(owner=alice_key[0], external_id="e2e-openai")
+        run = _wait_for_run(session, worker=worker)
+        assert run.status == "succeeded", (run.error, worker.log())
+        assert [r.status for r in fake.chat_requests()] == [429, 200]
+        body = fake.chat_requests()[-1].body
+        validate_chat(body)
+        assert body["model"] == "gpt-fake-small" and body["messages"][0]["role"] == "system"
+    detail = alice.get(f"compactions/{run.pk}").json()
+    assert (detail["summarizer"], detail["model"]) == ("openai", "gpt-fake-small")
+    session.refresh_from_db()
+    assert session.summary.startswith("Fake reply to:")
 
 
 def test_worker_killed_mid_run_leaves_session_unchanged_and_run_is_retried(

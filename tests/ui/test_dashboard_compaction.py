@@ -14,6 +14,7 @@ from contextsvc.engine.summarize import SummarizerError
 from sessions.dashboard.selectors.detail import budget_view
 from sessions.dashboard.selectors.usage import usage_over_turns
 from sessions.models import Session
+from tests.fakes.openai_server import FakeOpenAI
 from tests.ui.conftest import HX
 
 pytestmark = pytest.mark.django_db
@@ -220,3 +221,41 @@ def test_usage_bars_keep_each_turns_peak_and_show_the_window_now(big):
     assert after.bars[-2].total == last_before  # the last turn still shows how full it got
     assert after.bars[-1].now and after.bars[-1].total < last_before
     assert after.bars[-1].total == budget_view(big).used  # "now" is the budget bar
+
+
+def test_run_card_names_the_summariser_and_model_that_wrote_the_summary(op, big, settings):
+    with FakeOpenAI(api_key="k") as fake:
+        settings.CONTEXTSVC_SUMMARIZER = "openai"
+        settings.CONTEXTSVC_SUMMARIZER_OPENAI_API_KEY = "k"
+        settings.CONTEXTSVC_SUMMARIZER_OPENAI_BASE_URL = f"{fake.base_url}/v1"
+        settings.CONTEXTSVC_SUMMARIZER_OPENAI_MODEL = "gpt-fake-small"
+        preview = op.get(
+            reverse("dashboard:compact_preview", args=[big.pk]),
+            {"strategy": "summarize", "retain_last_turns": 1},
+            headers=HX,
+        ).content.decode()
+        assert "the run asks gpt-fake-small (openai summariser)" in preview
+        op.post(
+            reverse("dashboard:compact_start", args=[big.pk]),
+            {"strategy": "summarize"},
+            headers=HX,
+        )
+        run = compaction_execute(run_id=CompactionRun.objects.get(session=big).pk)
+        assert [r.status for r in fake.chat_requests()] == [200]
+    assert (run.status, run.summarizer, run.model) == ("succeeded", "openai", "gpt-fake-small")
+    body = op.get(
+        reverse("dashboard:compaction_history", args=[big.pk]), headers=HX
+    ).content.decode()
+    assert "summary by openai (gpt-fake-small)" in body
+
+    settings.CONTEXTSVC_SUMMARIZER = "offline"
+    op.post(reverse("dashboard:compact_start", args=[big.pk]), {"strategy": "sandwich"}, headers=HX)
+    offline = compaction_execute(
+        run_id=CompactionRun.objects.filter(session=big).order_by("-created_at")[0].pk
+    )
+    assert (offline.summarizer, offline.model) == ("offline", "offline")
+    body = op.get(
+        reverse("dashboard:compaction_history", args=[big.pk]), headers=HX
+    ).content.decode()
+    assert body.count("summary by openai (gpt-fake-small)") == 1
+    assert "summary by offline</span>" in body  # the model is not repeated
