@@ -1,0 +1,166 @@
+"""Forwarding one prepared call upstream and relaying the answer, streamed or whole.
+
+A stream is relayed chunk by chunk as it arrives (never buffered whole) while
+an ``SseParser`` and the provider's accumulator read the same bytes; when it
+ends — or the client goes away — what arrived is stored (marked incomplete
+when the stream did not finish) with its usage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from asgiref.sync import sync_to_async
+from django.db import connections
+from django.http import HttpResponse, StreamingHttpResponse
+
+from contextsvc.engine.providers.common import ConversionError, Reply
+from contextsvc.engine.providers.sse import SseParser
+from sessions.models import Session
+
+from .providers import Dialect, relayed_headers
+from .services.calls import Prepared, rebuild_after_overflow, session_record_reply
+from .upstream import open_call, read_body
+
+logger = logging.getLogger(__name__)
+
+GUARD_HEADER = "X-Contextsvc-Guard"
+SESSION_HEADER = "X-Contextsvc-Session"
+
+
+@dataclass(slots=True)
+class Call:
+    """What forwarding needs: the provider, the upstream path and headers, the prepared body."""
+
+    dialect: Dialect
+    path: str
+    headers: dict[str, str]
+    prepared: Prepared
+    converted: Any  # the client's request, converted (for a rebuild after an overflow)
+
+
+def json_or_none(raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _ours(response: HttpResponse | StreamingHttpResponse, prepared: Prepared) -> None:
+    response[SESSION_HEADER] = prepared.session.external_id
+    response[GUARD_HEADER] = prepared.guard
+
+
+def _record_closing(session: Session, dialect: Dialect, reply: Reply, body: Any) -> None:
+    """Store a reply from outside the request's thread, then close that thread's connections."""
+    try:
+        session_record_reply(session=session, dialect=dialect, reply=reply, response=body)
+    except Exception:
+        logger.exception("proxy: could not store the reply of session %s", session.pk)
+    finally:
+        connections.close_all()
+
+
+async def forward(call: Call) -> HttpResponse | StreamingHttpResponse:
+    """One upstream call; an overflow ("prompt is too long") compacts and retries once."""
+    dialect = call.dialect
+    url = dialect.upstream_url(call.path)
+    streaming = bool(call.prepared.body.get("stream"))
+    for attempt in (1, 2):
+        body = call.prepared.body
+        if streaming and dialect.name == "openai":
+            # The usage arrives in a last chunk only when asked for.
+            body = {
+                **body,
+                "stream_options": {**(body.get("stream_options") or {}), "include_usage": True},
+            }
+        response = await open_call("POST", url, headers=call.headers, json=body)
+        if response.status_code >= 300:
+            raw = await read_body(response)
+            payload = json_or_none(raw)
+            if attempt == 1 and dialect.is_overflow(response.status_code, payload):
+                detail = json.dumps(payload)[:500]
+                call.prepared = await sync_to_async(rebuild_after_overflow)(
+                    prepared=call.prepared, dialect=dialect, converted=call.converted, detail=detail
+                )
+                continue
+            return _relay_error(response, raw, call.prepared)
+        if streaming:
+            return _stream_response(response, call)
+        raw = await read_body(response)
+        payload = json_or_none(raw)
+        try:
+            reply = dialect.reply_from_response(payload if isinstance(payload, dict) else {})
+        except ConversionError:
+            logger.warning(
+                "proxy: upstream answer of session %s not understood", call.prepared.session.pk
+            )
+        else:
+            await sync_to_async(session_record_reply)(
+                session=call.prepared.session, dialect=dialect, reply=reply, response=payload
+            )
+        out = HttpResponse(raw, status=response.status_code, content_type="application/json")
+        for name, value in relayed_headers(response.headers).items():
+            out[name] = value
+        _ours(out, call.prepared)
+        return out
+    raise AssertionError("unreachable: the second attempt returns")
+
+
+def _relay_error(response: httpx.Response, raw: bytes, prepared: Prepared) -> HttpResponse:
+    content_type = response.headers.get("content-type", "application/json")
+    out = HttpResponse(raw, status=response.status_code, content_type=content_type)
+    for name, value in relayed_headers(response.headers).items():
+        out[name] = value
+    _ours(out, prepared)
+    return out
+
+
+def _stream_response(response: httpx.Response, call: Call) -> StreamingHttpResponse:
+    out = StreamingHttpResponse(
+        _relay(response, call),
+        status=response.status_code,
+        content_type=response.headers.get("content-type", "text/event-stream"),
+    )
+    for name, value in relayed_headers(response.headers).items():
+        out[name] = value
+    out["Cache-Control"] = "no-cache"
+    out["X-Accel-Buffering"] = "no"  # a proxy in front must not buffer the stream either
+    _ours(out, call.prepared)
+    return out
+
+
+async def _relay(response: httpx.Response, call: Call) -> AsyncIterator[bytes]:
+    parser, accumulator = SseParser(), call.dialect.stream()
+    try:
+        try:
+            async for chunk in response.aiter_raw():
+                for event in parser.feed(chunk):
+                    accumulator.feed(event)
+                yield chunk
+        except httpx.HTTPError:
+            logger.warning(
+                "proxy: upstream broke off a stream of session %s", call.prepared.session.pk
+            )
+        for event in parser.close():
+            accumulator.feed(event)
+    finally:
+        # Reached at the end, on an upstream break and on a client disconnect
+        # (the relay is cancelled): store what arrived, whatever happens to this task.
+        reply = accumulator.result()
+        record = asyncio.ensure_future(
+            sync_to_async(_record_closing, thread_sensitive=False)(
+                call.prepared.session, call.dialect, reply, None
+            )
+        )
+        try:
+            await response.aclose()
+            await asyncio.shield(record)
+        except (asyncio.CancelledError, Exception):  # noqa: BLE001 - the record goes on
+            pass

@@ -1,0 +1,16 @@
+"""The proxy's paths (fixed: clients set their SDK's base URL to them)."""
+
+from django.urls import path
+
+from . import views
+
+urlpatterns = [
+    path("anthropic/v1/messages", views.anthropic_messages, name="proxy-anthropic-messages"),
+    path("anthropic/v1/models", views.anthropic_models, name="proxy-anthropic-models"),
+    path(
+        "openai/v1/chat/completions",
+        views.openai_chat_completions,
+        name="proxy-openai-chat-completions",
+    ),
+    path("openai/v1/models", views.openai_models, name="proxy-openai-models"),
+]
