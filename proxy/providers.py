@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,9 @@ _FORWARDED = (
     "openai-project",
     "user-agent",
 )
+# "prompt is too long: 210000 tokens > 200000 maximum" / "maximum context length is 8192 tokens"
+_ANTHROPIC_WINDOW = re.compile(r"tokens? > (\d+) maximum")
+_OPENAI_WINDOW = re.compile(r"maximum context length is (\d+) tokens")
 # Upstream response headers relayed to the client (rate-limit figures, request ids).
 _RELAYED_PREFIXES = (
     "anthropic-",
@@ -74,6 +78,13 @@ class Dialect:
         if self.name == "anthropic":
             return "prompt is too long" in str(error.get("message", "")).lower()
         return error.get("code") == "context_length_exceeded"
+
+    def reported_window(self, body: Any) -> int | None:
+        """The window upstream says the model has, from its "too long" message (None if unsaid)."""
+        message = str(((body or {}).get("error") or {}).get("message", ""))
+        pattern = _ANTHROPIC_WINDOW if self.name == "anthropic" else _OPENAI_WINDOW
+        match = pattern.search(message)
+        return int(match.group(1)) if match else None
 
     def provider_key(self, headers: Mapping[str, str]) -> str | None:
         """The provider key the client sent (``x-api-key`` or ``Authorization: Bearer``)."""

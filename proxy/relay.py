@@ -85,9 +85,8 @@ async def forward(call: Call) -> HttpResponse | StreamingHttpResponse:
             raw = await read_body(response)
             payload = json_or_none(raw)
             if attempt == 1 and dialect.is_overflow(response.status_code, payload):
-                detail = json.dumps(payload)[:500]
                 call.prepared = await sync_to_async(rebuild_after_overflow)(
-                    prepared=call.prepared, dialect=dialect, converted=call.converted, detail=detail
+                    prepared=call.prepared, dialect=dialect, converted=call.converted, error=payload
                 )
                 continue
             return _relay_error(response, raw, call.prepared)

@@ -7,6 +7,7 @@ append, session create / sections / tools, the one context build and usage.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +25,7 @@ from sessions.models import AgentKey, Session, hash_key
 from sessions.selectors import is_session_id, session_get
 from sessions.services.append import session_append_messages
 from sessions.services.inputs import MessageData, SectionData, ToolData
-from sessions.services.sessions import session_create, session_set_sections
+from sessions.services.sessions import session_create, session_set_sections, session_update
 from sessions.services.tools import session_set_tools
 from sessions.services.usage import session_record_usage
 
@@ -177,10 +178,19 @@ def _build(session: Session, dialect: Dialect, converted: Converted, synced: Syn
 
 
 def rebuild_after_overflow(
-    *, prepared: Prepared, dialect: Dialect, converted: Converted, detail: str
+    *, prepared: Prepared, dialect: Dialect, converted: Converted, error: dict[str, Any]
 ) -> Prepared:
-    """spec 003 reactive path: upstream said too long; compact now and build again."""
-    compaction_overflow(session=prepared.session, detail=detail)
+    """spec 003 reactive path: upstream said too long; compact now and build again.
+
+    When upstream names its window and it is smaller than the session's, the
+    session takes it first (the model served there is not the profile's), so the
+    compaction aims inside the window that is really there.
+    """
+    session = prepared.session
+    window = dialect.reported_window(error)
+    if window is not None and window < session.context_window:
+        session = session_update(session=session, data={"context_window": window})
+    compaction_overflow(session=session, detail=json.dumps(error)[:500])
     session = Session.objects.get(pk=prepared.session.pk)
     return _build(session, dialect, converted, prepared.synced)
 
