@@ -6,6 +6,11 @@ from . import views
 
 urlpatterns = [
     path("anthropic/v1/messages", views.anthropic_messages, name="proxy-anthropic-messages"),
+    path(
+        "anthropic/v1/messages/count_tokens",
+        views.anthropic_count_tokens,
+        name="proxy-anthropic-count-tokens",
+    ),
     path("anthropic/v1/models", views.anthropic_models, name="proxy-anthropic-models"),
     path(
         "openai/v1/chat/completions",

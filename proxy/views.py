@@ -22,7 +22,7 @@ from contextsvc.errors import ServiceError
 
 from .providers import ANTHROPIC, OPENAI, Dialect, relayed_headers
 from .relay import Call, forward
-from .services.calls import ContextTooLarge, caller_for, prepare_call, session_for_call
+from .services.calls import ContextTooLarge, caller_for, count_body, prepare
 from .upstream import Unreachable, open_call, read_body
 
 logger = logging.getLogger(__name__)
@@ -58,12 +58,8 @@ async def proxy_call(
         return provider_error(dialect, 400, str(exc))
     headers = request.headers
     try:
-        caller = await sync_to_async(caller_for)(dialect, headers)
-        session = await sync_to_async(session_for_call)(
-            key=caller.key, headers=headers, body=body, dialect=dialect
-        )
-        prepared = await sync_to_async(prepare_call)(
-            session=session, dialect=dialect, body=body, converted=converted
+        caller, prepared = await sync_to_async(prepare)(
+            dialect=dialect, headers=headers, body=body, converted=converted
         )
     except ContextTooLarge as exc:
         kind = "invalid_request_error" if dialect.name == "anthropic" else "context_length_exceeded"
@@ -99,6 +95,50 @@ async def _guarded(
         return provider_error(dialect, 500, "contextsvc proxy: internal error (logged)")
 
 
+# What Anthropic's count_tokens takes of a Messages body.
+_COUNT_FIELDS = ("model", "messages", "system", "tools", "tool_choice", "thinking", "mcp_servers")
+
+
+async def _count_tokens(request: HttpRequest) -> HttpResponse:
+    """Counts the body the proxy would send (the managed context), not the client's."""
+    dialect = ANTHROPIC
+    if request.method != "POST":
+        return provider_error(dialect, 405, f"Method {request.method} not allowed")
+    try:
+        body = _body(request)
+        converted = dialect.convert(body)
+        caller, managed = await sync_to_async(count_body)(
+            dialect=dialect, headers=request.headers, body=body, converted=converted
+        )
+    except ConversionError as exc:
+        return provider_error(dialect, 400, str(exc))
+    except ServiceError as exc:
+        return provider_error(dialect, _STATUS.get(exc.status, 400), exc.message)
+    managed = {k: v for k, v in managed.items() if k in _COUNT_FIELDS}
+    try:
+        response = await open_call(
+            "POST",
+            dialect.upstream_url("messages/count_tokens"),
+            headers=dialect.upstream_headers(request.headers, caller.upstream_key),
+            json=managed,
+        )
+        raw = await read_body(response)
+    except Unreachable as exc:
+        return provider_error(dialect, exc.status, exc.message)
+    return _relayed(response, raw)
+
+
+def _relayed(response: Any, raw: bytes) -> HttpResponse:
+    out = HttpResponse(
+        raw,
+        status=response.status_code,
+        content_type=response.headers.get("content-type", "application/json"),
+    )
+    for name, value in relayed_headers(response.headers).items():
+        out[name] = value
+    return out
+
+
 async def _pass_through(request: HttpRequest, dialect: Dialect, path: str) -> HttpResponse:
     """A GET relayed as it is (the model list), with the caller's credentials checked first."""
     try:
@@ -115,14 +155,7 @@ async def _pass_through(request: HttpRequest, dialect: Dialect, path: str) -> Ht
         raw = await read_body(response)
     except Unreachable as exc:
         return provider_error(dialect, exc.status, exc.message)
-    out = HttpResponse(
-        raw,
-        status=response.status_code,
-        content_type=response.headers.get("content-type", "application/json"),
-    )
-    for name, value in relayed_headers(response.headers).items():
-        out[name] = value
-    return out
+    return _relayed(response, raw)
 
 
 @csrf_exempt
@@ -133,6 +166,15 @@ async def anthropic_messages(request: HttpRequest) -> HttpResponse | StreamingHt
 @csrf_exempt
 async def openai_chat_completions(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
     return await _guarded(request, OPENAI, "chat/completions")
+
+
+@csrf_exempt
+async def anthropic_count_tokens(request: HttpRequest) -> HttpResponse:
+    try:
+        return await _count_tokens(request)
+    except Exception:
+        logger.exception("proxy: count_tokens failed")
+        return provider_error(ANTHROPIC, 500, "contextsvc proxy: internal error (logged)")
 
 
 async def anthropic_models(request: HttpRequest) -> HttpResponse:

@@ -18,8 +18,13 @@ from compaction.services.sync import compaction_overflow
 from contextsvc.engine.providers import anthropic as anthropic_format
 from contextsvc.engine.providers import openai_chat
 from contextsvc.engine.providers.common import Converted, Reply, attach_meta
-from contextsvc.engine.providers.fingerprint import conversation_key, message_fingerprint
+from contextsvc.engine.providers.fingerprint import (
+    conversation_key,
+    fingerprints,
+    message_fingerprint,
+)
 from contextsvc.errors import Conflict, NotFound, Unauthorized, ValidationFailed
+from prompting.context.build import context_preview
 from prompting.context.service import context_for_call
 from sessions.models import AgentKey, Session, hash_key
 from sessions.selectors import is_session_id, session_get
@@ -30,6 +35,7 @@ from sessions.services.tools import session_set_tools
 from sessions.services.usage import session_record_usage
 
 from ..providers import Dialect
+from ..selectors import client_view, known_prefix
 from .sync import Synced, client_view_add_reply, session_sync_client_view
 
 SESSION_HEADER = "x-contextsvc-session"
@@ -94,19 +100,27 @@ def _to_transcript(dialect: Dialect, lead: int):  # noqa: ANN202 - a closure the
     return convert
 
 
-def session_for_call(
-    *, key: AgentKey, headers: Mapping[str, str], body: dict[str, Any], dialect: Dialect
-) -> Session:
-    """The named session (created on first use), or the one derived from the conversation."""
+def _session_id(
+    key: AgentKey, headers: Mapping[str, str], body: dict[str, Any], dialect: Dialect
+) -> str:
     sid = headers.get(SESSION_HEADER)
     if not sid:
-        system = body.get("system") if dialect.name == "anthropic" else None
         messages = client_messages(dialect, body)
-        if dialect.name == "openai":
+        if dialect.name == "anthropic":
+            system = body.get("system")
+        else:
             system = body["messages"][: len(body["messages"]) - len(messages)]
         sid = "px_" + conversation_key(agent=key.key_hash, system=system, messages=messages)
     if not is_session_id(sid):
         raise ValidationFailed("X-Contextsvc-Session is not a valid session id")
+    return sid
+
+
+def session_for_call(
+    *, key: AgentKey, headers: Mapping[str, str], body: dict[str, Any], dialect: Dialect
+) -> Session:
+    """The named session (created on first use), or the one derived from the conversation."""
+    sid = _session_id(key, headers, body, dialect)
     try:
         return session_get(owner=key, external_id=sid)
     except NotFound:
@@ -122,6 +136,43 @@ def session_for_call(
         return session_create(owner=key, data=data)  # type: ignore[arg-type]
     except Conflict:
         return session_get(owner=key, external_id=sid)  # created by a concurrent first call
+
+
+def prepare(
+    *, dialect: Dialect, headers: Mapping[str, str], body: dict[str, Any], converted: Converted
+) -> tuple[Caller, Prepared]:
+    """Everything before forwarding, in one trip to a thread: caller, session, sync, build."""
+    caller = caller_for(dialect, headers)
+    session = session_for_call(key=caller.key, headers=headers, body=body, dialect=dialect)
+    return caller, prepare_call(session=session, dialect=dialect, body=body, converted=converted)
+
+
+def count_body(
+    *, dialect: Dialect, headers: Mapping[str, str], body: dict[str, Any], converted: Converted
+) -> tuple[Caller, dict[str, Any]]:
+    """The body the proxy would send for ``body``, computed without writing anything.
+
+    The managed context as it stands (``context_preview``: a read) with the
+    client's messages the session does not hold yet after it; with no session
+    yet, or a client whose history diverged, the client's own body.
+    """
+    caller = caller_for(dialect, headers)
+    sid = _session_id(caller.key, headers, body, dialect)
+    try:
+        session = session_get(owner=caller.key, external_id=sid)
+    except NotFound:
+        return caller, body
+    messages = client_messages(dialect, body)
+    view = client_view(session.pk)
+    stored = len(view.fingerprints or []) if view is not None else 0
+    prefix = known_prefix(view, fingerprints(messages), messages)
+    if prefix < stored:
+        return caller, body
+    built = context_preview(session, dialect.fmt)
+    final = built.pop("budget")["guard"]["status"] == "final"
+    out = upstream_body(dialect, converted, built, final=final)
+    out["messages"] = [*out["messages"], *messages[prefix:]]
+    return caller, out
 
 
 def _sections(converted: Converted) -> list[SectionData]:

@@ -33,7 +33,7 @@ from django.conf import settings
 from django.db import transaction
 
 from compaction.services.window import set_window
-from contextsvc.engine.providers.fingerprint import common_prefix, fingerprints
+from contextsvc.engine.providers.fingerprint import fingerprints
 from contextsvc.engine.strategies.base import TokenCounter
 from sessions import accounting, hotpath
 from sessions.models import Session
@@ -41,6 +41,7 @@ from sessions.services.append import session_append_messages
 from sessions.services.inputs import MessageData
 
 from ..models import ClientView
+from ..selectors import known_prefix
 
 MARKER = (
     "[contextsvc proxy: the client's history changed at its message {at} (it compacted or "
@@ -56,15 +57,6 @@ class Synced:
     appended: int
     diverged: bool
     last_seq: int
-
-
-def _prefix(view: ClientView, current: list[str], messages: Sequence[dict[str, Any]]) -> int:
-    stored = view.fingerprints or []
-    n = common_prefix(stored, current)
-    at = view.reply_at
-    if at is not None and n == at and n < len(current) and messages[n].get("role") == "assistant":
-        n += 1 + common_prefix(stored[n + 1 :], current[n + 1 :])
-    return n
 
 
 def _rename(messages: list[dict[str, Any]], renamed: dict[str, str]) -> list[dict[str, Any]]:
@@ -119,7 +111,7 @@ def session_sync_client_view(
     current = fingerprints(messages)
     with transaction.atomic():
         view, _ = ClientView.objects.select_for_update().get_or_create(session=session)
-        prefix = _prefix(view, current, messages)
+        prefix = known_prefix(view, current, messages)
         stored = len(view.fingerprints or [])
         retry = view.reply_at is not None and prefix == view.reply_at == len(current)
         diverged = prefix < stored and not retry
@@ -156,10 +148,3 @@ def client_view_add_reply(*, session: Session, fingerprint: str) -> None:
         view.reply_at = len(view.fingerprints or [])
         view.fingerprints = [*(view.fingerprints or []), fingerprint]
         view.save()
-
-
-def renamed_ids(session: Session) -> dict[str, str]:
-    """The client's tool-call ids stored under other ids (after a divergence)."""
-    return (
-        ClientView.objects.filter(session=session).values_list("renamed", flat=True).first() or {}
-    )
