@@ -25,7 +25,8 @@ from contextsvc.engine.providers.sse import SseParser
 from sessions.models import Session
 
 from .providers import Dialect, relayed_headers
-from .services.calls import Prepared, rebuild_after_overflow, session_record_reply
+from .services.builtins import MAX_ROUNDS
+from .services.calls import Prepared, rebuild, rebuild_after_overflow, session_record_reply
 from .upstream import open_call, read_body
 
 logger = logging.getLogger(__name__)
@@ -68,23 +69,28 @@ def _record_closing(session: Session, dialect: Dialect, reply: Reply, body: Any)
 
 
 async def forward(call: Call) -> HttpResponse | StreamingHttpResponse:
-    """One upstream call; an overflow ("prompt is too long") compacts and retries once."""
+    """Upstream calls for one client call.
+
+    An overflow ("prompt is too long") compacts and retries once; an answer
+    that only calls built-in tools is answered by the proxy and upstream is
+    asked again (``services.builtins``), up to ``MAX_ROUNDS`` times.
+    """
     dialect = call.dialect
     url = dialect.upstream_url(call.path)
     streaming = bool(call.prepared.body.get("stream"))
-    for attempt in (1, 2):
+    overflowed, rounds = False, 0
+    while True:
         body = call.prepared.body
         if streaming and dialect.name == "openai":
             # The usage arrives in a last chunk only when asked for.
-            body = {
-                **body,
-                "stream_options": {**(body.get("stream_options") or {}), "include_usage": True},
-            }
+            options = {**(body.get("stream_options") or {}), "include_usage": True}
+            body = {**body, "stream_options": options}
         response = await open_call("POST", url, headers=call.headers, json=body)
         if response.status_code >= 300:
             raw = await read_body(response)
             payload = json_or_none(raw)
-            if attempt == 1 and dialect.is_overflow(response.status_code, payload):
+            if not overflowed and dialect.is_overflow(response.status_code, payload):
+                overflowed = True
                 call.prepared = await sync_to_async(rebuild_after_overflow)(
                     prepared=call.prepared, dialect=dialect, converted=call.converted, error=payload
                 )
@@ -100,16 +106,32 @@ async def forward(call: Call) -> HttpResponse | StreamingHttpResponse:
             logger.warning(
                 "proxy: upstream answer of session %s not understood", call.prepared.session.pk
             )
-        else:
-            await sync_to_async(session_record_reply)(
-                session=call.prepared.session, dialect=dialect, reply=reply, response=payload
+            return _answer(response, raw, call.prepared)
+        rounds += 1
+        recorded = await sync_to_async(session_record_reply)(
+            session=call.prepared.session,
+            dialect=dialect,
+            reply=reply,
+            response=payload,
+            runnable=call.prepared.runnable,
+            last_round=rounds >= MAX_ROUNDS,
+        )
+        if recorded.again:
+            call.prepared = await sync_to_async(rebuild)(
+                prepared=call.prepared, dialect=dialect, converted=call.converted
             )
-        out = HttpResponse(raw, status=response.status_code, content_type="application/json")
-        for name, value in relayed_headers(response.headers).items():
-            out[name] = value
-        _ours(out, call.prepared)
-        return out
-    raise AssertionError("unreachable: the second attempt returns")
+            continue
+        if recorded.shown is not payload:
+            raw = json.dumps(recorded.shown).encode()
+        return _answer(response, raw, call.prepared)
+
+
+def _answer(response: httpx.Response, raw: bytes, prepared: Prepared) -> HttpResponse:
+    out = HttpResponse(raw, status=response.status_code, content_type="application/json")
+    for name, value in relayed_headers(response.headers).items():
+        out[name] = value
+    _ours(out, prepared)
+    return out
 
 
 def _relay_error(response: httpx.Response, raw: bytes, prepared: Prepared) -> HttpResponse:

@@ -36,6 +36,14 @@ from sessions.services.usage import session_record_usage
 
 from ..providers import Dialect
 from ..selectors import client_view, known_prefix
+from .builtins import (
+    builtin_tool_data,
+    runnable_names,
+    session_run_builtin_calls,
+    split_calls,
+    strip_anthropic,
+    strip_openai,
+)
 from .sync import Synced, client_view_add_reply, session_sync_client_view
 
 SESSION_HEADER = "x-contextsvc-session"
@@ -62,6 +70,15 @@ class Prepared:
     body: dict[str, Any]
     guard: str
     synced: Synced
+    runnable: frozenset[str] = frozenset()  # built-in tools the proxy runs (``services.builtins``)
+
+
+@dataclass(slots=True)
+class Recorded:
+    """A stored reply: whether to ask upstream again (only built-ins were called), what the client gets."""
+
+    again: bool
+    shown: dict[str, Any] | None
 
 
 def caller_for(dialect: Dialect, headers: Mapping[str, str]) -> Caller:
@@ -197,7 +214,8 @@ def prepare_call(
     *, session: Session, dialect: Dialect, body: dict[str, Any], converted: Converted
 ) -> Prepared:
     """Sync the transcript, the sections and the tools; build the managed body (guard applied)."""
-    sections, tools = _sections(converted), _tools(converted)
+    runnable = runnable_names(session, converted)
+    sections, tools = _sections(converted), [*_tools(converted), *builtin_tool_data(runnable)]
     if sections != (session.sections or []):
         session = session_set_sections(session=session, sections=sections)
     if tools != (session.tools or []):
@@ -208,10 +226,16 @@ def prepare_call(
         session=session, messages=messages, to_transcript=_to_transcript(dialect, lead)
     )
     session = Session.objects.get(pk=session.pk)
-    return _build(session, dialect, converted, synced)
+    return _build(session, dialect, converted, synced, runnable)
 
 
-def _build(session: Session, dialect: Dialect, converted: Converted, synced: Synced) -> Prepared:
+def _build(
+    session: Session,
+    dialect: Dialect,
+    converted: Converted,
+    synced: Synced,
+    runnable: frozenset[str],
+) -> Prepared:
     built = context_for_call(session=session, fmt=dialect.fmt)
     budget = built.pop("budget")
     guard = budget["guard"]["status"]
@@ -225,7 +249,14 @@ def _build(session: Session, dialect: Dialect, converted: Converted, synced: Syn
         body=upstream_body(dialect, converted, built, final=guard == "final"),
         guard=guard,
         synced=synced,
+        runnable=runnable,
     )
+
+
+def rebuild(*, prepared: Prepared, dialect: Dialect, converted: Converted) -> Prepared:
+    """The next body after the proxy answered built-in calls itself."""
+    session = Session.objects.get(pk=prepared.session.pk)
+    return _build(session, dialect, converted, prepared.synced, prepared.runnable)
 
 
 def rebuild_after_overflow(
@@ -243,7 +274,7 @@ def rebuild_after_overflow(
         session = session_update(session=session, data={"context_window": window})
     compaction_overflow(session=session, detail=json.dumps(error)[:500])
     session = Session.objects.get(pk=prepared.session.pk)
-    return _build(session, dialect, converted, prepared.synced)
+    return _build(session, dialect, converted, prepared.synced, prepared.runnable)
 
 
 def upstream_body(
@@ -282,13 +313,28 @@ def _tool_name(tool: dict[str, Any]) -> str:
 
 
 def session_record_reply(
-    *, session: Session, dialect: Dialect, reply: Reply, response: dict[str, Any] | None
-) -> None:
-    """Append the assistant's answer (marked if incomplete), its usage, and the client's view of it."""
+    *,
+    session: Session,
+    dialect: Dialect,
+    reply: Reply,
+    response: dict[str, Any] | None,
+    runnable: frozenset[str] = frozenset(),
+    last_round: bool = False,
+) -> Recorded:
+    """Append the assistant's answer (marked if incomplete) and its usage; run its built-in calls.
+
+    The client's view gets the answer as the client receives it: without the
+    built-in calls (``services.builtins``).
+    """
     message: dict[str, Any] = dict(reply.message)
     if reply.incomplete:
         message["content"] = attach_meta(message.get("content") or "", {"incomplete": True})
+    ours, theirs = split_calls(message.get("tool_calls") or (), runnable)
+    if reply.incomplete:
+        ours = []
     has_content = message.get("tool_calls") or _has_text(message.get("content"))
+    again = bool(ours) and not theirs and not last_round
+    shown = response
     with transaction.atomic():
         if has_content:
             batch: list[MessageData] = [message]  # type: ignore[list-item]
@@ -296,9 +342,24 @@ def session_record_reply(
         usage = reply.usage.to_dict()
         if any(usage.values()):
             session_record_usage(session=session, usage=usage)  # type: ignore[arg-type]
-        if has_content and not reply.incomplete:
-            echoed = dialect.client_message(reply, response)
+        if ours:
+            session_run_builtin_calls(session=session, calls=ours)
+        if has_content and not reply.incomplete and not again:
+            hidden = {c["name"] for c in ours}
+            if hidden and response is not None:
+                strip = strip_anthropic if dialect.name == "anthropic" else strip_openai
+                shown = strip(response, hidden)
+            seen = Reply(
+                message={**reply.message, "tool_calls": theirs} if theirs else _no_calls(reply),
+                usage=reply.usage,
+            )
+            echoed = dialect.client_message(seen, shown)
             client_view_add_reply(session=session, fingerprint=message_fingerprint(echoed))
+    return Recorded(again=again, shown=shown)
+
+
+def _no_calls(reply: Reply) -> dict[str, Any]:
+    return {k: v for k, v in reply.message.items() if k != "tool_calls"}
 
 
 def _has_text(content: Any) -> bool:
