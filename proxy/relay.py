@@ -27,7 +27,8 @@ from sessions.models import Session
 from .providers import Dialect, relayed_headers
 from .services.builtins import MAX_ROUNDS
 from .services.calls import Prepared, rebuild, rebuild_after_overflow, session_record_reply
-from .upstream import open_call, read_body
+from .streaming import AnthropicFilter, OpenAIFilter
+from .upstream import Unreachable, open_call, read_body
 
 logger = logging.getLogger(__name__)
 
@@ -157,31 +158,97 @@ def _stream_response(response: httpx.Response, call: Call) -> StreamingHttpRespo
     return out
 
 
+def _stream_filter(call: Call) -> AnthropicFilter | OpenAIFilter | None:
+    runnable = call.prepared.runnable
+    if not runnable:
+        return None  # nothing to take out: the upstream bytes go out as they come
+    return AnthropicFilter(runnable) if call.dialect.name == "anthropic" else OpenAIFilter(runnable)
+
+
 async def _relay(response: httpx.Response, call: Call) -> AsyncIterator[bytes]:
-    parser, accumulator = SseParser(), call.dialect.stream()
+    """The client's stream: upstream's, or several rounds of it when built-ins are answered."""
+    dialect, converted = call.dialect, call.converted
+    relay = _stream_filter(call)
+    rounds, stored = 0, False
+    accumulator = dialect.stream()
     try:
-        try:
-            async for chunk in response.aiter_raw():
-                for event in parser.feed(chunk):
+        while True:
+            parser, accumulator, stored = SseParser(), dialect.stream(), False
+            try:
+                async for chunk in response.aiter_raw():
+                    events = parser.feed(chunk)
+                    out = []
+                    for event in events:
+                        accumulator.feed(event)
+                        if relay is not None:
+                            out.append(relay.feed(event))
+                    if relay is None:
+                        yield chunk
+                    elif any(out):
+                        yield b"".join(out)
+                for event in parser.close():
                     accumulator.feed(event)
-                yield chunk
-        except httpx.HTTPError:
-            logger.warning(
-                "proxy: upstream broke off a stream of session %s", call.prepared.session.pk
+                    if relay is not None:
+                        yield relay.feed(event)
+            except httpx.HTTPError:
+                logger.warning(
+                    "proxy: upstream broke off a stream of session %s", call.prepared.session.pk
+                )
+            finally:
+                await response.aclose()
+            rounds += 1
+            reply = accumulator.result()
+            recorded = await sync_to_async(session_record_reply)(
+                session=call.prepared.session,
+                dialect=dialect,
+                reply=reply,
+                response=None,
+                runnable=call.prepared.runnable,
+                last_round=rounds >= MAX_ROUNDS or reply.incomplete,
             )
-        for event in parser.close():
-            accumulator.feed(event)
+            stored = True
+            if relay is None:
+                return
+            if not recorded.again:
+                yield relay.end_round(again=False)
+                return
+            relay.end_round(again=True)
+            call.prepared = await sync_to_async(rebuild)(
+                prepared=call.prepared, dialect=dialect, converted=converted
+            )
+            response = await open_call(
+                "POST",
+                dialect.upstream_url(call.path),
+                headers=call.headers,
+                json=call.prepared.body,
+            )
+            if response.status_code >= 300:
+                raw = await read_body(response)
+                payload = json_or_none(raw) or {}
+                error = payload.get("error") if isinstance(payload, dict) else None
+                yield _error_event(dialect, error or {"message": raw.decode(errors="replace")})
+                return
+    except Unreachable as exc:
+        yield _error_event(dialect, {"type": "api_error", "message": exc.message})
     finally:
-        # Reached at the end, on an upstream break and on a client disconnect
-        # (the relay is cancelled): store what arrived, whatever happens to this task.
-        reply = accumulator.result()
-        record = asyncio.ensure_future(
-            sync_to_async(_record_closing, thread_sensitive=False)(
-                call.prepared.session, call.dialect, reply, None
+        if not stored:
+            # A client disconnect cancels the relay: store what arrived, whatever
+            # happens to this task (a thread of its own, not the request's).
+            record = asyncio.ensure_future(
+                sync_to_async(_record_closing, thread_sensitive=False)(
+                    call.prepared.session, dialect, accumulator.result(), None
+                )
             )
-        )
-        try:
-            await response.aclose()
-            await asyncio.shield(record)
-        except (asyncio.CancelledError, Exception):  # noqa: BLE001 - the record goes on
-            pass
+            try:
+                await response.aclose()
+                await asyncio.shield(record)
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - the record goes on
+                pass
+
+
+def _error_event(dialect: Dialect, error: dict[str, Any]) -> bytes:
+    """An error inside a stream that has started, in the provider's stream form."""
+    if dialect.name == "anthropic":
+        body = {"type": "error", "error": {"type": error.get("type", "api_error"), **error}}
+        return f"event: error\ndata: {json.dumps(body)}\n\n".encode()
+    return f"data: {json.dumps({'error': error})}\n\n".encode()

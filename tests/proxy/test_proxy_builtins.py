@@ -116,3 +116,54 @@ def test_openai_builtin_call_is_run_by_the_proxy(upstreams, alice_key):
     assert reply.choices[0].message.content == "Grepped."
     assert not reply.choices[0].message.tool_calls
     assert roles("ses_b4") == ["user", "assistant", "tool", "assistant"]
+
+
+def test_streaming_stays_streaming_and_hides_the_builtin_round(upstreams, alice_key):
+    fake, _ = upstreams
+    fake.script(
+        ScriptedReply(
+            text="Let me look.",
+            tool_calls=[tool_call("tool_output_cache", {"ref_id": "out_x"}, id="toolu_s1")],
+        ),
+        ScriptedReply(text="Found it."),
+    )
+
+    async def call():
+        client = asgi_claude(alice_key[1], session="ses_b5")
+        async with client.messages.stream(
+            model=MODEL, max_tokens=256, tools=TOOLS, messages=[{"role": "user", "content": "go"}]
+        ) as stream:
+            events = [event.type async for event in stream]
+            return events, await stream.get_final_message()
+
+    events, final = async_to_sync(call)()
+    assert events.count("message_start") == 1 and events.count("message_stop") == 1
+    assert [b.type for b in final.content] == ["text", "text"]
+    assert final.content[0].text == "Let me look." and final.content[1].text == "Found it."
+    assert final.stop_reason == "end_turn"
+    assert roles("ses_b5") == ["user", "assistant", "tool", "assistant"]
+
+
+def test_openai_streaming_hides_the_builtin_call(upstreams, alice_key):
+    _, fake = upstreams
+    fake.script(
+        ScriptedReply(tool_calls=[tool_call("compact_context", {}, id="call_s2")]),
+        ScriptedReply(text="Compacted and done."),
+    )
+
+    async def call():
+        client = asgi_gpt(alice_key[1], session="ses_b6")
+        stream = await client.chat.completions.create(
+            model="gpt-4o", messages=[{"role": "user", "content": "go"}], stream=True
+        )
+        return [chunk async for chunk in stream]
+
+    chunks = async_to_sync(call)()
+    assert not any(c.choices and c.choices[0].delta.tool_calls for c in chunks)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == "Compacted and done."
+    finishes = [
+        c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason
+    ]
+    assert finishes == ["stop"]
+    assert roles("ses_b6") == ["user", "assistant", "tool", "assistant"]
