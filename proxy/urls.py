@@ -1,6 +1,7 @@
 """The proxy's paths (fixed: clients set their SDK's base URL to them)."""
 
 from django.urls import path
+from django.views.decorators.csrf import csrf_exempt
 
 from . import views
 
@@ -18,4 +19,5 @@ urlpatterns = [
         name="proxy-openai-chat-completions",
     ),
     path("openai/v1/models", views.openai_models, name="proxy-openai-models"),
+    path("<path:rest>", csrf_exempt(views.not_found), name="proxy-not-found"),
 ]

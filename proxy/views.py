@@ -35,6 +35,12 @@ def provider_error(dialect: Dialect, status: int, message: str) -> JsonResponse:
     return JsonResponse(dialect.error_body(status, message), status=status)
 
 
+def _with_query(request: HttpRequest, path: str) -> str:
+    """The upstream path with the client's query (Claude Code sends ``?beta=true``)."""
+    query = request.META.get("QUERY_STRING")
+    return f"{path}?{query}" if query else path
+
+
 def _body(request: HttpRequest) -> dict[str, Any]:
     try:
         body = json.loads(request.body)
@@ -71,7 +77,7 @@ async def proxy_call(
         return provider_error(dialect, 400, str(exc))
     call = Call(
         dialect=dialect,
-        path=path,
+        path=_with_query(request, path),
         headers=dialect.upstream_headers(headers, caller.upstream_key),
         prepared=prepared,
         converted=converted,
@@ -118,7 +124,7 @@ async def _count_tokens(request: HttpRequest) -> HttpResponse:
     try:
         response = await open_call(
             "POST",
-            dialect.upstream_url("messages/count_tokens"),
+            dialect.upstream_url(_with_query(request, "messages/count_tokens")),
             headers=dialect.upstream_headers(request.headers, caller.upstream_key),
             json=managed,
         )
@@ -145,9 +151,7 @@ async def _pass_through(request: HttpRequest, dialect: Dialect, path: str) -> Ht
         caller = await sync_to_async(caller_for)(dialect, request.headers)
     except ServiceError as exc:
         return provider_error(dialect, _STATUS.get(exc.status, 400), exc.message)
-    url = dialect.upstream_url(path)
-    if request.META.get("QUERY_STRING"):
-        url = f"{url}?{request.META['QUERY_STRING']}"
+    url = dialect.upstream_url(_with_query(request, path))
     try:
         response = await open_call(
             "GET", url, headers=dialect.upstream_headers(request.headers, caller.upstream_key)
@@ -183,3 +187,9 @@ async def anthropic_models(request: HttpRequest) -> HttpResponse:
 
 async def openai_models(request: HttpRequest) -> HttpResponse:
     return await _pass_through(request, OPENAI, "models")
+
+
+async def not_found(request: HttpRequest, rest: str = "") -> HttpResponse:
+    """An unknown path under /proxy/: a 404 in the shape of the provider the path names."""
+    dialect = OPENAI if request.path.startswith("/proxy/openai/") else ANTHROPIC
+    return provider_error(dialect, 404, f"Not found: {request.path}")

@@ -127,3 +127,23 @@ def test_managed_credentials_and_a_derived_session(upstreams, settings, alice_ke
     assert sid == sid2 != other and sid.startswith("px_")
     assert fake.messages_requests()[-1].headers["x-api-key"] == UPSTREAM_KEY
     assert Message.objects.filter(session__external_id=sid).count() == 4
+
+
+def test_upstream_timeout_is_a_504_and_unknown_paths_a_provider_404(upstreams, settings, alice_key):
+    _, fake = upstreams
+    settings.CONTEXTSVC_UPSTREAM_READ_TIMEOUT = 1
+    fake.hang_next(3)
+
+    async def gpt():
+        client = asgi_gpt(alice_key[1], session="ses_e5")
+        return await client.chat.completions.create(
+            model="gpt-4o", messages=[{"role": "user", "content": "slow"}]
+        )
+
+    with pytest.raises(openai.APIStatusError) as raised:
+        async_to_sync(gpt)()
+    assert raised.value.status_code == 504
+    assert Message.objects.filter(session__external_id="ses_e5").count() == 1
+    response = raw_post("/proxy/openai/v1/embeddings", b"{}", {})
+    assert response.status_code == 404
+    assert response.json()["error"]["type"] == "not_found_error"
