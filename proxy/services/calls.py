@@ -8,7 +8,7 @@ append, session create / sections / tools, the one context build and usage.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,7 +108,12 @@ def client_messages(dialect: Dialect, body: dict[str, Any]) -> list[dict[str, An
     return messages[lead:]
 
 
-def _to_transcript(dialect: Dialect, lead: int):  # noqa: ANN202 - a closure the sync calls
+ToTranscript = Callable[[list[dict[str, Any]], int], list[dict[str, Any]]]
+
+
+def _to_transcript(dialect: Dialect, lead: int) -> ToTranscript:
+    """The converter ``session_sync_client_view`` applies to a slice of the client's messages."""
+
     def convert(messages: list[dict[str, Any]], offset: int) -> list[dict[str, Any]]:
         if dialect.name == "anthropic":
             return anthropic_format.messages_to_transcript(messages)

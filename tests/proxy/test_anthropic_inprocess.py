@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import pytest
 from asgiref.sync import async_to_sync
 
 from sessions.models import Message, Session, UsageReport
 from tests.fakes.streams import ScriptedReply, tool_call
-from tests.proxy.conftest import UPSTREAM_KEY, asgi_claude
+from tests.proxy.conftest import PROXY_DB, UPSTREAM_KEY, asgi_claude
 
-# The proxy works in its own threads: committed data, and the seeded model profiles kept.
-pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
+pytestmark = PROXY_DB
 
 MODEL = "claude-opus-4-5"
 TOOLS = [{"name": "read_file", "description": "Read a file", "input_schema": {"type": "object"}}]

@@ -20,13 +20,10 @@ from django.db import connection
 from sessions.models import Message, UsageReport
 from tests.fakes.streams import ScriptedReply
 from tests.live_server import database_url
-from tests.proxy.conftest import UPSTREAM_KEY
+from tests.proxy.conftest import PROXY_DB, UPSTREAM_KEY
 from tests.proxy.server import proxy_server
 
-pytestmark = [
-    pytest.mark.postgres,
-    pytest.mark.django_db(transaction=True, serialized_rollback=True),
-]
+pytestmark = [pytest.mark.postgres, *PROXY_DB]
 
 
 @pytest.fixture(autouse=True)

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from asgiref.sync import async_to_sync
 
 from sessions.models import Message, Session, UsageReport
 from tests.fakes.streams import ScriptedReply, tool_call
-from tests.proxy.conftest import UPSTREAM_KEY, asgi_gpt
+from tests.proxy.conftest import PROXY_DB, UPSTREAM_KEY, asgi_gpt
 
-pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
+pytestmark = PROXY_DB
 
 MODEL = "gpt-4o"
 FUNCTIONS = [

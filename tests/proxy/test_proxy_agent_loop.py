@@ -8,7 +8,6 @@ synchronous compaction: no worker needed), and sends the managed context.
 
 from __future__ import annotations
 
-import pytest
 from asgiref.sync import async_to_sync
 
 from compaction.models import CompactionRun
@@ -16,9 +15,9 @@ from sessions.models import AgentKey, Message
 from sessions.services.sessions import session_create
 from tests.fakes.anthropic_server import estimate_tokens
 from tests.fakes.streams import ScriptedReply, tool_call
-from tests.proxy.conftest import asgi_claude
+from tests.proxy.conftest import PROXY_DB, asgi_claude
 
-pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
+pytestmark = PROXY_DB
 
 MODEL = "claude-opus-4-5"
 TOOLS = [{"name": "read_file", "description": "Read a file", "input_schema": {"type": "object"}}]

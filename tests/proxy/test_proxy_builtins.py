@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import pytest
 from asgiref.sync import async_to_sync
 
 from sessions.models import AgentKey, Message, Session
 from sessions.services.sessions import session_create
 from tests.fakes.streams import ScriptedReply, tool_call
-from tests.proxy.conftest import asgi_claude, asgi_gpt
+from tests.proxy.conftest import PROXY_DB, asgi_claude, asgi_gpt
 
-pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
+pytestmark = PROXY_DB
 
 MODEL = "claude-opus-4-5"
 TOOLS = [{"name": "read_file", "description": "Read a file", "input_schema": {"type": "object"}}]

@@ -10,9 +10,9 @@ from asgiref.sync import async_to_sync
 from compaction.models import CompactionRun
 from sessions.models import Message, Session
 from tests.live_server import free_port
-from tests.proxy.conftest import UPSTREAM_KEY, asgi_claude, asgi_gpt, asgi_http
+from tests.proxy.conftest import PROXY_DB, UPSTREAM_KEY, asgi_claude, asgi_gpt, asgi_http
 
-pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
+pytestmark = PROXY_DB
 
 MODEL = "claude-opus-4-5"
 

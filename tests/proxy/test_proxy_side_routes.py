@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import pytest
 from asgiref.sync import async_to_sync
 
 from sessions.models import Message
-from tests.proxy.conftest import asgi_claude, asgi_gpt
+from tests.proxy.conftest import PROXY_DB, asgi_claude, asgi_gpt
 
-pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
+pytestmark = PROXY_DB
 
 MODEL = "claude-opus-4-5"
 

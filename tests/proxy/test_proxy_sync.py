@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import pytest
 from asgiref.sync import async_to_sync
 
 from proxy.models import ClientView
 from proxy.services.sync import MARKER
 from sessions.models import Message, Session
 from tests.fakes.streams import ScriptedReply, tool_call
-from tests.proxy.conftest import asgi_claude
+from tests.proxy.conftest import PROXY_DB, asgi_claude
 
-pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
+pytestmark = PROXY_DB
 
 MODEL = "claude-opus-4-5"
 TOOLS = [{"name": "read_file", "description": "Read a file", "input_schema": {"type": "object"}}]
