@@ -147,3 +147,23 @@ def test_upstream_timeout_is_a_504_and_unknown_paths_a_provider_404(upstreams, s
     response = raw_post("/proxy/openai/v1/embeddings", b"{}", {})
     assert response.status_code == 404
     assert response.json()["error"]["type"] == "not_found_error"
+
+
+def test_openai_context_length_exceeded_compacts_and_retries_once(upstreams, alice_key):
+    _, fake = upstreams
+    history: list[dict] = []
+
+    async def call():
+        client = asgi_gpt(alice_key[1], session="ses_e6")
+        return await client.chat.completions.create(model="gpt-4o", messages=history)
+
+    for n in range(12):
+        history.append({"role": "user", "content": f"question {n}: " + "lorem ipsum dolor " * 1000})
+        reply = async_to_sync(call)()
+        history.append({"role": "assistant", "content": reply.choices[0].message.content})
+    history.append({"role": "user", "content": "last question"})
+    fake.window = 30_000
+    before = len(fake.chat_requests())
+    assert async_to_sync(call)().choices[0].message.content
+    assert [r.status for r in fake.chat_requests()[before:]] == [400, 200]
+    assert Session.objects.get(external_id="ses_e6").context_window == 30_000
