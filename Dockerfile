@@ -21,6 +21,7 @@ COPY contextsvc ./contextsvc
 COPY sessions ./sessions
 COPY compaction ./compaction
 COPY prompting ./prompting
+COPY proxy ./proxy
 COPY templates ./templates
 COPY static ./static
 RUN pip install .

@@ -132,6 +132,7 @@ INSTALLED_APPS = [
     "sessions.apps.AgentSessionsConfig",
     "compaction.apps.CompactionConfig",
     "prompting.apps.PromptingConfig",
+    "proxy.apps.ProxyConfig",
 ]
 
 MIDDLEWARE = [
@@ -164,6 +165,7 @@ AUTHENTICATION_BACKENDS = [
 
 ROOT_URLCONF = "contextsvc.urls"
 WSGI_APPLICATION = "contextsvc.wsgi.application"
+ASGI_APPLICATION = "contextsvc.asgi.application"
 
 TEMPLATES = [
     {
@@ -336,3 +338,17 @@ LOGGING = {
         "contextsvc.guard": {"level": "DEBUG" if CONTEXT_DEBUG else "INFO"},
     },
 }
+
+# The drop-in proxy (proxy/): where it forwards, and the provider keys it uses for a
+# client that sends its agent key as its provider key (managed credentials).
+CONTEXTSVC_UPSTREAM_ANTHROPIC_URL = env_str(
+    "CONTEXTSVC_UPSTREAM_ANTHROPIC_URL", "https://api.anthropic.com"
+).rstrip("/")
+CONTEXTSVC_UPSTREAM_OPENAI_URL = env_str(
+    "CONTEXTSVC_UPSTREAM_OPENAI_URL", "https://api.openai.com/v1"
+).rstrip("/")
+CONTEXTSVC_UPSTREAM_ANTHROPIC_API_KEY = env_str("CONTEXTSVC_UPSTREAM_ANTHROPIC_API_KEY")
+CONTEXTSVC_UPSTREAM_OPENAI_API_KEY = env_str("CONTEXTSVC_UPSTREAM_OPENAI_API_KEY")
+# Seconds the proxy waits for upstream to connect / between two chunks of an answer.
+CONTEXTSVC_UPSTREAM_CONNECT_TIMEOUT = env_int("CONTEXTSVC_UPSTREAM_CONNECT_TIMEOUT", 10, minimum=1)
+CONTEXTSVC_UPSTREAM_READ_TIMEOUT = env_int("CONTEXTSVC_UPSTREAM_READ_TIMEOUT", 600, minimum=1)

@@ -6,6 +6,7 @@ from django.urls import include, path
 from compaction.urls import urlpatterns as compaction_urls
 from contextsvc.api import api
 from prompting.urls import urlpatterns as prompting_urls
+from proxy.urls import urlpatterns as proxy_urls
 from sessions.urls import urlpatterns as sessions_urls
 
 # What escapes views and middleware: a 503 for a lost database, JSON under /api/.
@@ -15,6 +16,8 @@ handler404 = "contextsvc.middleware.page_not_found"
 
 urlpatterns = [
     path("api/v1/", api.urls),
+    # The drop-in proxy: async views, served by the ASGI process (contextsvc/asgi.py).
+    path("proxy/", include(proxy_urls)),
     path("admin/", admin.site.urls),
     path("accounts/", include("django.contrib.auth.urls")),
     # One "dashboard" namespace for every app's pages: templates and tests

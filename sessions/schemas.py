@@ -174,6 +174,12 @@ class TargetIn(In):
     buffer_tokens: int | None = Field(None, le=MAX_TOKENS)
 
 
+class ProxyPolicy(In):
+    """The drop-in proxy (``proxy/``): whether it runs the built-in tools for the model itself."""
+
+    builtin_tools: bool = True
+
+
 class PolicyIn(In):
     compaction: CompactionPolicy | None = None
     tool_output_cache: ToolOutputCachePolicy | None = None
@@ -184,6 +190,7 @@ class PolicyIn(In):
     final_report_tool: str | None = Field(None, pattern=TOOL_NAME_PATTERN)
     tool_deferral_threshold: float | None = Field(None, gt=0, le=1)
     prompt_cache: PromptCachePolicy | None = None
+    proxy: ProxyPolicy | None = None
 
 
 # --- sessions ---------------------------------------------------------------------

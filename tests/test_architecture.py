@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("contextsvc", "sessions", "prompting", "compaction")
+PACKAGES = ("contextsvc", "sessions", "prompting", "compaction", "proxy")
 MAX_LINES = 400
 
 # Lowest first; a module may import its own layer and the ones below it.
@@ -45,7 +45,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("sessions", ("sessions",)),
     ("prompting", ("prompting",)),
     ("compaction", ("compaction",)),
-    ("assembly", ("contextsvc.api", "contextsvc.urls", "contextsvc.wsgi")),
+    ("proxy", ("proxy",)),
+    ("assembly", ("contextsvc.api", "contextsvc.urls", "contextsvc.wsgi", "contextsvc.asgi")),
 )
 
 # The engine is pure computation: these (and anything not stdlib or listed in

@@ -1,0 +1,1 @@
+"""The drop-in proxy: Anthropic Messages and OpenAI Chat Completions served with the managed context."""

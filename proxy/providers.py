@@ -1,0 +1,160 @@
+"""The two provider dialects the proxy speaks: their requests, replies, streams, errors and keys."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+
+from contextsvc.engine.providers import anthropic as anthropic_format
+from contextsvc.engine.providers import openai_chat
+from contextsvc.engine.providers.common import Converted, Reply
+from contextsvc.engine.providers.sse import AnthropicStream, OpenAIStream
+
+# Headers of the client's request forwarded upstream (lower case); the body's
+# length and encoding are the proxy's own, the credentials are chosen per mode.
+_FORWARDED = (
+    "anthropic-version",
+    "anthropic-beta",
+    "openai-organization",
+    "openai-project",
+    "user-agent",
+)
+# "prompt is too long: 210000 tokens > 200000 maximum" / "maximum context length is 8192 tokens"
+_ANTHROPIC_WINDOW = re.compile(r"tokens? > (\d+) maximum")
+_OPENAI_WINDOW = re.compile(r"maximum context length is (\d+) tokens")
+# Upstream response headers relayed to the client (rate-limit figures, request ids).
+_RELAYED_PREFIXES = (
+    "anthropic-",
+    "x-ratelimit-",
+    "openai-",
+    "retry-after",
+    "request-id",
+    "x-request-id",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    """One provider: how its bodies convert, where upstream is, how it says an error."""
+
+    name: str
+    fmt: str  # the context build's format
+    convert: Callable[[dict[str, Any]], Converted]
+    reply_from_response: Callable[[dict[str, Any]], Reply]
+    stream: Callable[[], AnthropicStream | OpenAIStream]
+    messages_key: str
+
+    def upstream_url(self, path: str) -> str:
+        if self.name == "anthropic":
+            return f"{settings.CONTEXTSVC_UPSTREAM_ANTHROPIC_URL}/v1/{path}"
+        return f"{settings.CONTEXTSVC_UPSTREAM_OPENAI_URL}/{path}"
+
+    def managed_key(self) -> str | None:
+        if self.name == "anthropic":
+            return settings.CONTEXTSVC_UPSTREAM_ANTHROPIC_API_KEY
+        return settings.CONTEXTSVC_UPSTREAM_OPENAI_API_KEY
+
+    def error_body(self, status: int, message: str, kind: str | None = None) -> dict[str, Any]:
+        """The provider's own error shape, so its SDK raises its usual exception."""
+        kind = kind or error_type(status)
+        if self.name == "anthropic":
+            return {"type": "error", "error": {"type": kind, "message": message}}
+        code = "context_length_exceeded" if kind == "context_length_exceeded" else None
+        if kind == "context_length_exceeded":
+            kind = "invalid_request_error"
+        return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+
+    def is_overflow(self, status: int, body: Any) -> bool:
+        """Upstream said the prompt does not fit the model's window (spec 003 reactive path)."""
+        if status not in (400, 413) or not isinstance(body, dict):
+            return False
+        error = body.get("error")
+        if not isinstance(error, dict):
+            return False
+        if self.name == "anthropic":
+            return "prompt is too long" in str(error.get("message", "")).lower()
+        return error.get("code") == "context_length_exceeded"
+
+    def reported_window(self, body: Any) -> int | None:
+        """The window upstream says the model has, from its "too long" message (None if unsaid)."""
+        message = str(((body or {}).get("error") or {}).get("message", ""))
+        pattern = _ANTHROPIC_WINDOW if self.name == "anthropic" else _OPENAI_WINDOW
+        match = pattern.search(message)
+        return int(match.group(1)) if match else None
+
+    def provider_key(self, headers: Mapping[str, str]) -> str | None:
+        """The provider key the client sent (``x-api-key`` or ``Authorization: Bearer``)."""
+        key = headers.get("x-api-key")
+        if key:
+            return key
+        auth = headers.get("authorization", "")
+        if auth[:7].lower() == "bearer ":
+            return auth[7:].strip() or None
+        return None
+
+    def upstream_headers(self, headers: Mapping[str, str], key: str | None) -> dict[str, str]:
+        out = {name: headers[name] for name in _FORWARDED if headers.get(name)}
+        if key:
+            if self.name == "anthropic":
+                out["x-api-key"] = key
+            else:
+                out["authorization"] = f"Bearer {key}"
+        if self.name == "anthropic":
+            out.setdefault("anthropic-version", "2023-06-01")
+        return out
+
+    def client_message(self, reply: Reply, response: dict[str, Any] | None) -> dict[str, Any]:
+        """The reply as the client will send it back in its history (for its fingerprint)."""
+        if self.name == "anthropic":
+            if response is not None and isinstance(response.get("content"), list):
+                return {"role": "assistant", "content": response["content"]}
+            return anthropic_format.messages_from_transcript([reply.message])[0]
+        if response is not None:
+            choices = response.get("choices") or [{}]
+            message = dict(choices[0].get("message") or {})
+            message.setdefault("role", "assistant")
+            return message
+        return openai_chat.messages_from_transcript([reply.message])[0]
+
+
+def relayed_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """The upstream response headers the client gets too."""
+    return {
+        name: value for name, value in headers.items() if name.lower().startswith(_RELAYED_PREFIXES)
+    }
+
+
+def error_type(status: int) -> str:
+    return {
+        400: "invalid_request_error",
+        401: "authentication_error",
+        403: "permission_error",
+        404: "not_found_error",
+        413: "request_too_large",
+        429: "rate_limit_error",
+        502: "api_error",
+        504: "api_error",
+        529: "overloaded_error",
+    }.get(status, "api_error")
+
+
+ANTHROPIC = Dialect(
+    name="anthropic",
+    fmt="anthropic",
+    convert=anthropic_format.request_to_transcript,
+    reply_from_response=anthropic_format.reply_from_response,
+    stream=AnthropicStream,
+    messages_key="messages",
+)
+OPENAI = Dialect(
+    name="openai",
+    fmt="openai",
+    convert=openai_chat.request_to_transcript,
+    reply_from_response=openai_chat.reply_from_response,
+    stream=OpenAIStream,
+    messages_key="messages",
+)

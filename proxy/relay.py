@@ -1,0 +1,254 @@
+"""Forwarding one prepared call upstream and relaying the answer, streamed or whole.
+
+A stream is relayed chunk by chunk as it arrives (never buffered whole) while
+an ``SseParser`` and the provider's accumulator read the same bytes; when it
+ends — or the client goes away — what arrived is stored (marked incomplete
+when the stream did not finish) with its usage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from asgiref.sync import sync_to_async
+from django.db import connections
+from django.http import HttpResponse, StreamingHttpResponse
+
+from contextsvc.engine.providers.common import ConversionError, Reply
+from contextsvc.engine.providers.sse import SseParser
+from sessions.models import Session
+
+from .providers import Dialect, relayed_headers
+from .services.builtins import MAX_ROUNDS
+from .services.calls import Prepared, rebuild, rebuild_after_overflow, session_record_reply
+from .streaming import AnthropicFilter, OpenAIFilter
+from .upstream import Unreachable, open_call, read_body
+
+logger = logging.getLogger(__name__)
+
+GUARD_HEADER = "X-Contextsvc-Guard"
+SESSION_HEADER = "X-Contextsvc-Session"
+
+
+@dataclass(slots=True)
+class Call:
+    """What forwarding needs: the provider, the upstream path and headers, the prepared body."""
+
+    dialect: Dialect
+    path: str
+    headers: dict[str, str]
+    prepared: Prepared
+    converted: Any  # the client's request, converted (for a rebuild after an overflow)
+
+
+def json_or_none(raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _ours(response: HttpResponse | StreamingHttpResponse, prepared: Prepared) -> None:
+    response[SESSION_HEADER] = prepared.session.external_id
+    response[GUARD_HEADER] = prepared.guard
+
+
+def _record_closing(session: Session, dialect: Dialect, reply: Reply, body: Any) -> None:
+    """Store a reply from outside the request's thread, then close that thread's connections."""
+    try:
+        session_record_reply(session=session, dialect=dialect, reply=reply, response=body)
+    except Exception:
+        logger.exception("proxy: could not store the reply of session %s", session.pk)
+    finally:
+        connections.close_all()
+
+
+async def forward(call: Call) -> HttpResponse | StreamingHttpResponse:
+    """Upstream calls for one client call.
+
+    An overflow ("prompt is too long") compacts and retries once; an answer
+    that only calls built-in tools is answered by the proxy and upstream is
+    asked again (``services.builtins``), up to ``MAX_ROUNDS`` times.
+    """
+    dialect = call.dialect
+    url = dialect.upstream_url(call.path)
+    streaming = bool(call.prepared.body.get("stream"))
+    overflowed, rounds = False, 0
+    while True:
+        body = call.prepared.body
+        if streaming and dialect.name == "openai":
+            # The usage arrives in a last chunk only when asked for.
+            options = {**(body.get("stream_options") or {}), "include_usage": True}
+            body = {**body, "stream_options": options}
+        response = await open_call("POST", url, headers=call.headers, json=body)
+        if response.status_code >= 300:
+            raw = await read_body(response)
+            payload = json_or_none(raw)
+            if not overflowed and dialect.is_overflow(response.status_code, payload):
+                overflowed = True
+                call.prepared = await sync_to_async(rebuild_after_overflow)(
+                    prepared=call.prepared, dialect=dialect, converted=call.converted, error=payload
+                )
+                continue
+            return _relay_error(response, raw, call.prepared)
+        if streaming:
+            return _stream_response(response, call)
+        raw = await read_body(response)
+        payload = json_or_none(raw)
+        try:
+            reply = dialect.reply_from_response(payload if isinstance(payload, dict) else {})
+        except ConversionError:
+            logger.warning(
+                "proxy: upstream answer of session %s not understood", call.prepared.session.pk
+            )
+            return _answer(response, raw, call.prepared)
+        rounds += 1
+        recorded = await sync_to_async(session_record_reply)(
+            session=call.prepared.session,
+            dialect=dialect,
+            reply=reply,
+            response=payload,
+            runnable=call.prepared.runnable,
+            last_round=rounds >= MAX_ROUNDS,
+        )
+        if recorded.again:
+            call.prepared = await sync_to_async(rebuild)(
+                prepared=call.prepared, dialect=dialect, converted=call.converted
+            )
+            continue
+        if recorded.shown is not payload:
+            raw = json.dumps(recorded.shown).encode()
+        return _answer(response, raw, call.prepared)
+
+
+def _answer(response: httpx.Response, raw: bytes, prepared: Prepared) -> HttpResponse:
+    out = HttpResponse(raw, status=response.status_code, content_type="application/json")
+    for name, value in relayed_headers(response.headers).items():
+        out[name] = value
+    _ours(out, prepared)
+    return out
+
+
+def _relay_error(response: httpx.Response, raw: bytes, prepared: Prepared) -> HttpResponse:
+    content_type = response.headers.get("content-type", "application/json")
+    out = HttpResponse(raw, status=response.status_code, content_type=content_type)
+    for name, value in relayed_headers(response.headers).items():
+        out[name] = value
+    _ours(out, prepared)
+    return out
+
+
+def _stream_response(response: httpx.Response, call: Call) -> StreamingHttpResponse:
+    out = StreamingHttpResponse(
+        _relay(response, call),
+        status=response.status_code,
+        content_type=response.headers.get("content-type", "text/event-stream"),
+    )
+    for name, value in relayed_headers(response.headers).items():
+        out[name] = value
+    out["Cache-Control"] = "no-cache"
+    out["X-Accel-Buffering"] = "no"  # a proxy in front must not buffer the stream either
+    _ours(out, call.prepared)
+    return out
+
+
+def _stream_filter(call: Call) -> AnthropicFilter | OpenAIFilter | None:
+    runnable = call.prepared.runnable
+    if not runnable:
+        return None  # nothing to take out: the upstream bytes go out as they come
+    return AnthropicFilter(runnable) if call.dialect.name == "anthropic" else OpenAIFilter(runnable)
+
+
+async def _relay(response: httpx.Response, call: Call) -> AsyncIterator[bytes]:
+    """The client's stream: upstream's, or several rounds of it when built-ins are answered."""
+    dialect, converted = call.dialect, call.converted
+    relay = _stream_filter(call)
+    rounds, stored = 0, False
+    accumulator = dialect.stream()
+    try:
+        while True:
+            parser, accumulator, stored = SseParser(), dialect.stream(), False
+            try:
+                async for chunk in response.aiter_raw():
+                    events = parser.feed(chunk)
+                    out = []
+                    for event in events:
+                        accumulator.feed(event)
+                        if relay is not None:
+                            out.append(relay.feed(event))
+                    if relay is None:
+                        yield chunk
+                    elif any(out):
+                        yield b"".join(out)
+                for event in parser.close():
+                    accumulator.feed(event)
+                    if relay is not None:
+                        yield relay.feed(event)
+            except httpx.HTTPError:
+                logger.warning(
+                    "proxy: upstream broke off a stream of session %s", call.prepared.session.pk
+                )
+            finally:
+                await response.aclose()
+            rounds += 1
+            reply = accumulator.result()
+            recorded = await sync_to_async(session_record_reply)(
+                session=call.prepared.session,
+                dialect=dialect,
+                reply=reply,
+                response=None,
+                runnable=call.prepared.runnable,
+                last_round=rounds >= MAX_ROUNDS or reply.incomplete,
+            )
+            stored = True
+            if relay is None:
+                return
+            if not recorded.again:
+                yield relay.end_round(again=False)
+                return
+            relay.end_round(again=True)
+            call.prepared = await sync_to_async(rebuild)(
+                prepared=call.prepared, dialect=dialect, converted=converted
+            )
+            response = await open_call(
+                "POST",
+                dialect.upstream_url(call.path),
+                headers=call.headers,
+                json=call.prepared.body,
+            )
+            if response.status_code >= 300:
+                raw = await read_body(response)
+                payload = json_or_none(raw) or {}
+                error = payload.get("error") if isinstance(payload, dict) else None
+                yield _error_event(dialect, error or {"message": raw.decode(errors="replace")})
+                return
+    except Unreachable as exc:
+        yield _error_event(dialect, {"type": "api_error", "message": exc.message})
+    finally:
+        if not stored:
+            # A client disconnect cancels the relay: store what arrived, whatever
+            # happens to this task (a thread of its own, not the request's).
+            record = asyncio.ensure_future(
+                sync_to_async(_record_closing, thread_sensitive=False)(
+                    call.prepared.session, dialect, accumulator.result(), None
+                )
+            )
+            try:
+                await response.aclose()
+                await asyncio.shield(record)
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - the record goes on
+                pass
+
+
+def _error_event(dialect: Dialect, error: dict[str, Any]) -> bytes:
+    """An error inside a stream that has started, in the provider's stream form."""
+    if dialect.name == "anthropic":
+        body = {"type": "error", "error": {"type": error.get("type", "api_error"), **error}}
+        return f"event: error\ndata: {json.dumps(body)}\n\n".encode()
+    return f"data: {json.dumps({'error': error})}\n\n".encode()

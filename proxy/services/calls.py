@@ -1,0 +1,377 @@
+"""One proxied call's database work: the caller, its session, the sync, the managed body, the reply.
+
+Every function here is synchronous (the async views run them through
+``sync_to_async``) and goes through the services the REST API uses: the
+append, session create / sections / tools, the one context build and usage.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+
+from compaction.services.sync import compaction_overflow
+from contextsvc.engine.providers import anthropic as anthropic_format
+from contextsvc.engine.providers import openai_chat
+from contextsvc.engine.providers.common import Converted, Reply, attach_meta
+from contextsvc.engine.providers.fingerprint import (
+    conversation_key,
+    fingerprints,
+    message_fingerprint,
+)
+from contextsvc.errors import Conflict, NotFound, Unauthorized, ValidationFailed
+from prompting.context.build import context_preview
+from prompting.context.service import context_for_call
+from sessions.models import AgentKey, Session, hash_key
+from sessions.selectors import is_session_id, session_get
+from sessions.services.append import session_append_messages
+from sessions.services.inputs import MessageData, SectionData, ToolData
+from sessions.services.sessions import session_create, session_set_sections, session_update
+from sessions.services.tools import session_set_tools
+from sessions.services.usage import session_record_usage
+
+from ..providers import Dialect
+from ..selectors import client_view, known_prefix
+from .builtins import (
+    builtin_tool_data,
+    runnable_names,
+    session_run_builtin_calls,
+    split_calls,
+    strip_anthropic,
+    strip_openai,
+)
+from .sync import Synced, client_view_add_reply, session_sync_client_view
+
+SESSION_HEADER = "x-contextsvc-session"
+KEY_HEADER = "x-contextsvc-key"
+
+
+class ContextTooLarge(Exception):
+    """Even the final-turn context does not fit the window: the provider-shaped 400."""
+
+
+@dataclass(slots=True)
+class Caller:
+    """Who calls and with which upstream key (never stored, never logged)."""
+
+    key: AgentKey
+    upstream_key: str | None
+
+
+@dataclass(slots=True)
+class Prepared:
+    """A call ready to forward: the session, the body to send and the guard's verdict."""
+
+    session: Session
+    body: dict[str, Any]
+    guard: str
+    synced: Synced
+    runnable: frozenset[str] = frozenset()  # built-in tools the proxy runs (``services.builtins``)
+
+
+@dataclass(slots=True)
+class Recorded:
+    """A stored reply: whether to ask upstream again (only built-ins were called), what the client gets."""
+
+    again: bool
+    shown: dict[str, Any] | None
+
+
+def caller_for(dialect: Dialect, headers: Mapping[str, str]) -> Caller:
+    """The agent key (``X-Contextsvc-Key``, or the provider key itself when managed)."""
+    provider_key = dialect.provider_key(headers)
+    agent_key = headers.get(KEY_HEADER)
+    if agent_key:
+        upstream = provider_key or dialect.managed_key()
+    else:
+        agent_key, upstream = provider_key, dialect.managed_key()
+    if not agent_key:
+        raise Unauthorized("Send your contextsvc agent key in X-Contextsvc-Key (or as the API key)")
+    key = AgentKey.objects.filter(key_hash=hash_key(agent_key), revoked_at__isnull=True).first()
+    if key is None:
+        raise Unauthorized("Unknown or revoked contextsvc agent key")
+    return Caller(key=key, upstream_key=upstream)
+
+
+def client_messages(dialect: Dialect, body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The conversation part of the client's messages (OpenAI's leading system ones are sections)."""
+    messages = body["messages"]
+    if dialect.name == "anthropic":
+        return messages
+    lead = 0
+    while lead < len(messages) and messages[lead].get("role") in openai_chat.INSTRUCTION_ROLES:
+        lead += 1
+    return messages[lead:]
+
+
+ToTranscript = Callable[[list[dict[str, Any]], int], list[dict[str, Any]]]
+
+
+def _to_transcript(dialect: Dialect, lead: int) -> ToTranscript:
+    """The converter ``session_sync_client_view`` applies to a slice of the client's messages."""
+
+    def convert(messages: list[dict[str, Any]], offset: int) -> list[dict[str, Any]]:
+        if dialect.name == "anthropic":
+            return anthropic_format.messages_to_transcript(messages)
+        return openai_chat.messages_to_transcript(messages, offset=lead + offset)
+
+    return convert
+
+
+def _session_id(
+    key: AgentKey, headers: Mapping[str, str], body: dict[str, Any], dialect: Dialect
+) -> str:
+    sid = headers.get(SESSION_HEADER)
+    if not sid:
+        messages = client_messages(dialect, body)
+        if dialect.name == "anthropic":
+            system = body.get("system")
+        else:
+            system = body["messages"][: len(body["messages"]) - len(messages)]
+        sid = "px_" + conversation_key(agent=key.key_hash, system=system, messages=messages)
+    if not is_session_id(sid):
+        raise ValidationFailed("X-Contextsvc-Session is not a valid session id")
+    return sid
+
+
+def session_for_call(
+    *, key: AgentKey, headers: Mapping[str, str], body: dict[str, Any], dialect: Dialect
+) -> Session:
+    """The named session (created on first use), or the one derived from the conversation."""
+    sid = _session_id(key, headers, body, dialect)
+    try:
+        return session_get(owner=key, external_id=sid)
+    except NotFound:
+        pass
+    data: dict[str, Any] = {"model": str(body.get("model") or ""), "id": sid}
+    if not data["model"]:
+        raise ValidationFailed("model: Field required")
+    max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
+    if isinstance(max_tokens, int) and max_tokens > 0:
+        data["max_output_tokens"] = max_tokens
+    data["provider"] = dialect.name
+    try:
+        return session_create(owner=key, data=data)  # type: ignore[arg-type]
+    except Conflict:
+        return session_get(owner=key, external_id=sid)  # created by a concurrent first call
+
+
+def prepare(
+    *, dialect: Dialect, headers: Mapping[str, str], body: dict[str, Any], converted: Converted
+) -> tuple[Caller, Prepared]:
+    """Everything before forwarding, in one trip to a thread: caller, session, sync, build."""
+    caller = caller_for(dialect, headers)
+    session = session_for_call(key=caller.key, headers=headers, body=body, dialect=dialect)
+    return caller, prepare_call(session=session, dialect=dialect, body=body, converted=converted)
+
+
+def count_body(
+    *, dialect: Dialect, headers: Mapping[str, str], body: dict[str, Any], converted: Converted
+) -> tuple[Caller, dict[str, Any]]:
+    """The body the proxy would send for ``body``, computed without writing anything.
+
+    The managed context as it stands (``context_preview``: a read) with the
+    client's messages the session does not hold yet after it; with no session
+    yet, or a client whose history diverged, the client's own body.
+    """
+    caller = caller_for(dialect, headers)
+    sid = _session_id(caller.key, headers, body, dialect)
+    try:
+        session = session_get(owner=caller.key, external_id=sid)
+    except NotFound:
+        return caller, body
+    messages = client_messages(dialect, body)
+    view = client_view(session.pk)
+    stored = len(view.fingerprints or []) if view is not None else 0
+    prefix = known_prefix(view, fingerprints(messages), messages)
+    if prefix < stored:
+        return caller, body
+    built = context_preview(session, dialect.fmt)
+    final = built.pop("budget")["guard"]["status"] == "final"
+    out = upstream_body(dialect, converted, built, final=final)
+    out["messages"] = [*out["messages"], *messages[prefix:]]
+    return caller, out
+
+
+def _sections(converted: Converted) -> list[SectionData]:
+    return [
+        {"name": s.name, "content": s.content, "cacheable": s.cacheable} for s in converted.sections
+    ]
+
+
+def _tools(converted: Converted) -> list[ToolData]:
+    return [
+        {
+            "name": t.name,
+            "description": t.description,
+            "input_schema": t.input_schema,
+            "category": "mcp",
+        }
+        for t in converted.tools
+    ]
+
+
+def prepare_call(
+    *, session: Session, dialect: Dialect, body: dict[str, Any], converted: Converted
+) -> Prepared:
+    """Sync the transcript, the sections and the tools; build the managed body (guard applied)."""
+    runnable = runnable_names(session, converted)
+    sections, tools = _sections(converted), [*_tools(converted), *builtin_tool_data(runnable)]
+    if sections != (session.sections or []):
+        session = session_set_sections(session=session, sections=sections)
+    if tools != (session.tools or []):
+        session = session_set_tools(session=session, tools=tools)
+    messages = client_messages(dialect, body)
+    lead = len(body["messages"]) - len(messages)
+    synced = session_sync_client_view(
+        session=session, messages=messages, to_transcript=_to_transcript(dialect, lead)
+    )
+    session = Session.objects.get(pk=session.pk)
+    return _build(session, dialect, converted, synced, runnable)
+
+
+def _build(
+    session: Session,
+    dialect: Dialect,
+    converted: Converted,
+    synced: Synced,
+    runnable: frozenset[str],
+) -> Prepared:
+    built = context_for_call(session=session, fmt=dialect.fmt)
+    budget = built.pop("budget")
+    guard = budget["guard"]["status"]
+    if guard == "final" and budget["estimated_tokens"] > budget["context_window"]:
+        raise ContextTooLarge(
+            f"prompt is too long: the managed context needs about {budget['estimated_tokens']} "
+            f"tokens > {budget['context_window']} maximum, even after compaction"
+        )
+    return Prepared(
+        session=session,
+        body=upstream_body(dialect, converted, built, final=guard == "final"),
+        guard=guard,
+        synced=synced,
+        runnable=runnable,
+    )
+
+
+def rebuild(*, prepared: Prepared, dialect: Dialect, converted: Converted) -> Prepared:
+    """The next body after the proxy answered built-in calls itself."""
+    session = Session.objects.get(pk=prepared.session.pk)
+    return _build(session, dialect, converted, prepared.synced, prepared.runnable)
+
+
+def rebuild_after_overflow(
+    *, prepared: Prepared, dialect: Dialect, converted: Converted, error: dict[str, Any]
+) -> Prepared:
+    """spec 003 reactive path: upstream said too long; compact now and build again.
+
+    When upstream names its window and it is smaller than the session's, the
+    session takes it first (the model served there is not the profile's), so the
+    compaction aims inside the window that is really there.
+    """
+    session = prepared.session
+    window = dialect.reported_window(error)
+    if window is not None and window < session.context_window:
+        session = session_update(session=session, data={"context_window": window})
+    compaction_overflow(session=session, detail=json.dumps(error)[:500])
+    session = Session.objects.get(pk=prepared.session.pk)
+    return _build(session, dialect, converted, prepared.synced, prepared.runnable)
+
+
+def upstream_body(
+    dialect: Dialect, converted: Converted, built: dict[str, Any], *, final: bool
+) -> dict[str, Any]:
+    """The client's fields with system, messages and tools replaced by the managed context.
+
+    On a final turn the tools are the final-report tool alone (spec 001
+    enforcement), so the client's ``tool_choice`` is dropped with its tools.
+    """
+    body = dict(converted.rest)
+    if dialect.name == "anthropic" and built.get("system"):
+        body["system"] = built["system"]
+    body["messages"] = built["messages"]
+    tools = list(built.get("tools") or ())
+    for tool in tools:
+        extra = converted.tool_extras.get(_tool_name(tool))
+        if extra and dialect.name == "anthropic":
+            tool.update(extra)
+        elif extra:
+            tool["function"].update(extra.get("function", {}))
+            tool.update(extra.get("tool", {}))
+    if final:
+        body.pop("tool_choice", None)
+    else:
+        tools.extend(converted.other_tools)
+    if tools:
+        body["tools"] = tools
+    else:
+        body.pop("tool_choice", None)
+    return body
+
+
+def _tool_name(tool: dict[str, Any]) -> str:
+    return tool.get("name") or (tool.get("function") or {}).get("name", "")
+
+
+def session_record_reply(
+    *,
+    session: Session,
+    dialect: Dialect,
+    reply: Reply,
+    response: dict[str, Any] | None,
+    runnable: frozenset[str] = frozenset(),
+    last_round: bool = False,
+) -> Recorded:
+    """Append the assistant's answer (marked if incomplete) and its usage; run its built-in calls.
+
+    The client's view gets the answer as the client receives it: without the
+    built-in calls (``services.builtins``).
+    """
+    message: dict[str, Any] = dict(reply.message)
+    if reply.incomplete:
+        message["content"] = attach_meta(message.get("content") or "", {"incomplete": True})
+    ours, theirs = split_calls(message.get("tool_calls") or (), runnable)
+    if reply.incomplete:
+        ours = []
+    has_content = message.get("tool_calls") or _has_text(message.get("content"))
+    again = bool(ours) and not theirs and not last_round
+    shown = response
+    with transaction.atomic():
+        if has_content:
+            batch: list[MessageData] = [message]  # type: ignore[list-item]
+            session_append_messages(session=session, messages=batch)
+        usage = reply.usage.to_dict()
+        if any(usage.values()):
+            session_record_usage(session=session, usage=usage)  # type: ignore[arg-type]
+        if ours:
+            session_run_builtin_calls(session=session, calls=ours)
+        if has_content and not reply.incomplete and not again:
+            hidden = {c["name"] for c in ours}
+            if hidden and response is not None:
+                strip = strip_anthropic if dialect.name == "anthropic" else strip_openai
+                shown = strip(response, hidden)
+            seen = Reply(
+                message={**reply.message, "tool_calls": theirs} if theirs else _no_calls(reply),
+                usage=reply.usage,
+            )
+            echoed = dialect.client_message(seen, shown)
+            client_view_add_reply(session=session, fingerprint=message_fingerprint(echoed))
+    return Recorded(again=again, shown=shown)
+
+
+def _no_calls(reply: Reply) -> dict[str, Any]:
+    return {k: v for k, v in reply.message.items() if k != "tool_calls"}
+
+
+def _has_text(content: Any) -> bool:
+    if isinstance(content, str):
+        return bool(content.strip())
+    return any(
+        part.get("type") != "text" or str(part.get("text") or "").strip()
+        for part in content or ()
+        if isinstance(part, dict)
+    )

@@ -1,0 +1,150 @@
+"""The transcript sync: append only what the client's history adds since its last call.
+
+A client sends its whole history on every call. The proxy keeps the
+fingerprints of what it sent last (``ClientView``, plus the reply it got) and
+appends, through the REST API's append service, only the messages after the
+longest common prefix.
+
+Two cases are not divergences:
+
+- the reply echoed back: an assistant message in the reply's place is the
+  reply the proxy stored, whatever its SDK changed in serialising it;
+- a retry: the client sends again what it sent before, without the reply
+  (it lost the answer, or wants another): nothing is new; the stored reply
+  stays in the transcript.
+
+**Divergence** (the client changed a message it had sent: it compacted or
+edited its own history, or retried with other content) follows one rule that
+loses nothing: the stored transcript is kept whole; a marker message is
+appended, then the client's whole new view, and the session's live window
+restarts just after the marker — at the first message of the new view.
+Tool-call ids of the new view are re-numbered (``<id>_v<n>``) because a
+session never reuses a tool-call id; ``ClientView.renamed`` keeps the mapping
+so later results for those calls still match.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+from compaction.services.window import set_window
+from contextsvc.engine.providers.fingerprint import fingerprints
+from contextsvc.engine.strategies.base import TokenCounter
+from sessions import accounting, hotpath
+from sessions.models import Session
+from sessions.services.append import session_append_messages
+from sessions.services.inputs import MessageData
+
+from ..models import ClientView
+from ..selectors import known_prefix
+
+MARKER = (
+    "[contextsvc proxy: the client's history changed at its message {at} (it compacted or "
+    "edited it); the messages before this marker are the session's earlier record, the live "
+    "window restarts with the client's new view after it.]"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Synced:
+    """What a sync did: messages appended, and whether the client's history diverged."""
+
+    appended: int
+    diverged: bool
+    last_seq: int
+
+
+def _rename(messages: list[dict[str, Any]], renamed: dict[str, str]) -> list[dict[str, Any]]:
+    if not renamed:
+        return messages
+    out = []
+    for message in messages:
+        message = dict(message)
+        if message.get("tool_calls"):
+            message["tool_calls"] = [
+                {**call, "id": renamed.get(call["id"], call["id"])}
+                for call in message["tool_calls"]
+            ]
+        if message.get("tool_call_id") in renamed:
+            message["tool_call_id"] = renamed[message["tool_call_id"]]
+        out.append(message)
+    return out
+
+
+def _append(session: Session, messages: list[dict[str, Any]]) -> None:
+    size = settings.CONTEXTSVC_MAX_BATCH
+    for start in range(0, len(messages), size):
+        batch: list[MessageData] = messages[start : start + size]  # type: ignore[assignment]
+        session_append_messages(session=session, messages=batch)
+
+
+def _restart_window(session: Session, start_seq: int) -> None:
+    """The live window starts at ``start_seq`` (caller is in a transaction)."""
+    session = hotpath.lock_session(session.pk)
+    counter = TokenCounter(accounting.tokenizer_of(session), accounting.estimate_config_of(session))
+    set_window(
+        session,
+        retain=session.retain,
+        summary=session.summary,
+        start_seq=start_seq,
+        counter=counter,
+    )
+    session.save()
+
+
+def session_sync_client_view(
+    *,
+    session: Session,
+    messages: Sequence[dict[str, Any]],
+    to_transcript: Callable[[list[dict[str, Any]], int], list[dict[str, Any]]],
+) -> Synced:
+    """Append what ``messages`` (the client's history, provider format) adds; record the view.
+
+    ``to_transcript(slice, offset)`` converts a slice of the client's messages
+    that starts at ``offset``.
+    """
+    current = fingerprints(messages)
+    with transaction.atomic():
+        view, _ = ClientView.objects.select_for_update().get_or_create(session=session)
+        prefix = known_prefix(view, current, messages)
+        stored = len(view.fingerprints or [])
+        retry = view.reply_at is not None and prefix == view.reply_at == len(current)
+        diverged = prefix < stored and not retry
+        renamed = dict(view.renamed or {})
+        if diverged:
+            view.divergences += 1
+            new = to_transcript(list(messages), 0)
+            for message in new:
+                for call in message.get("tool_calls") or ():
+                    renamed[call["id"]] = f"{call['id']}_v{view.divergences}"
+            marker = {"role": "user", "content": MARKER.format(at=prefix)}
+            _append(session, [marker])
+            marker_seq = Session.objects.values_list("last_seq", flat=True).get(pk=session.pk)
+            new = _rename(new, renamed)
+            if new:
+                _append(session, new)
+            _restart_window(session, marker_seq + 1)
+        else:
+            new = _rename(to_transcript(list(messages[prefix:]), prefix), renamed)
+            if new:
+                _append(session, new)
+        view.fingerprints = current
+        view.reply_at = None
+        view.renamed = renamed
+        view.save()
+        last_seq = Session.objects.values_list("last_seq", flat=True).get(pk=session.pk)
+    return Synced(appended=len(new), diverged=diverged, last_seq=last_seq)
+
+
+def client_view_add_reply(*, session: Session, fingerprint: str) -> None:
+    """Record the reply the client got, as the next message of its view."""
+    with transaction.atomic():
+        view, _ = ClientView.objects.select_for_update().get_or_create(session=session)
+        view.reply_at = len(view.fingerprints or [])
+        view.fingerprints = [*(view.fingerprints or []), fingerprint]
+        view.save()

@@ -1,0 +1,195 @@
+"""The proxy's async views: Anthropic Messages and Chat Completions with the managed context.
+
+Served under ASGI (``contextsvc.asgi``, uvicorn workers): a stream holds no
+thread while it waits on upstream. The database work runs through
+``sync_to_async``. Every refusal is in the provider's own error shape, so the
+client's SDK raises its usual exception; nothing answers with an HTML page.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.views.decorators.csrf import csrf_exempt
+
+from contextsvc.engine.errors import EngineValidationError
+from contextsvc.engine.providers.common import ConversionError
+from contextsvc.errors import ServiceError
+
+from .providers import ANTHROPIC, OPENAI, Dialect, relayed_headers
+from .relay import Call, forward
+from .services.calls import ContextTooLarge, caller_for, count_body, prepare
+from .upstream import Unreachable, open_call, read_body
+
+logger = logging.getLogger(__name__)
+
+# contextsvc's own errors in the provider's terms (its SDK maps the status to an exception).
+_STATUS = {401: 401, 404: 404, 409: 409, 413: 413, 422: 400, 429: 429, 503: 503}
+
+
+def provider_error(dialect: Dialect, status: int, message: str) -> JsonResponse:
+    return JsonResponse(dialect.error_body(status, message), status=status)
+
+
+def _with_query(request: HttpRequest, path: str) -> str:
+    """The upstream path with the client's query (Claude Code sends ``?beta=true``)."""
+    query = request.META.get("QUERY_STRING")
+    return f"{path}?{query}" if query else path
+
+
+def _body(request: HttpRequest) -> dict[str, Any]:
+    try:
+        body = json.loads(request.body)
+    except (ValueError, RecursionError) as exc:
+        raise ConversionError(f"the body is not valid JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise ConversionError("the body must be a JSON object")
+    return body
+
+
+async def proxy_call(
+    request: HttpRequest, dialect: Dialect, path: str
+) -> HttpResponse | StreamingHttpResponse:
+    """Check, sync and build, then forward (module doc)."""
+    if request.method != "POST":
+        return provider_error(dialect, 405, f"Method {request.method} not allowed")
+    try:
+        body = _body(request)
+        converted = dialect.convert(body)
+    except ConversionError as exc:
+        return provider_error(dialect, 400, str(exc))
+    headers = request.headers
+    try:
+        caller, prepared = await sync_to_async(prepare)(
+            dialect=dialect, headers=headers, body=body, converted=converted
+        )
+    except ContextTooLarge as exc:
+        kind = "invalid_request_error" if dialect.name == "anthropic" else "context_length_exceeded"
+        return JsonResponse(dialect.error_body(400, str(exc), kind), status=400)
+    except (ServiceError, ConversionError) as exc:
+        status = _STATUS.get(getattr(exc, "status", 422), 400)
+        return provider_error(dialect, status, getattr(exc, "message", str(exc)))
+    except EngineValidationError as exc:  # limits that cannot hold this call (its max_tokens)
+        return provider_error(dialect, 400, str(exc))
+    call = Call(
+        dialect=dialect,
+        path=_with_query(request, path),
+        headers=dialect.upstream_headers(headers, caller.upstream_key),
+        prepared=prepared,
+        converted=converted,
+    )
+    try:
+        return await forward(call)
+    except Unreachable as exc:
+        response = provider_error(dialect, exc.status, exc.message)
+        response["X-Contextsvc-Session"] = prepared.session.external_id
+        return response
+
+
+async def _guarded(
+    request: HttpRequest, dialect: Dialect, path: str
+) -> HttpResponse | StreamingHttpResponse:
+    """``proxy_call``, with anything unexpected answered in the provider's shape (and logged)."""
+    try:
+        return await proxy_call(request, dialect, path)
+    except Exception:
+        logger.exception("proxy: %s call failed", dialect.name)
+        return provider_error(dialect, 500, "contextsvc proxy: internal error (logged)")
+
+
+# What Anthropic's count_tokens takes of a Messages body.
+_COUNT_FIELDS = ("model", "messages", "system", "tools", "tool_choice", "thinking", "mcp_servers")
+
+
+async def _count_tokens(request: HttpRequest) -> HttpResponse:
+    """Counts the body the proxy would send (the managed context), not the client's."""
+    dialect = ANTHROPIC
+    if request.method != "POST":
+        return provider_error(dialect, 405, f"Method {request.method} not allowed")
+    try:
+        body = _body(request)
+        converted = dialect.convert(body)
+        caller, managed = await sync_to_async(count_body)(
+            dialect=dialect, headers=request.headers, body=body, converted=converted
+        )
+    except ConversionError as exc:
+        return provider_error(dialect, 400, str(exc))
+    except ServiceError as exc:
+        return provider_error(dialect, _STATUS.get(exc.status, 400), exc.message)
+    managed = {k: v for k, v in managed.items() if k in _COUNT_FIELDS}
+    try:
+        response = await open_call(
+            "POST",
+            dialect.upstream_url(_with_query(request, "messages/count_tokens")),
+            headers=dialect.upstream_headers(request.headers, caller.upstream_key),
+            json=managed,
+        )
+        raw = await read_body(response)
+    except Unreachable as exc:
+        return provider_error(dialect, exc.status, exc.message)
+    return _relayed(response, raw)
+
+
+def _relayed(response: Any, raw: bytes) -> HttpResponse:
+    out = HttpResponse(
+        raw,
+        status=response.status_code,
+        content_type=response.headers.get("content-type", "application/json"),
+    )
+    for name, value in relayed_headers(response.headers).items():
+        out[name] = value
+    return out
+
+
+async def _pass_through(request: HttpRequest, dialect: Dialect, path: str) -> HttpResponse:
+    """A GET relayed as it is (the model list), with the caller's credentials checked first."""
+    try:
+        caller = await sync_to_async(caller_for)(dialect, request.headers)
+    except ServiceError as exc:
+        return provider_error(dialect, _STATUS.get(exc.status, 400), exc.message)
+    url = dialect.upstream_url(_with_query(request, path))
+    try:
+        response = await open_call(
+            "GET", url, headers=dialect.upstream_headers(request.headers, caller.upstream_key)
+        )
+        raw = await read_body(response)
+    except Unreachable as exc:
+        return provider_error(dialect, exc.status, exc.message)
+    return _relayed(response, raw)
+
+
+@csrf_exempt
+async def anthropic_messages(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
+    return await _guarded(request, ANTHROPIC, "messages")
+
+
+@csrf_exempt
+async def openai_chat_completions(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
+    return await _guarded(request, OPENAI, "chat/completions")
+
+
+@csrf_exempt
+async def anthropic_count_tokens(request: HttpRequest) -> HttpResponse:
+    try:
+        return await _count_tokens(request)
+    except Exception:
+        logger.exception("proxy: count_tokens failed")
+        return provider_error(ANTHROPIC, 500, "contextsvc proxy: internal error (logged)")
+
+
+async def anthropic_models(request: HttpRequest) -> HttpResponse:
+    return await _pass_through(request, ANTHROPIC, "models")
+
+
+async def openai_models(request: HttpRequest) -> HttpResponse:
+    return await _pass_through(request, OPENAI, "models")
+
+
+async def not_found(request: HttpRequest, rest: str = "") -> HttpResponse:
+    """An unknown path under /proxy/: a 404 in the shape of the provider the path names."""
+    dialect = OPENAI if request.path.startswith("/proxy/openai/") else ANTHROPIC
+    return provider_error(dialect, 404, f"Not found: {request.path}")
