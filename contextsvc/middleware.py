@@ -14,7 +14,9 @@ import re
 import sys
 import uuid
 from collections.abc import Callable
+from typing import Any
 
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from csp.middleware import CSPMiddleware
 from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse
@@ -115,12 +117,27 @@ class RequestIdMiddleware:
     """Outermost middleware: ``X-Request-Id`` on every response, and the
     database-unavailable answer for any view (the dashboard's too)."""
 
-    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
-        self.get_response = get_response
+    # Both: under ASGI (the proxy process) an async chain runs without a thread hop.
+    sync_capable = True
+    async_capable = True
 
-    def __call__(self, request: HttpRequest) -> HttpResponse:
+    def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
+        self.get_response = get_response
+        self.is_async = iscoroutinefunction(get_response)
+        if self.is_async:
+            markcoroutinefunction(self)
+
+    def __call__(self, request: HttpRequest) -> Any:
+        if self.is_async:
+            return self.__acall__(request)
         rid = request_id(request)
         response = self.get_response(request)
+        response[REQUEST_ID_HEADER] = rid
+        return response
+
+    async def __acall__(self, request: HttpRequest) -> HttpResponse:
+        rid = request_id(request)
+        response = await self.get_response(request)
         response[REQUEST_ID_HEADER] = rid
         return response
 

@@ -46,7 +46,16 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("prompting", ("prompting",)),
     ("compaction", ("compaction",)),
     ("proxy", ("proxy",)),
-    ("assembly", ("contextsvc.api", "contextsvc.urls", "contextsvc.wsgi", "contextsvc.asgi")),
+    (
+        "assembly",
+        (
+            "contextsvc.api",
+            "contextsvc.urls",
+            "contextsvc.urls_proxy",
+            "contextsvc.wsgi",
+            "contextsvc.asgi",
+        ),
+    ),
 )
 
 # The engine is pure computation: these (and anything not stdlib or listed in
