@@ -35,7 +35,13 @@ def database_url(application_name: str | None = None) -> str:
 
 
 @contextmanager
-def gunicorn(env: dict[str, str], log: Path, *args: str, timeout: float = 60) -> Iterator[int]:
+def gunicorn(
+    env: dict[str, str],
+    log: Path,
+    *args: str,
+    timeout: float = 60,
+    app: str = "contextsvc.wsgi:application",
+) -> Iterator[int]:
     """The project's gunicorn (its gunicorn.conf.py; ``args`` are extra flags) on a
     free loopback port, its output in ``log``: yields the port once it accepts.
 
@@ -44,8 +50,7 @@ def gunicorn(env: dict[str, str], log: Path, *args: str, timeout: float = 60) ->
     port = free_port()
     with log.open("ab") as out:
         server = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "contextsvc.wsgi:application"]
-            + ["-b", f"127.0.0.1:{port}", *args],
+            [sys.executable, "-m", "gunicorn", app] + ["-b", f"127.0.0.1:{port}", *args],
             cwd=ROOT,
             env=env,
             stdout=out,
@@ -59,7 +64,7 @@ def gunicorn(env: dict[str, str], log: Path, *args: str, timeout: float = 60) ->
                 break
             except OSError:
                 assert server.poll() is None, log.read_text(errors="replace")
-                assert time.monotonic() < deadline, "gunicorn did not start"
+                assert time.monotonic() < deadline, f"gunicorn ({app}) did not start"
                 time.sleep(0.1)
         yield port
     finally:
