@@ -15,8 +15,20 @@ from contextsvc.engine.messages import ToolDef
 
 if TYPE_CHECKING:
     from .accounting import BudgetState
-    from .dashboard.selectors.usage import WindowEvent
     from .models import Session, ToolOutput
+
+
+@dataclass(frozen=True, slots=True)
+class WindowEvent:
+    """The live window changed after message ``after_seq``: it now starts at
+    ``start_seq``, with ``tokens`` of preamble + kept messages (a snapshot).
+    What a ``window_events`` hook returns, for the dashboard's usage chart."""
+
+    after_seq: int
+    start_seq: int
+    tokens: int | None
+    kind: str  # compaction / restore
+
 
 # Runs after a committed append or usage report; the last argument is the role
 # of the last appended message, or "usage" (compaction's auto-trigger, spec 000 §2.8).
@@ -39,7 +51,7 @@ ReferenceCheck = Callable[[Sequence["ToolOutput"]], Iterable[str]]
 ToolDeferral = Callable[["Session", list[ToolDef]], "int | None"]
 # Where the live window restarted, oldest first, for the dashboard's usage
 # chart (compaction: its snapshots).
-WindowEvents = Callable[["Session"], list["WindowEvent"]]
+WindowEvents = Callable[["Session"], list[WindowEvent]]
 # A panel in the dashboard's session inspector: a template (a named partial)
 # and its context (compaction: the Compact form and the run under way).
 InspectorPanel = Callable[["Session"], tuple[str, dict[str, Any]]]

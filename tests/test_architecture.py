@@ -74,7 +74,6 @@ class Import:
     target: str  # imported project module
     line: int
     local: bool  # inside a function
-    type_only: bool  # under ``if TYPE_CHECKING:``
 
 
 def _modules() -> dict[str, Path]:
@@ -102,16 +101,13 @@ def _is_package(module: str) -> bool:
     return MODULES[module].name == "__init__.py"
 
 
-def _raw_imports(module: str) -> list[tuple[str, ast.stmt, bool, bool]]:
-    """(dotted name, node, in a function, under TYPE_CHECKING) for every import."""
+def _raw_imports(module: str) -> list[tuple[str, ast.stmt, bool]]:
+    """(dotted name, node, in a function) for every import (``TYPE_CHECKING`` ones too)."""
     tree = ast.parse(MODULES[module].read_text(), filename=str(MODULES[module]))
     local: set[int] = set()
-    type_only: set[int] = set()
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             local.update(id(n) for n in ast.walk(node))
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            type_only.update(id(n) for stmt in node.body for n in ast.walk(stmt))
     package = module if _is_package(module) else module.rpartition(".")[0]
     out = []
     for node in ast.walk(tree):
@@ -128,19 +124,19 @@ def _raw_imports(module: str) -> list[tuple[str, ast.stmt, bool, bool]]:
         else:
             continue
         for name in names:
-            out.append((name, node, id(node) in local, id(node) in type_only))
+            out.append((name, node, id(node) in local))
     return out
 
 
 def _imports() -> list[Import]:
     edges = []
     for module in MODULES:
-        for name, node, local, type_only in _raw_imports(module):
+        for name, node, local in _raw_imports(module):
             if name.split(".")[0] not in PACKAGES:
                 continue
             target = _resolve(name)
             if target and target != module:
-                edges.append(Import(module, target, node.lineno, local, type_only))
+                edges.append(Import(module, target, node.lineno, local))
     return edges
 
 
@@ -169,7 +165,7 @@ def test_dependencies_run_one_way():
         f"{_where(i.source, i.line)} imports {i.target} "
         f"({LAYERS[_layer(i.source)][0]} → {LAYERS[_layer(i.target)][0]})"
         for i in IMPORTS
-        if not i.type_only and _layer(i.target) > _layer(i.source)
+        if _layer(i.target) > _layer(i.source)
     ]
     assert upward == []
 
@@ -190,7 +186,7 @@ def test_engine_is_pure():
     for module in MODULES:
         if not module.startswith("contextsvc.engine"):
             continue
-        for name, node, _, _ in _raw_imports(module):
+        for name, node, _ in _raw_imports(module):
             top = name.split(".")[0]
             if top == "contextsvc":
                 if not name.startswith("contextsvc.engine"):
@@ -256,10 +252,9 @@ def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 
 def _edges(key) -> dict[str, set[str]]:
+    # Imports under TYPE_CHECKING count: a circle hidden there is still one.
     edges: dict[str, set[str]] = defaultdict(set)
     for i in IMPORTS:
-        if i.type_only:
-            continue
         a, b = key(i.source), key(i.target)
         if a != b:
             edges[a].add(b)

@@ -18,7 +18,7 @@ from compaction.models import CompactionRun, Snapshot, ViewChange
 from compaction.services.plan import compaction_plan
 from compaction.services.policy import resolve_chain
 from compaction.summarizers import for_session, summary_model
-from sessions.dashboard.selectors.usage import WindowEvent
+from sessions.extensions import WindowEvent
 from sessions.models import Message, Session
 
 STRATEGY_LABELS = {

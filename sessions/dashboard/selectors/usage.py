@@ -10,7 +10,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 
 from sessions import accounting
-from sessions.extensions import REGISTRY
+from sessions.extensions import REGISTRY, WindowEvent
 from sessions.models import Message, Session, UsageReport
 
 MAX_BARS = 80
@@ -50,17 +50,6 @@ class TurnUsage:
         if self.first_turn == self.last_turn:
             return f"Turn {self.first_turn}"
         return f"Turns {self.first_turn}–{self.last_turn}"
-
-
-@dataclass(frozen=True, slots=True)
-class WindowEvent:
-    """The live window changed after message ``after_seq``: it now starts at
-    ``start_seq``, with ``tokens`` of preamble + kept messages (a snapshot)."""
-
-    after_seq: int
-    start_seq: int
-    tokens: int | None
-    kind: str  # compaction / restore
 
 
 PER_CALL_BELOW = 8  # user turns; fewer than this and the chart plots LLM calls
