@@ -76,11 +76,14 @@ def _rename(messages: list[dict[str, Any]], renamed: dict[str, str]) -> list[dic
     return out
 
 
-def _append(session: Session, messages: list[dict[str, Any]]) -> None:
+def _append(session: Session, messages: list[dict[str, Any]]) -> int:
+    """Append in batches the API accepts; the seq of the last message appended."""
     size = settings.CONTEXTSVC_MAX_BATCH
+    last_seq = 0
     for start in range(0, len(messages), size):
         batch: list[MessageData] = messages[start : start + size]  # type: ignore[assignment]
-        session_append_messages(session=session, messages=batch)
+        last_seq = session_append_messages(session=session, messages=batch)["messages"][-1]["seq"]
+    return last_seq
 
 
 def _restart_window(session: Session, start_seq: int) -> None:
@@ -123,8 +126,7 @@ def session_sync_client_view(
                 for call in message.get("tool_calls") or ():
                     renamed[call["id"]] = f"{call['id']}_v{view.divergences}"
             marker = {"role": "user", "content": MARKER.format(at=prefix)}
-            _append(session, [marker])
-            marker_seq = Session.objects.values_list("last_seq", flat=True).get(pk=session.pk)
+            marker_seq = _append(session, [marker])
             new = _rename(new, renamed)
             if new:
                 _append(session, new)
