@@ -13,6 +13,14 @@ every body is one the provider accepts; ``raw`` is the transcript view and
 keeps the history as stored. ``anthropic`` marks the breakpoints of
 ``parts.cache`` with ``cache_control``; ``openai`` keeps the same order
 without markers (its cache is automatic, by prefix); ``raw`` reports the plan.
+
+A ``system`` message in the history (an instruction the client placed
+mid-conversation) keeps its position. ``openai`` sends it as a ``system``
+message. ``anthropic`` sends it as a ``system`` message when the model takes
+one (``ContextParts.mid_system``, from the model profile) and it follows a user
+turn, the only place the Messages API accepts it; otherwise it becomes user
+text opened by ``SYSTEM_REMINDER_HEADER``, so the model still reads it as an
+instruction and the request stays valid.
 """
 
 from __future__ import annotations
@@ -31,6 +39,8 @@ FORMATS: tuple[str, ...] = ("anthropic", "openai", "raw")
 # spec 000 §2.7: retain and summary travel as user messages at the top.
 RETAIN_HEADER = "[Retained context from earlier in this session]"
 SUMMARY_HEADER = "[Summary of the earlier conversation]"
+# A mid-conversation system message sent as user text (module doc).
+SYSTEM_REMINDER_HEADER = "[System message: an instruction from the system, not from the user]"
 
 
 @dataclass(slots=True)
@@ -52,6 +62,8 @@ class ContextParts:
     # spec 002 §8 degradation: the sections as one plain string, in the
     # agent's order, no tail, no markers.
     plain: bool = False
+    # The model takes ``system`` messages inside ``messages`` (module doc).
+    mid_system: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -141,13 +153,35 @@ def _anthropic_content(msg: Message) -> list[dict[str, Any]]:
     return blocks
 
 
+def system_reminder(msg: Message) -> str:
+    """A system message as user text, for a model or a place that takes no system role."""
+    return f"{SYSTEM_REMINDER_HEADER}\n{msg.context_text}"
+
+
+def _anthropic_system(msg: Message, messages: list[dict[str, Any]], accepted: bool) -> bool:
+    """Add a history ``system`` message in place; False when it must travel as user text."""
+    if not accepted or not messages or messages[-1]["role"] not in ("user", "system"):
+        return False
+    blocks = [b for b in _anthropic_content(msg) if b.get("type") == "text"]
+    if messages[-1]["role"] == "system":
+        messages[-1]["content"].extend(blocks)
+    else:
+        messages.append({"role": "system", "content": blocks})
+    return True
+
+
 def _anthropic(parts: ContextParts) -> dict[str, Any]:
     lay = layout(parts)
     plan = _plan(parts)
     messages: list[dict[str, Any]] = []
     for msg in sent_history(parts):
         role = "assistant" if msg.role == "assistant" else "user"
-        content = _anthropic_content(msg)
+        if msg.role == "system":
+            if _anthropic_system(msg, messages, parts.mid_system):
+                continue
+            content = [{"type": "text", "text": system_reminder(msg)}]
+        else:
+            content = _anthropic_content(msg)
         if not content:
             continue
         # Tool results and user text are both "user" turns for Anthropic; merging
@@ -161,9 +195,16 @@ def _anthropic(parts: ContextParts) -> dict[str, Any]:
         last = messages[-1]["content"][-1]
         if last["type"] == "text":
             last["text"] = last["text"].rstrip()
-    if plan is not None and plan.history and messages:
-        # The moving breakpoint: the newest history block, before the tail.
-        messages[-1]["content"][-1]["cache_control"] = plan.cache_control()
+    marked = [m for m in messages if m["role"] != "system"]
+    if plan is not None and plan.history and marked:
+        # The moving breakpoint: the newest history block, before the tail
+        # (never on a mid-conversation system message: the API documents
+        # cache_control on user and assistant turns).
+        marked[-1]["content"][-1]["cache_control"] = plan.cache_control()
+    if lay.tail and messages and messages[-1]["role"] == "system":
+        # The tail is user text after the history; a system message last takes
+        # a user turn after it rather than moving the tail into ``system``.
+        messages.append({"role": "user", "content": []})
     system: list[dict[str, Any]] = []
     for i, section in enumerate(lay.system):
         block: dict[str, Any] = {"type": "text", "text": section.content}
@@ -208,6 +249,9 @@ def _anthropic(parts: ContextParts) -> dict[str, Any]:
 def _openai_message(msg: Message) -> dict[str, Any]:
     if msg.role == "tool":
         return {"role": "tool", "tool_call_id": msg.tool_call_id, "content": msg.context_text}
+    if msg.role == "system":
+        # Chat Completions takes a system message anywhere, as text.
+        return {"role": "system", "content": msg.context_text}
     if msg.view is None and isinstance(msg.content, list):
         content: Any = [
             {"type": "text", "text": p.get("text", "")} if p.get("type", "text") == "text" else p
