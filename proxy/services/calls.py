@@ -19,6 +19,7 @@ from contextsvc.engine.providers import anthropic as anthropic_format
 from contextsvc.engine.providers import openai_chat
 from contextsvc.engine.providers.common import Converted, Reply, attach_meta
 from contextsvc.engine.providers.fingerprint import (
+    chain_hashes,
     conversation_key,
     fingerprints,
     message_fingerprint,
@@ -35,7 +36,7 @@ from sessions.services.tools import session_set_tools
 from sessions.services.usage import session_record_usage
 
 from ..providers import Dialect
-from ..selectors import client_view, known_prefix
+from ..selectors import client_view, match_view
 from .builtins import (
     builtin_tool_data,
     runnable_names,
@@ -185,10 +186,9 @@ def count_body(
     except NotFound:
         return caller, body
     messages = client_messages(dialect, body)
-    view = client_view(session.pk)
-    stored = len(view.fingerprints or []) if view is not None else 0
-    prefix = known_prefix(view, fingerprints(messages), messages)
-    if prefix < stored:
+    match = match_view(client_view(session.pk), chain_hashes(fingerprints(messages)), messages)
+    prefix = match.prefix
+    if prefix < match.stored:
         return caller, body
     built = context_preview(session, dialect.fmt)
     final = built.pop("budget")["guard"]["status"] == "final"
