@@ -17,12 +17,15 @@ from contextsvc.engine.providers.sse import AnthropicStream, OpenAIStream
 # Headers of the client's request forwarded upstream (lower case); the body's
 # length and encoding are the proxy's own, the credentials are chosen per mode.
 _FORWARDED = (
-    "anthropic-version",
-    "anthropic-beta",
     "openai-organization",
     "openai-project",
     "user-agent",
+    "x-app",
 )
+# Every header with one of these prefixes goes upstream unchanged: the
+# provider's own (``anthropic-beta`` turns on what the client's fields need,
+# e.g. ``context_management``) and Claude Code's (``x-claude-code-session-id``).
+_FORWARDED_PREFIXES = ("anthropic-", "x-claude-code-")
 # "prompt is too long: 210000 tokens > 200000 maximum" / "maximum context length is 8192 tokens"
 _ANTHROPIC_WINDOW = re.compile(r"tokens? > (\d+) maximum")
 _OPENAI_WINDOW = re.compile(r"maximum context length is (\d+) tokens")
@@ -98,6 +101,9 @@ class Dialect:
 
     def upstream_headers(self, headers: Mapping[str, str], key: str | None) -> dict[str, str]:
         out = {name: headers[name] for name in _FORWARDED if headers.get(name)}
+        for name, value in headers.items():
+            if name.lower().startswith(_FORWARDED_PREFIXES):
+                out[name.lower()] = value
         if key:
             if self.name == "anthropic":
                 out["x-api-key"] = key

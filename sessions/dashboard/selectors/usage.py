@@ -79,7 +79,9 @@ class UsageSeries:
 def window_events(session: Session) -> list[WindowEvent]:
     """Every compaction and restore, oldest first: from the app that keeps the
     snapshots (compaction registers the source; 1 query), none without it."""
-    return [event for source in REGISTRY.window_events for event in source(session)]
+    events = [event for source in REGISTRY.window_events for event in source(session)]
+    # Several apps add events (compaction, the proxy's client compactions): in seq order.
+    return sorted(events, key=lambda e: (e.after_seq, e.start_seq))
 
 
 TRIMMED_STATES = ("trimmed", "cleared", "offloaded", "cut")
