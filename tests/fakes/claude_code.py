@@ -31,7 +31,7 @@ from tests.fakes.streams import ScriptedReply
 
 FINAL_ANSWER = "FINAL: every step ran"
 TASK = "Run the numbered Bash steps the tool asks for, then report."
-_STEP = re.compile(r"STEP-(\d+)-BEGIN")
+STEP_MARK = re.compile(r"STEP-(\d+)-BEGIN")
 
 
 def claude_binary() -> str | None:
@@ -92,7 +92,7 @@ class BashAgent:
             if "summary" in last.lower():
                 return ScriptedReply(text=f"<summary>\nThe task: {TASK}\n</summary>")
             return ScriptedReply(text="Side answer")
-        done = [int(m) for text in texts for m in _STEP.findall(text)]
+        done = [int(m) for text in texts for m in STEP_MARK.findall(text)]
         step = max(done) + 1 if done else 0
         if step >= self.steps:
             return ScriptedReply(text=FINAL_ANSWER)

@@ -9,13 +9,20 @@ elsewhere they skip only when the CLI is not installed.
 from __future__ import annotations
 
 import os
-import re
 
 import pytest
 from django.db import connection
 
-from sessions.models import Message, Session
-from tests.fakes.claude_code import FINAL_ANSWER, TASK, BashAgent, claude_binary, run_claude
+from sessions.models import Message, ModelProfile, Session
+from tests.fakes.anthropic_server import estimate_tokens
+from tests.fakes.claude_code import (
+    FINAL_ANSWER,
+    STEP_MARK,
+    TASK,
+    BashAgent,
+    claude_binary,
+    run_claude,
+)
 from tests.live_server import database_url
 from tests.proxy.conftest import PROXY_DB, UPSTREAM_KEY
 from tests.proxy.server import proxy_server
@@ -23,7 +30,8 @@ from tests.proxy.server import proxy_server
 pytestmark = [pytest.mark.postgres, *PROXY_DB]
 
 WINDOW = 48_000
-STEPS = 12
+STEPS = 10
+LINES = 5_000  # ~24 KB per output: ten of them are far more than the window holds
 
 
 @pytest.fixture(autouse=True)
@@ -35,7 +43,7 @@ def _needs_postgres_and_cli():
 
 @pytest.fixture
 def agent(fake_anthropic):
-    fake_anthropic.agent = BashAgent(steps=STEPS)
+    fake_anthropic.agent = BashAgent(steps=STEPS, lines=LINES)
     fake_anthropic.window = WINDOW
     return fake_anthropic.agent
 
@@ -68,25 +76,52 @@ def messages_requests(fake):
     return [r for r in fake.messages_requests() if not r.path.startswith("/v1/messages/count")]
 
 
-def assert_agent_run(fake, sid: str, keys: tuple[str, ...]) -> None:
+def markers(body: dict) -> int:
+    count = 1 if "cache_control" in body else 0
+    count += sum(1 for t in body.get("tools") or () if "cache_control" in t)
+    count += sum(1 for b in body.get("system") or () if "cache_control" in b)
+    for message in body["messages"]:
+        if isinstance(message["content"], list):
+            count += sum(1 for b in message["content"] if "cache_control" in b)
+    return count
+
+
+def assert_agent_run(fake, session: Session, agent_key: str) -> None:
+    """The issue's assertions on one Claude Code run through the proxy."""
     requests = messages_requests(fake)
-    assert requests, "nothing reached upstream"
+    assert len(requests) == STEPS + 1
+    # The fake rejected nothing and never saw a request over its window.
     assert [r.error for r in requests if r.status != 200] == []
+    assert max(estimate_tokens(r.body) for r in requests) <= WINDOW
+    # Every upstream call carried the upstream key, never the agent key.
     assert all(r.headers.get("x-api-key") == UPSTREAM_KEY for r in requests)
-    for key in keys:
-        assert all(key not in str(r.headers) for r in requests)
-    session = Session.objects.get(external_id=sid)
-    outputs = list(
-        Message.objects.filter(session=session, role="tool")
-        .order_by("seq")
-        .values_list("content", flat=True)
-    )
-    steps = [int(m) for text in outputs for m in re.findall(r"STEP-(\d+)-BEGIN", text)]
+    assert all(agent_key not in str(r.headers) for r in requests)
+    # The session's uncompacted transcript holds every tool output, in order.
+    outputs = Message.objects.filter(session=session, role="tool").order_by("seq")
+    steps = [
+        int(m)
+        for text in outputs.values_list("content", flat=True)
+        for m in STEP_MARK.findall(text)
+    ]
     assert steps == list(range(STEPS))
+    assert all(len(text) > LINES * 4 for text in outputs.values_list("content", flat=True))
+    # The last upstream request still holds the task and the newest output.
     last = requests[-1].body
     text = str(last["messages"])
     assert TASK in text
     assert f"STEP-{STEPS - 1}-BEGIN" in text
+    # What Claude Code sends that the proxy does not manage went through unchanged.
+    for request in requests:
+        assert "context-management-2025-06-27" in request.headers["anthropic-beta"]
+        assert request.headers["x-claude-code-session-id"]
+        assert request.body["context_management"]["edits"]
+        assert markers(request.body) <= 4
+    # Its own tool search is left alone: no deferral of ours, its tools as sent.
+    tools = {t["name"]: t for t in last["tools"]}
+    assert "ToolSearch" in tools and "tool_search" not in tools
+    assert any(t.get("defer_loading") for t in last["tools"])
+    # Its mid-conversation system message reached the model as one.
+    assert any(m["role"] == "system" for r in requests for m in r.body["messages"])
 
 
 def test_claude_code_through_the_proxy_with_managed_credentials(
@@ -103,4 +138,37 @@ def test_claude_code_through_the_proxy_with_managed_credentials(
     )
     assert code == 0, (err, result)
     assert result["result"] == FINAL_ANSWER
-    assert_agent_run(fake_anthropic, sid, keys=(alice_key[1],))
+    assert_agent_run(fake_anthropic, Session.objects.get(external_id=sid), alice_key[1])
+    # Straight to the fake, the same history would not fit: the proxy kept it inside.
+    full = sum(
+        len(t) for t in Message.objects.filter(role="tool").values_list("content", flat=True)
+    )
+    assert full // 4 > WINDOW
+
+
+def test_claude_code_through_the_proxy_with_pass_through_credentials(
+    tmp_path, fake_anthropic, agent, alice_key
+):
+    # No session is named: Claude Code's own session id names it, created on
+    # first use with the window of the model's profile.
+    ModelProfile.objects.create(
+        provider="anthropic",
+        model="claude-fake-small",
+        context_window=WINDOW,
+        max_output_tokens=4000,
+    )
+    with start_proxy(tmp_path, fake_anthropic, managed=False) as port:
+        code, result, err = run_claude(
+            f"http://127.0.0.1:{port}/proxy/anthropic",
+            UPSTREAM_KEY,
+            tmp_path / "home",
+            model="claude-fake-small",
+            headers={"X-Contextsvc-Key": alice_key[1]},
+            env={"CLAUDE_CODE_MAX_OUTPUT_TOKENS": "4000"},
+        )
+    assert code == 0, (err, result)
+    assert result["result"] == FINAL_ANSWER
+    client_id = messages_requests(fake_anthropic)[0].headers["x-claude-code-session-id"]
+    session = Session.objects.get(external_id=f"cc_{client_id}")
+    assert session.context_window == WINDOW and session.parent_id is None
+    assert_agent_run(fake_anthropic, session, alice_key[1])
