@@ -222,3 +222,21 @@ def test_claude_code_notes_keep_only_the_newest_of_each_kind():
 def test_a_system_message_still_in_the_window_is_not_copied():
     history = claude_code_history(steps=1)
     assert carry_system(history, "", history[:], "") == ""
+
+
+def test_a_tool_result_with_blocks_other_than_text_keeps_them():
+    # Claude Code's own tool search answers with tool references: text alone would lose them.
+    reference = {"type": "tool_reference", "tool_name": "Read"}
+    history = [
+        user(),
+        call("c1"),
+        Message(
+            role="tool",
+            content=[{"type": "text", "text": "found"}, reference],
+            tool_call_id="c1",
+            name="ToolSearch",
+        ),
+    ]
+    body = build_request("anthropic", parts(history, tools=tools()))
+    result = body["messages"][2]["content"][0]
+    assert result["content"] == [{"type": "text", "text": "found"}, reference]

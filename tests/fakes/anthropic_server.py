@@ -92,6 +92,8 @@ class RecordedRequest:
     body: dict[str, Any] | None
     status: int = 0
     error: str | None = None
+    # When it arrived (time.monotonic()): the bench reads the gaps between calls.
+    at: float = field(default_factory=time.monotonic)
 
 
 class InvalidRequest(Exception):
