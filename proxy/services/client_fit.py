@@ -15,6 +15,14 @@ the total at 4 by removing ours from the front of the prompt (tools, then
 system): the newest history marker, which moves with the conversation, is the
 one that pays.
 
+**``context_management``.** The client's edits (Claude Code sends
+``clear_thinking_20251015``; ``clear_tool_uses_…`` works the same way) pass
+through with every other field and run upstream on the context we built:
+ours first (trimmed and offloaded outputs, compaction, the live window), then
+the API applies the client's edits to what we send. They never change the
+transcript, and the usage the API reports (what we record) is after both.
+Thinking blocks are sent as stored, so a ``keep`` rule sees the turns we kept.
+
 **Fit.** A window that cannot hold even the system prompt, the tools and the
 request's ``max_tokens`` (plus the buffer) can never take a call, whatever
 compaction does. ``window_shortfall`` names the numbers and the fixes, for a
