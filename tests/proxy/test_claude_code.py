@@ -8,8 +8,6 @@ elsewhere they skip only when the CLI is not installed.
 
 from __future__ import annotations
 
-import os
-
 import pytest
 from django.db import connection
 
@@ -23,13 +21,17 @@ from tests.fakes.claude_code import (
     claude_binary,
     run_claude,
 )
-from tests.live_server import database_url
+from tests.proxy.claude_code_live import (
+    WINDOW,
+    make_window_session,
+    markers,
+    messages_requests,
+    start_proxy,
+)
 from tests.proxy.conftest import PROXY_DB, UPSTREAM_KEY
-from tests.proxy.server import proxy_server
 
 pytestmark = [pytest.mark.postgres, *PROXY_DB]
 
-WINDOW = 48_000
 STEPS = 10
 LINES = 5_000  # ~24 KB per output: ten of them are far more than the window holds
 
@@ -48,42 +50,10 @@ def agent(fake_anthropic):
     return fake_anthropic.agent
 
 
-def start_proxy(tmp_path, fake_anthropic, *, managed: bool):
-    env = dict(os.environ)
-    env.update(
-        DATABASE_URL=database_url(),
-        DEBUG="false",
-        LOG_LEVEL="WARNING",
-        CONTEXTSVC_UPSTREAM_ANTHROPIC_URL=fake_anthropic.base_url,
-        CONTEXTSVC_UPSTREAM_ANTHROPIC_API_KEY=UPSTREAM_KEY if managed else "",
-    )
-    return proxy_server(env, tmp_path / "proxy.log")
-
-
 @pytest.fixture
 def managed_proxy(tmp_path, fake_anthropic):
     with start_proxy(tmp_path, fake_anthropic, managed=True) as port:
         yield f"http://127.0.0.1:{port}/proxy/anthropic"
-
-
-def make_window_session(client, sid: str, model: str = "claude-fake-large") -> None:
-    body = {"id": sid, "model": model, "context_window": WINDOW, "max_output_tokens": 4000}
-    response = client.post("sessions", body)
-    assert response.status_code == 201, response.content
-
-
-def messages_requests(fake):
-    return [r for r in fake.messages_requests() if not r.path.startswith("/v1/messages/count")]
-
-
-def markers(body: dict) -> int:
-    count = 1 if "cache_control" in body else 0
-    count += sum(1 for t in body.get("tools") or () if "cache_control" in t)
-    count += sum(1 for b in body.get("system") or () if "cache_control" in b)
-    for message in body["messages"]:
-        if isinstance(message["content"], list):
-            count += sum(1 for b in message["content"] if "cache_control" in b)
-    return count
 
 
 def assert_agent_run(fake, session: Session, agent_key: str) -> None:

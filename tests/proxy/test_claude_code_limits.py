@@ -19,17 +19,18 @@ from django.db import connection
 from contextsvc.engine.build import SYSTEM_REMINDER_HEADER
 from sessions.models import Message, ModelProfile, Session
 from tests.fakes.claude_code import FINAL_ANSWER, BashAgent, claude_binary, run_claude
+from tests.proxy.claude_code_live import WINDOW, make_window_session, messages_requests, start_proxy
 from tests.proxy.conftest import PROXY_DB
-from tests.proxy.test_claude_code import (
-    WINDOW,
-    make_window_session,
-    managed_proxy,  # noqa: F401 - a fixture
-    messages_requests,
-)
 
 pytestmark = [pytest.mark.postgres, *PROXY_DB]
 
 OLD_MODEL = "claude-fake-old"
+
+
+@pytest.fixture
+def managed_proxy(tmp_path, fake_anthropic):
+    with start_proxy(tmp_path, fake_anthropic, managed=True) as port:
+        yield f"http://127.0.0.1:{port}/proxy/anthropic"
 
 
 @pytest.fixture(autouse=True)
@@ -44,7 +45,7 @@ def test_system_messages_to_a_model_that_rejects_them_travel_as_reminders(
     managed_proxy,
     fake_anthropic,
     alice,
-    alice_key,  # noqa: F811
+    alice_key,
 ):
     ModelProfile.objects.create(
         provider="anthropic", model=OLD_MODEL, context_window=WINDOW, mid_system_messages=False
@@ -75,7 +76,7 @@ def test_a_window_too_small_for_claude_codes_max_tokens_is_its_error(
     managed_proxy,
     fake_anthropic,
     alice,
-    alice_key,  # noqa: F811
+    alice_key,
 ):
     fake_anthropic.agent = BashAgent(steps=1)
     body = {
