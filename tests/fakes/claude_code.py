@@ -170,3 +170,28 @@ def scratch_home(tmp_path: Path, name: str = "home") -> Path:
     home = tmp_path / name
     shutil.rmtree(home, ignore_errors=True)
     return home
+
+
+SUBTASK = "SUBTASK: report the date"
+
+
+@dataclass
+class SubAgentTask:
+    """The fake model asks Claude Code for one sub-agent (its ``Agent`` tool), then answers.
+
+    Claude Code runs the sub-agent as requests of its own: another system
+    prompt (its billing line says ``cc_is_subagent=true``) and fewer tools,
+    under the same ``x-claude-code-session-id``.
+    """
+
+    def __call__(self, body: dict[str, Any]) -> ScriptedReply:
+        if "cc_is_subagent=true" in json.dumps(body.get("system")):
+            return ScriptedReply(text="sub-agent: it is today")
+        if SUBTASK not in json.dumps(body.get("messages")):
+            arguments = {
+                "description": "date",
+                "prompt": SUBTASK,
+                "subagent_type": "general-purpose",
+            }
+            return ScriptedReply(tool_calls=[{"name": "Agent", "arguments": arguments, "id": None}])
+        return ScriptedReply(text=FINAL_ANSWER)

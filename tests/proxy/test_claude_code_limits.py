@@ -1,4 +1,4 @@
-"""The real Claude Code CLI through the live proxy where the model or the window says no.
+"""The real Claude Code CLI through the live proxy: a model or a window that says no, a sub-agent.
 
 - A model whose profile takes no mid-conversation system messages (the fake
   upstream rejects them for it, as the API does for models before Claude Opus
@@ -9,6 +9,9 @@
   default ``max_tokens`` (32,000): the proxy answers the provider-shaped 400
   naming the numbers and ``CLAUDE_CODE_MAX_OUTPUT_TOKENS``, Claude Code shows
   it as its error, and the session is left as it was.
+- A sub-agent (Claude Code's ``Agent`` tool): its requests carry the same
+  session id but another system prompt, and go to a side session linked to
+  the main one; the main transcript holds the call and its result only.
 """
 
 from __future__ import annotations
@@ -17,8 +20,16 @@ import pytest
 from django.db import connection
 
 from contextsvc.engine.build import SYSTEM_REMINDER_HEADER
+from proxy.models import ClientCompaction
 from sessions.models import Message, ModelProfile, Session
-from tests.fakes.claude_code import FINAL_ANSWER, BashAgent, claude_binary, run_claude
+from tests.fakes.claude_code import (
+    FINAL_ANSWER,
+    SUBTASK,
+    BashAgent,
+    SubAgentTask,
+    claude_binary,
+    run_claude,
+)
 from tests.proxy.claude_code_live import WINDOW, make_window_session, messages_requests, start_proxy
 from tests.proxy.conftest import PROXY_DB
 
@@ -99,3 +110,38 @@ def test_a_window_too_small_for_claude_codes_max_tokens_is_its_error(
     assert messages_requests(fake_anthropic) == []
     session = Session.objects.get(external_id="cc-tiny")
     assert session.message_count == 0 and session.sections == []
+
+
+def test_a_sub_agent_goes_to_a_linked_side_session(
+    tmp_path, managed_proxy, fake_anthropic, alice, alice_key
+):
+    fake_anthropic.agent = SubAgentTask()
+    make_window_session(alice, "cc-main")
+    code, result, err = run_claude(
+        managed_proxy,
+        alice_key[1],
+        tmp_path / "home",
+        model="claude-opus-4-8",
+        headers={"X-Contextsvc-Session": "cc-main"},
+        env={"CLAUDE_CODE_MAX_OUTPUT_TOKENS": "4000"},
+        extra_args=["--allowedTools", "Agent"],
+    )
+    assert code == 0, (err, result)
+    assert result["result"] == FINAL_ANSWER
+    assert [r.error for r in messages_requests(fake_anthropic) if r.status != 200] == []
+    main = Session.objects.get(external_id="cc-main")
+    side = Session.objects.get(parent=main)
+    assert side.external_id.startswith("cc-main~")
+    side_texts = " ".join(
+        f"{content} {parts}"
+        for content, parts in Message.objects.filter(session=side).values_list("content", "parts")
+    )
+    assert SUBTASK in side_texts and "sub-agent: it is today" in side_texts
+    # The main transcript holds the Agent call and its result, never the sub-agent's turns.
+    main_rows = Message.objects.filter(session=main).values_list("role", "content", "parts")
+    assert not any(role == "user" and SUBTASK in f"{c} {p}" for role, c, p in main_rows)
+    assert not any(
+        "sub-agent: it is today" in f"{c} {p}" for _, c, p in main_rows if _ == "assistant"
+    )
+    assert not ClientCompaction.objects.filter(session=main).exists()
+    assert main.window_start_seq == 1
