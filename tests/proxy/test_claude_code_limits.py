@@ -141,7 +141,7 @@ def test_a_sub_agent_goes_to_a_linked_side_session(
     main_rows = Message.objects.filter(session=main).values_list("role", "content", "parts")
     assert not any(role == "user" and SUBTASK in f"{c} {p}" for role, c, p in main_rows)
     assert not any(
-        "sub-agent: it is today" in f"{c} {p}" for _, c, p in main_rows if _ == "assistant"
+        "sub-agent: it is today" in f"{c} {p}" for r, c, p in main_rows if r == "assistant"
     )
     assert not ClientCompaction.objects.filter(session=main).exists()
     assert main.window_start_seq == 1
