@@ -59,10 +59,14 @@ def _ours(response: HttpResponse | StreamingHttpResponse, prepared: Prepared) ->
     response[GUARD_HEADER] = prepared.guard
 
 
-def _record_closing(session: Session, dialect: Dialect, reply: Reply, body: Any) -> None:
+def _record_closing(
+    session: Session, dialect: Dialect, reply: Reply, final_tool: str | None
+) -> None:
     """Store a reply from outside the request's thread, then close that thread's connections."""
     try:
-        session_record_reply(session=session, dialect=dialect, reply=reply, response=body)
+        session_record_reply(
+            session=session, dialect=dialect, reply=reply, response=None, final_tool=final_tool
+        )
     except Exception:
         logger.exception("proxy: could not store the reply of session %s", session.pk)
     finally:
@@ -116,6 +120,7 @@ async def forward(call: Call) -> HttpResponse | StreamingHttpResponse:
             response=payload,
             runnable=call.prepared.runnable,
             last_round=rounds >= MAX_ROUNDS,
+            final_tool=call.prepared.final_tool,
         )
         if recorded.again:
             call.prepared = await sync_to_async(rebuild)(
@@ -159,10 +164,12 @@ def _stream_response(response: httpx.Response, call: Call) -> StreamingHttpRespo
 
 
 def _stream_filter(call: Call) -> AnthropicFilter | OpenAIFilter | None:
-    runnable = call.prepared.runnable
-    if not runnable:
+    runnable, final = call.prepared.runnable, call.prepared.final_tool
+    if not runnable and not final:
         return None  # nothing to take out: the upstream bytes go out as they come
-    return AnthropicFilter(runnable) if call.dialect.name == "anthropic" else OpenAIFilter(runnable)
+    if call.dialect.name == "anthropic":
+        return AnthropicFilter(runnable, final)
+    return OpenAIFilter(runnable, final)
 
 
 async def _relay(response: httpx.Response, call: Call) -> AsyncIterator[bytes]:
@@ -205,6 +212,7 @@ async def _relay(response: httpx.Response, call: Call) -> AsyncIterator[bytes]:
                 response=None,
                 runnable=call.prepared.runnable,
                 last_round=rounds >= MAX_ROUNDS or reply.incomplete,
+                final_tool=call.prepared.final_tool,
             )
             stored = True
             if relay is None:
@@ -236,7 +244,7 @@ async def _relay(response: httpx.Response, call: Call) -> AsyncIterator[bytes]:
             # happens to this task (a thread of its own, not the request's).
             record = asyncio.ensure_future(
                 sync_to_async(_record_closing, thread_sensitive=False)(
-                    call.prepared.session, dialect, accumulator.result(), None
+                    call.prepared.session, dialect, accumulator.result(), call.prepared.final_tool
                 )
             )
             try:
