@@ -114,9 +114,12 @@ class AnthropicFilter:
 class OpenAIFilter:
     """Chat Completions chunks: tool calls renumbered, the finish, the usage and ``[DONE]`` held."""
 
-    def __init__(self, runnable: frozenset[str], final: str | None = None) -> None:
+    def __init__(
+        self, runnable: frozenset[str], final: str | None = None, *, strip_usage: bool = False
+    ) -> None:
         self.runnable = runnable
         self.final = final
+        self.strip_usage = strip_usage
         self.shown_calls = 0
         self._map: dict[int, int] = {}
         self._hidden: set[int] = set()
@@ -186,6 +189,8 @@ class OpenAIFilter:
             return b""
         out = [self._report_chunk(held, "".join(pieces)) for pieces in reports.values()]
         for event, data in held:
+            if self.strip_usage and is_usage_chunk(data):
+                continue
             if isinstance(data, dict) and not self.shown_calls:
                 data = {
                     **data,
@@ -212,6 +217,32 @@ class OpenAIFilter:
         }
         chunk = {k: v for k, v in template.items() if k != "usage"}
         return frame(SseEvent(), {**chunk, "choices": [choice]})
+
+
+def is_usage_chunk(data: Any) -> bool:
+    """The last chunk ``stream_options.include_usage`` adds: no choices, the usage."""
+    return isinstance(data, dict) and data.get("choices") == [] and "usage" in data
+
+
+class UsageStrip:
+    """Chat Completions chunks as they come, less the usage chunk the client did not ask for.
+
+    The proxy asks upstream for the usage (``stream_options.include_usage``)
+    when the client set no ``stream_options``; what it reads of that chunk is
+    stored, the client's stream stays as the client asked.
+    """
+
+    def feed(self, event: SseEvent) -> bytes:
+        if '"usage"' in event.data and '"choices":[]' in event.data.replace(" ", ""):
+            try:
+                if is_usage_chunk(json.loads(event.data)):
+                    return b""
+            except ValueError:
+                pass
+        return frame(event)
+
+    def end_round(self, *, again: bool) -> bytes:
+        return b""
 
 
 def _without(mapping: dict[str, Any], key: str) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from asgiref.sync import async_to_sync
 
-from sessions.models import Message, Session
+from sessions.models import Message, Session, UsageReport
 from sessions.status import session_mark_final
 from tests.fakes.streams import ScriptedReply, tool_call
 from tests.proxy.conftest import PROXY_DB, asgi_claude, asgi_gpt
@@ -146,3 +146,28 @@ def test_a_final_report_call_reaches_the_openai_client_as_text(upstreams, alice_
     assert not Message.objects.filter(
         session__external_id="ses_fr_o", content__contains="client's history changed"
     ).exists()
+
+
+def test_openai_streams_get_the_usage_chunk_only_when_the_client_asked(upstreams, alice_key):
+    _, fake = upstreams
+    key = alice_key[1]
+
+    async def stream(sid: str, **options):
+        client = asgi_gpt(key, session=sid)
+        chunks = await client.chat.completions.create(
+            model="gpt-4o", messages=[{"role": "user", "content": "hi"}], stream=True, **options
+        )
+        return [chunk async for chunk in chunks]
+
+    # Not asked: the proxy asks upstream for the usage, stores it, and strips the chunk.
+    chunks = async_to_sync(stream)("ses_su_1")
+    assert fake.chat_requests()[-1].body["stream_options"] == {"include_usage": True}
+    assert chunks and all(c.choices for c in chunks) and not any(c.usage for c in chunks)
+    assert UsageReport.objects.filter(session__external_id="ses_su_1").count() == 1
+    # Asked: the client's stream_options go up as they are, the usage chunk comes down.
+    chunks = async_to_sync(stream)("ses_su_2", stream_options={"include_usage": True})
+    assert chunks[-1].choices == [] and chunks[-1].usage.total_tokens > 0
+    assert UsageReport.objects.filter(session__external_id="ses_su_2").count() == 1
+    # Set otherwise: nothing added.
+    async_to_sync(stream)("ses_su_3", stream_options={"include_usage": False})
+    assert fake.chat_requests()[-1].body["stream_options"] == {"include_usage": False}
