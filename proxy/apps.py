@@ -1,4 +1,5 @@
-"""The proxy app: async views in front of the session services; it registers no hooks."""
+"""The proxy app: async views in front of the session services; it marks client compactions
+on the dashboard's usage chart (``REGISTRY.window_events``)."""
 
 from django.apps import AppConfig
 
@@ -7,3 +8,10 @@ class ProxyConfig(AppConfig):
     name = "proxy"
     label = "proxy"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from sessions.extensions import REGISTRY
+
+        from . import selectors
+
+        REGISTRY.add(REGISTRY.window_events, selectors.window_events)

@@ -57,3 +57,22 @@ class ClientViewEntry(models.Model):
 
     def __str__(self) -> str:
         return f"entry {self.index} of view {self.view_id}"
+
+
+class ClientCompaction(models.Model):
+    """A divergence of the client's view (it compacted or edited its own history).
+
+    The proxy appended a marker at ``marker_seq`` and the live window restarted
+    just after it; the dashboard's usage chart marks it as a client compaction
+    (``selectors.window_events``).
+    """
+
+    session = models.ForeignKey(
+        Session, on_delete=models.CASCADE, related_name="client_compactions"
+    )
+    marker_seq = models.PositiveIntegerField()
+    at_message = models.PositiveIntegerField()  # the client's first changed message
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"client compaction of {self.session_id} at seq {self.marker_seq}"

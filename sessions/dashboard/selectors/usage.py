@@ -10,7 +10,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 
 from sessions import accounting
-from sessions.extensions import REGISTRY, WindowEvent
+from sessions.extensions import CLIENT_COMPACTION, REGISTRY, WindowEvent
 from sessions.models import Message, Session, UsageReport
 
 MAX_BARS = 80
@@ -75,11 +75,16 @@ class UsageSeries:
     def has_restores(self) -> bool:
         return any(e.kind == "restore" for e in self.events)
 
+    @property
+    def has_client_compactions(self) -> bool:
+        return any(e.kind == CLIENT_COMPACTION for e in self.events)
+
 
 def window_events(session: Session) -> list[WindowEvent]:
-    """Every compaction and restore, oldest first: from the app that keeps the
-    snapshots (compaction registers the source; 1 query), none without it."""
-    return [event for source in REGISTRY.window_events for event in source(session)]
+    """Every compaction and restore, oldest first: from the apps that keep them
+    (compaction's snapshots, the proxy's client compactions; 1 query each)."""
+    events = [event for source in REGISTRY.window_events for event in source(session)]
+    return sorted(events, key=lambda e: e.after_seq)  # several sources (compaction, the proxy)
 
 
 TRIMMED_STATES = ("trimmed", "cleared", "offloaded", "cut")
