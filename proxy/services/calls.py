@@ -98,12 +98,9 @@ def prepare(
     headers: Mapping[str, str],
     body: dict[str, Any],
     converted: Converted,
-    body_bytes: int = 0,
 ) -> tuple[Caller, Prepared]:
     """Everything before forwarding, in one trip to a thread: caller, session, sync, build."""
-    caller, session = caller_and_session(
-        dialect=dialect, headers=headers, body=body, body_bytes=body_bytes
-    )
+    caller, session = caller_and_session(dialect=dialect, headers=headers, body=body)
     return caller, prepare_call(session=session, dialect=dialect, body=body, converted=converted)
 
 
