@@ -224,6 +224,11 @@ def main() -> None:
     db_url = django_on_scratch_database("proxy")
     from sessions.services.keys import agent_key_create
     from tests.fakes.anthropic_server import FakeAnthropic
+    from tests.fakes.streams import QuietServer
+
+    # 64 streams connect at once: socketserver's backlog of 5 would reset some
+    # of the proxy's connections to the fake (an error of the fake, not the proxy).
+    QuietServer.request_queue_size = 256
 
     _, agent_key = agent_key_create(name="bench")
     fake = FakeAnthropic(api_key=KEY).start()

@@ -1,4 +1,6 @@
-"""The proxy app: async views in front of the session services; it adds the client's view to the inspector."""
+"""The proxy app: async views in front of the session services; it marks client compactions
+on the dashboard's usage chart (``REGISTRY.window_events``) and lists them, with a side
+session's parent, in an inspector panel."""
 
 from django.apps import AppConfig
 
@@ -9,11 +11,9 @@ class ProxyConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # Imported here, not at module level: models are not ready before ready().
-        # The client's own compactions on the usage chart and in a panel.
         from sessions.extensions import REGISTRY
 
-        from . import dashboard
+        from . import dashboard, selectors
 
-        REGISTRY.add(REGISTRY.window_events, dashboard.window_events)
+        REGISTRY.add(REGISTRY.window_events, selectors.window_events)
         REGISTRY.add(REGISTRY.inspector_panels, dashboard.client_compactions_panel)

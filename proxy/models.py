@@ -60,26 +60,19 @@ class ClientViewEntry(models.Model):
 
 
 class ClientCompaction(models.Model):
-    """A client replaced its own history (it compacted itself): the divergence rule applied.
+    """A divergence of the client's view (it compacted or edited its own history).
 
-    Written when a call's history diverges from what the client sent before
-    (``services.sync``): ``marker_seq`` is the marker message the sync
-    appended, ``start_seq`` the first message of the client's new view, where
-    the live window restarted; ``client_messages`` how many messages the new
-    view holds. Shown in the dashboard (usage chart and the proxy panel).
+    The proxy appended a marker at ``marker_seq`` and the live window restarted
+    just after it; the dashboard's usage chart marks it as a client compaction
+    (``selectors.window_events``).
     """
 
     session = models.ForeignKey(
         Session, on_delete=models.CASCADE, related_name="client_compactions"
     )
     marker_seq = models.PositiveIntegerField()
-    start_seq = models.PositiveIntegerField()
-    client_messages = models.PositiveIntegerField(default=0)
-    window_tokens = models.PositiveIntegerField(null=True, blank=True)
+    at_message = models.PositiveIntegerField()  # the client's first changed message
     created_at = models.DateTimeField(auto_now_add=True)
 
-    class Meta:
-        ordering = ["session", "id"]
-
     def __str__(self) -> str:
-        return f"client compaction of {self.session_id} at #{self.start_seq}"
+        return f"client compaction of {self.session_id} at seq {self.marker_seq}"

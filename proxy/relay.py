@@ -27,7 +27,7 @@ from sessions.models import Session
 from .providers import Dialect, relayed_headers
 from .services.builtins import MAX_ROUNDS
 from .services.calls import Prepared, rebuild, rebuild_after_overflow, session_record_reply
-from .streaming import AnthropicFilter, OpenAIFilter
+from .streaming import AnthropicFilter, OpenAIFilter, UsageStrip
 from .upstream import Unreachable, open_call, read_body
 
 logger = logging.getLogger(__name__)
@@ -45,6 +45,7 @@ class Call:
     headers: dict[str, str]
     prepared: Prepared
     converted: Any  # the client's request, converted (for a rebuild after an overflow)
+    strip_usage: bool = False  # the usage chunk was the proxy's ask, not the client's
 
 
 def json_or_none(raw: bytes) -> Any:
@@ -59,10 +60,14 @@ def _ours(response: HttpResponse | StreamingHttpResponse, prepared: Prepared) ->
     response[GUARD_HEADER] = prepared.guard
 
 
-def _record_closing(session: Session, dialect: Dialect, reply: Reply, body: Any) -> None:
+def _record_closing(
+    session: Session, dialect: Dialect, reply: Reply, final_tool: str | None
+) -> None:
     """Store a reply from outside the request's thread, then close that thread's connections."""
     try:
-        session_record_reply(session=session, dialect=dialect, reply=reply, response=body)
+        session_record_reply(
+            session=session, dialect=dialect, reply=reply, response=None, final_tool=final_tool
+        )
     except Exception:
         logger.exception("proxy: could not store the reply of session %s", session.pk)
     finally:
@@ -81,11 +86,7 @@ async def forward(call: Call) -> HttpResponse | StreamingHttpResponse:
     streaming = bool(call.prepared.body.get("stream"))
     overflowed, rounds = False, 0
     while True:
-        body = call.prepared.body
-        if streaming and dialect.name == "openai":
-            # The usage arrives in a last chunk only when asked for.
-            options = {**(body.get("stream_options") or {}), "include_usage": True}
-            body = {**body, "stream_options": options}
+        body = _upstream_body(call, streaming)
         response = await open_call("POST", url, headers=call.headers, json=body)
         if response.status_code >= 300:
             raw = await read_body(response)
@@ -116,6 +117,7 @@ async def forward(call: Call) -> HttpResponse | StreamingHttpResponse:
             response=payload,
             runnable=call.prepared.runnable,
             last_round=rounds >= MAX_ROUNDS,
+            final_tool=call.prepared.final_tool,
         )
         if recorded.again:
             call.prepared = await sync_to_async(rebuild)(
@@ -125,6 +127,16 @@ async def forward(call: Call) -> HttpResponse | StreamingHttpResponse:
         if recorded.shown is not payload:
             raw = json.dumps(recorded.shown).encode()
         return _answer(response, raw, call.prepared)
+
+
+def _upstream_body(call: Call, streaming: bool) -> dict[str, Any]:
+    body = call.prepared.body
+    if streaming and call.dialect.name == "openai" and "stream_options" not in body:
+        # The usage arrives in a last chunk only when asked for; a client that
+        # set stream_options gets what it asked for, nothing added.
+        body = {**body, "stream_options": {"include_usage": True}}
+        call.strip_usage = True
+    return body
 
 
 def _answer(response: httpx.Response, raw: bytes, prepared: Prepared) -> HttpResponse:
@@ -158,11 +170,14 @@ def _stream_response(response: httpx.Response, call: Call) -> StreamingHttpRespo
     return out
 
 
-def _stream_filter(call: Call) -> AnthropicFilter | OpenAIFilter | None:
-    runnable = call.prepared.runnable
-    if not runnable:
-        return None  # nothing to take out: the upstream bytes go out as they come
-    return AnthropicFilter(runnable) if call.dialect.name == "anthropic" else OpenAIFilter(runnable)
+def _stream_filter(call: Call) -> AnthropicFilter | OpenAIFilter | UsageStrip | None:
+    runnable, final = call.prepared.runnable, call.prepared.final_tool
+    if not runnable and not final:
+        # nothing to take out: the upstream bytes go out as they come
+        return UsageStrip() if call.strip_usage else None
+    if call.dialect.name == "anthropic":
+        return AnthropicFilter(runnable, final)
+    return OpenAIFilter(runnable, final, strip_usage=call.strip_usage)
 
 
 async def _relay(response: httpx.Response, call: Call) -> AsyncIterator[bytes]:
@@ -205,6 +220,7 @@ async def _relay(response: httpx.Response, call: Call) -> AsyncIterator[bytes]:
                 response=None,
                 runnable=call.prepared.runnable,
                 last_round=rounds >= MAX_ROUNDS or reply.incomplete,
+                final_tool=call.prepared.final_tool,
             )
             stored = True
             if relay is None:
@@ -220,7 +236,7 @@ async def _relay(response: httpx.Response, call: Call) -> AsyncIterator[bytes]:
                 "POST",
                 dialect.upstream_url(call.path),
                 headers=call.headers,
-                json=call.prepared.body,
+                json=_upstream_body(call, True),
             )
             if response.status_code >= 300:
                 raw = await read_body(response)
@@ -236,7 +252,7 @@ async def _relay(response: httpx.Response, call: Call) -> AsyncIterator[bytes]:
             # happens to this task (a thread of its own, not the request's).
             record = asyncio.ensure_future(
                 sync_to_async(_record_closing, thread_sensitive=False)(
-                    call.prepared.session, dialect, accumulator.result(), None
+                    call.prepared.session, dialect, accumulator.result(), call.prepared.final_tool
                 )
             )
             try:

@@ -7,8 +7,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from contextsvc.engine.providers.fingerprint import common_prefix
+from sessions.extensions import CLIENT_COMPACTION, WindowEvent
+from sessions.models import Session
 
-from .models import ClientView, ClientViewEntry
+from .models import ClientCompaction, ClientView, ClientViewEntry
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,3 +67,13 @@ def match_view(
 
 def client_view(session_pk: int) -> ClientView | None:
     return ClientView.objects.filter(session_id=session_pk).first()
+
+
+def window_events(session: Session) -> list[WindowEvent]:
+    """Each divergence as a window event (the live window restarted after its marker): 1 query."""
+    rows = (
+        ClientCompaction.objects.filter(session=session)
+        .order_by("marker_seq")
+        .values_list("marker_seq", flat=True)
+    )
+    return [WindowEvent(seq, seq + 1, None, CLIENT_COMPACTION) for seq in rows]

@@ -6,6 +6,10 @@ left out, the client's blocks / calls are renumbered so that several upstream
 rounds read as one answer, and the events that end an answer are held until
 the proxy knows whether it asks upstream again (then they are dropped and the
 next round's events follow) or not (then they go out).
+
+On a final turn the final-report call (``final``, when the client does not
+define that tool) is left out the same way, its arguments kept, and its
+report goes out as text just before the end of the answer.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ import json
 from typing import Any
 
 from contextsvc.engine.providers.sse import SseEvent
+
+from .services.final import report_text
 
 
 def frame(event: SseEvent, data: Any = None) -> bytes:
@@ -26,13 +32,15 @@ def frame(event: SseEvent, data: Any = None) -> bytes:
 class AnthropicFilter:
     """Messages events: ``message_start`` once, blocks renumbered, the end held."""
 
-    def __init__(self, runnable: frozenset[str]) -> None:
+    def __init__(self, runnable: frozenset[str], final: str | None = None) -> None:
         self.runnable = runnable
+        self.final = final
         self.rounds = 0
         self.shown_blocks = 0
         self.shown_calls = 0
         self._map: dict[int, int] = {}
         self._hidden: set[int] = set()
+        self._reports: dict[int, list[str]] = {}  # final-report blocks: their input, in pieces
         self._held: list[tuple[SseEvent, dict[str, Any]]] = []
 
     def feed(self, event: SseEvent) -> bytes:
@@ -52,12 +60,18 @@ class AnthropicFilter:
             if block.get("type") == "tool_use" and block.get("name") in self.runnable:
                 self._hidden.add(index)
                 return b""
+            if block.get("type") == "tool_use" and self.final and block.get("name") == self.final:
+                self._hidden.add(index)
+                self._reports[index] = []
+                return b""
             if block.get("type") == "tool_use":
                 self.shown_calls += 1
             self._map[index] = self.shown_blocks
             self.shown_blocks += 1
         if kind in ("content_block_start", "content_block_delta", "content_block_stop"):
             index = data.get("index", 0)
+            if index in self._reports and kind == "content_block_delta":
+                self._reports[index].append(str((data.get("delta") or {}).get("partial_json", "")))
             if index in self._hidden:
                 return b""
             if self._map.get(index, index) != index:
@@ -67,11 +81,12 @@ class AnthropicFilter:
     def end_round(self, *, again: bool) -> bytes:
         """The held end of the answer, unless upstream is asked again."""
         held, self._held = self._held, []
+        reports, self._reports = self._reports, {}
         self._map, self._hidden = {}, set()
         self.rounds += 1
         if again:
             return b""
-        out = []
+        out = [self._report_block("".join(pieces)) for pieces in reports.values()]
         for event, data in held:
             delta = data.get("delta") or {}
             if delta.get("stop_reason") == "tool_use" and not self.shown_calls:
@@ -81,15 +96,34 @@ class AnthropicFilter:
                 out.append(frame(event))
         return b"".join(out)
 
+    def _report_block(self, arguments: str) -> bytes:
+        index = self.shown_blocks
+        self.shown_blocks += 1
+        text = report_text(arguments or "{}")
+        events = (
+            ("content_block_start", {"content_block": {"type": "text", "text": ""}}),
+            ("content_block_delta", {"delta": {"type": "text_delta", "text": text}}),
+            ("content_block_stop", {}),
+        )
+        return b"".join(
+            frame(SseEvent(event=kind), {"type": kind, "index": index, **data})
+            for kind, data in events
+        )
+
 
 class OpenAIFilter:
     """Chat Completions chunks: tool calls renumbered, the finish, the usage and ``[DONE]`` held."""
 
-    def __init__(self, runnable: frozenset[str]) -> None:
+    def __init__(
+        self, runnable: frozenset[str], final: str | None = None, *, strip_usage: bool = False
+    ) -> None:
         self.runnable = runnable
+        self.final = final
+        self.strip_usage = strip_usage
         self.shown_calls = 0
         self._map: dict[int, int] = {}
         self._hidden: set[int] = set()
+        self._reports: dict[int, list[str]] = {}  # final-report calls: their arguments, in pieces
         self._held: list[tuple[SseEvent, Any]] = []
 
     def feed(self, event: SseEvent) -> bytes:
@@ -132,9 +166,16 @@ class OpenAIFilter:
             if index not in self._map and index not in self._hidden:
                 if name in self.runnable:
                     self._hidden.add(index)
+                elif self.final and name == self.final:
+                    self._hidden.add(index)
+                    self._reports[index] = []
                 else:
                     self._map[index] = self.shown_calls
                     self.shown_calls += 1
+            if index in self._reports:
+                self._reports[index].append(
+                    str((piece.get("function") or {}).get("arguments") or "")
+                )
             if index in self._hidden:
                 continue
             kept.append({**piece, "index": self._map[index]})
@@ -142,11 +183,14 @@ class OpenAIFilter:
 
     def end_round(self, *, again: bool) -> bytes:
         held, self._held = self._held, []
+        reports, self._reports = self._reports, {}
         self._map, self._hidden = {}, set()
         if again:
             return b""
-        out = []
+        out = [self._report_chunk(held, "".join(pieces)) for pieces in reports.values()]
         for event, data in held:
+            if self.strip_usage and is_usage_chunk(data):
+                continue
             if isinstance(data, dict) and not self.shown_calls:
                 data = {
                     **data,
@@ -159,6 +203,46 @@ class OpenAIFilter:
                 }
             out.append(frame(event, data) if isinstance(data, dict) else frame(event))
         return b"".join(out)
+
+    @staticmethod
+    def _report_chunk(held: list[tuple[SseEvent, Any]], arguments: str) -> bytes:
+        """The report as a content chunk, shaped like the held finish chunk (id, model …)."""
+        template = next(
+            (d for _, d in held if isinstance(d, dict)), {"object": "chat.completion.chunk"}
+        )
+        choice = {
+            "index": 0,
+            "delta": {"content": report_text(arguments or "{}")},
+            "finish_reason": None,
+        }
+        chunk = {k: v for k, v in template.items() if k != "usage"}
+        return frame(SseEvent(), {**chunk, "choices": [choice]})
+
+
+def is_usage_chunk(data: Any) -> bool:
+    """The last chunk ``stream_options.include_usage`` adds: no choices, the usage."""
+    return isinstance(data, dict) and data.get("choices") == [] and "usage" in data
+
+
+class UsageStrip:
+    """Chat Completions chunks as they come, less the usage chunk the client did not ask for.
+
+    The proxy asks upstream for the usage (``stream_options.include_usage``)
+    when the client set no ``stream_options``; what it reads of that chunk is
+    stored, the client's stream stays as the client asked.
+    """
+
+    def feed(self, event: SseEvent) -> bytes:
+        if '"usage"' in event.data and '"choices":[]' in event.data.replace(" ", ""):
+            try:
+                if is_usage_chunk(json.loads(event.data)):
+                    return b""
+            except ValueError:
+                pass
+        return frame(event)
+
+    def end_round(self, *, again: bool) -> bytes:
+        return b""
 
 
 def _without(mapping: dict[str, Any], key: str) -> dict[str, Any]:

@@ -79,7 +79,6 @@ async def proxy_call(
             headers=headers,
             body=body,
             converted=converted,
-            body_bytes=len(request.body),
         )
     except ContextTooLarge as exc:
         kind = "invalid_request_error" if dialect.name == "anthropic" else "context_length_exceeded"

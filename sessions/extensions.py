@@ -27,7 +27,11 @@ class WindowEvent:
     after_seq: int
     start_seq: int
     tokens: int | None
-    kind: str  # compaction / restore
+    kind: str  # compaction / restore / CLIENT_COMPACTION
+
+
+# A client (through the proxy) compacted or edited its own history: the window restarted.
+CLIENT_COMPACTION = "client compaction"
 
 
 # Runs after a committed append or usage report; the last argument is the role

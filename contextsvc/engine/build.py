@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .messages import Message, PromptSection, ToolDef
+from .parts import anthropic_part, openai_part
 from .prompt import MAX_BREAKPOINTS, CachePlan, plain_concatenation, split_sections
 from .wellformed import well_formed
 
@@ -143,8 +144,8 @@ def _anthropic_content(msg: Message) -> list[dict[str, Any]]:
             if kind == "text":
                 if str(part.get("text") or "").strip():
                     blocks.append({"type": "text", "text": part["text"]})
-            else:
-                blocks.append(dict(part))
+            elif (block := anthropic_part(part)) is not None:
+                blocks.append(block)
     elif msg.context_text.strip():
         # The API rejects empty (and whitespace-only) text blocks, so an
         # assistant turn that only calls tools carries tool_use blocks alone.
@@ -257,9 +258,10 @@ def _openai_message(msg: Message) -> dict[str, Any]:
         return {"role": "system", "content": msg.context_text}
     if msg.view is None and isinstance(msg.content, list):
         content: Any = [
-            {"type": "text", "text": p.get("text", "")} if p.get("type", "text") == "text" else p
+            {"type": "text", "text": p.get("text", "")} if p.get("type", "text") == "text" else q
             for p in msg.content
-        ]
+            if p.get("type", "text") == "text" or (q := openai_part(p, msg.role)) is not None
+        ] or ""
     else:
         content = msg.context_text
     out: dict[str, Any] = {"role": msg.role, "content": content}

@@ -61,9 +61,38 @@ class Message:
 
     @property
     def media_count(self) -> int:
+        """Images, documents, audio, files: the parts counted at a flat figure each."""
         if isinstance(self.content, str):
             return 0
-        return sum(1 for part in self.content if part.get("type") not in (None, "text"))
+        return sum(1 for part in self.content if part.get("type", "text") not in TEXT_PARTS)
+
+    @property
+    def part_count(self) -> int:
+        """Parts other than plain text (media, thinking, refusals …): something to send."""
+        if isinstance(self.content, str):
+            return 0
+        return sum(1 for part in self.content if part.get("type", "text") != "text")
+
+    @property
+    def parts_text(self) -> str:
+        """The text of the thinking and refusal parts (counted as text, not as media)."""
+        if isinstance(self.content, str):
+            return ""
+        return "\n".join(
+            str(part.get(key) or "")
+            for part in self.content
+            if part.get("type", "text") != "text" and (key := TEXT_PARTS.get(part.get("type")))
+        )
+
+
+# Part types that are not media, and the key of their text: thinking and
+# refusals cost their text, not a media item; redacted thinking is opaque data.
+TEXT_PARTS: dict[str, str | None] = {
+    "text": "text",
+    "thinking": "thinking",
+    "redacted_thinking": None,
+    "refusal": "refusal",
+}
 
 
 def content_text(content: str | list[dict[str, Any]] | None) -> str:

@@ -176,7 +176,7 @@ def strip_trailing_tool_calls(messages: Sequence[Message]) -> list[Message]:
     out = list(messages)
     if out and out[-1].role == "assistant" and out[-1].tool_calls:
         last = out[-1]
-        if last.context_text.strip() or (isinstance(last.content, list) and last.media_count):
+        if last.context_text.strip() or (isinstance(last.content, list) and last.part_count):
             out[-1] = replace(last, tool_calls=(), token_count=None)
         else:
             out.pop()

@@ -300,7 +300,7 @@ def estimate_message(
     Counts the in-context text (the view when there is one: that is what the
     model sees, not the stored blob), reasoning, each tool call's id, name and
     arguments, the tool_call_id, the name, a per-message overhead, and a flat
-    figure per media item.
+    figure per media item (thinking and refusal parts are text, not media).
     """
     parts: list[str] = []
     text = msg.context_text
@@ -308,6 +308,8 @@ def estimate_message(
         parts.append(text)
     if msg.reasoning:
         parts.append(msg.reasoning)
+    if msg.view is None and not isinstance(msg.content, str):
+        parts.append(msg.parts_text)
     for call in msg.tool_calls:
         parts.append(call.id)
         parts.append(call.name)

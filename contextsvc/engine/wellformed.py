@@ -53,7 +53,7 @@ def has_content(msg: Message) -> bool:
         return True
     if msg.context_text.strip():
         return True
-    return msg.view is None and msg.media_count > 0
+    return msg.view is None and msg.part_count > 0
 
 
 def orphan_text(msg: Message) -> str:

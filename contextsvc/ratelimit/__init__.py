@@ -102,13 +102,17 @@ def admit_key(request: HttpRequest, identity: str) -> None:
         )
 
 
-def count_key(identity: str, body_bytes: int) -> None:
-    """Count a request of an authenticated key against its rates, holding no
-    slot: the proxy's calls (``KeyLimiter.count``). Raises ``RateLimited``."""
+def count_key(identity: str) -> None:
+    """Count a request of an authenticated key against its request rates, holding
+    no slot: the proxy's calls (``KeyLimiter.count``). Raises ``RateLimited``.
+
+    Not against the body megabytes: a proxied body is the client's whole
+    history by design (the proxy appends only what is new), so an agent's
+    ordinary loop would exhaust a budget meant for appends."""
     limiter = get_limiter()
     if limiter is not None:
-        limiter.refuse_known(identity, body_bytes // 1_000_000)
-        limiter.count(identity, body_bytes // 1_000_000)
+        limiter.refuse_known(identity)
+        limiter.count(identity)
 
 
 class RateLimitMiddleware:

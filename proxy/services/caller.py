@@ -56,12 +56,12 @@ def _active_key(digest: str) -> AgentKey:
     return key
 
 
-def caller_for(dialect: Dialect, headers: Mapping[str, str], body_bytes: int = 0) -> Caller:
+def caller_for(dialect: Dialect, headers: Mapping[str, str]) -> Caller:
     """The calling key, counted against its rate limits (``RateLimited`` over them)."""
     agent_key, upstream = _credentials(dialect, headers)
     key = _active_key(hash_key(agent_key))
     # The hash prefix names the key in the limiter, as on the REST API (one budget).
-    count_key(key.key_hash[:16], body_bytes)
+    count_key(key.key_hash[:16])
     return Caller(key=key, upstream_key=upstream)
 
 
@@ -116,7 +116,7 @@ def session_for_call(
 
 
 def caller_and_session(
-    *, dialect: Dialect, headers: Mapping[str, str], body: dict[str, Any], body_bytes: int
+    *, dialect: Dialect, headers: Mapping[str, str], body: dict[str, Any]
 ) -> tuple[Caller, Session]:
     """The caller (counted against its limits) and its session, in one query when it exists.
 
@@ -127,9 +127,9 @@ def caller_and_session(
     session = session_for_key(session_id(digest, headers, body, dialect), digest)
     if session is None:
         key = _active_key(digest)
-        count_key(digest[:16], body_bytes)
+        count_key(digest[:16])
         return Caller(key=key, upstream_key=upstream), session_for_call(
             key=key, headers=headers, body=body, dialect=dialect
         )
-    count_key(digest[:16], body_bytes)
+    count_key(digest[:16])
     return Caller(key=session.owner, upstream_key=upstream), session

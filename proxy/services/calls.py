@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.db import transaction
@@ -26,6 +26,7 @@ from contextsvc.engine.providers.fingerprint import (
 from contextsvc.errors import NotFound
 from prompting.context.build import context_preview
 from prompting.context.service import context_for_call
+from sessions.accounting import final_tool_name
 from sessions.hotpath import read_session
 from sessions.models import Session
 from sessions.selectors import session_get
@@ -39,6 +40,7 @@ from ..providers import Dialect
 from ..selectors import client_view, match_view
 from .builtins import (
     builtin_tool_data,
+    client_tool_names,
     runnable_names,
     session_run_builtin_calls,
     split_calls,
@@ -46,8 +48,8 @@ from .builtins import (
     strip_openai,
 )
 from .caller import Caller, caller_and_session, caller_for, client_messages, session_id
-from .client_compaction import session_record_client_compaction
 from .client_fit import cap_breakpoints, session_follow_tool_search, window_shortfall
+from .final import anthropic_as_text, final_tool_to_answer, message_as_text, openai_as_text
 from .identity import session_for_side_request
 from .sync import Synced, client_view_add_reply, session_sync_client_view
 
@@ -65,6 +67,9 @@ class Prepared:
     guard: str
     synced: Synced
     runnable: frozenset[str] = frozenset()  # built-in tools the proxy runs (``services.builtins``)
+    final_tool: str | None = (
+        None  # the final-report tool the proxy turns into text (``services.final``)
+    )
 
 
 @dataclass(slots=True)
@@ -95,12 +100,9 @@ def prepare(
     headers: Mapping[str, str],
     body: dict[str, Any],
     converted: Converted,
-    body_bytes: int = 0,
 ) -> tuple[Caller, Prepared]:
     """Everything before forwarding, in one trip to a thread: caller, session, sync, build."""
-    caller, session = caller_and_session(
-        dialect=dialect, headers=headers, body=body, body_bytes=body_bytes
-    )
+    caller, session = caller_and_session(dialect=dialect, headers=headers, body=body)
     session = session_for_side_request(main=session, body=body, converted=converted)
     return caller, prepare_call(session=session, dialect=dialect, body=body, converted=converted)
 
@@ -173,8 +175,6 @@ def prepare_call(
         session=session, messages=messages, to_transcript=_to_transcript(dialect, lead)
     )
     session = read_session(session.pk)
-    if synced.diverged:
-        session_record_client_compaction(session=session, client_messages=len(messages))
     tools = [*_tools(converted), *builtin_tool_data(runnable)]
     if tools != (session.tools or []):
         session = session_set_tools(session=session, tools=tools)
@@ -206,12 +206,17 @@ def _build(
             f"prompt is too long: the managed context needs about {budget['estimated_tokens']} "
             f"tokens > {budget['context_window']} maximum, even after compaction"
         )
+    body = upstream_body(dialect, converted, built, final=guard == "final")
+    final_tool = final_tool_to_answer(
+        body.get("tools") or (), final_tool_name(session), client_tool_names(converted)
+    )
     return Prepared(
         session=session,
-        body=upstream_body(dialect, converted, built, final=guard == "final"),
+        body=body,
         guard=guard,
         synced=synced,
         runnable=runnable,
+        final_tool=final_tool,
     )
 
 
@@ -282,12 +287,18 @@ def session_record_reply(
     response: dict[str, Any] | None,
     runnable: frozenset[str] = frozenset(),
     last_round: bool = False,
+    final_tool: str | None = None,
 ) -> Recorded:
     """Append the assistant's answer (marked if incomplete) and its usage; run its built-in calls.
 
     The client's view gets the answer as the client receives it: without the
-    built-in calls (``services.builtins``).
+    built-in calls (``services.builtins``), its final-report call as text (``services.final``).
     """
+    if final_tool:
+        reply = replace(reply, message=message_as_text(reply.message, final_tool))
+        if response is not None:
+            as_text = anthropic_as_text if dialect.name == "anthropic" else openai_as_text
+            response = as_text(response, final_tool)
     message: dict[str, Any] = dict(reply.message)
     if reply.incomplete:
         message["content"] = attach_meta(message.get("content") or "", {"incomplete": True})

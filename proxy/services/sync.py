@@ -18,7 +18,8 @@ Two cases are not divergences:
 edited its own history, or retried with other content) follows one rule that
 loses nothing: the stored transcript is kept whole; a marker message is
 appended, then the client's whole new view, and the session's live window
-restarts just after the marker — at the first message of the new view.
+restarts just after the marker — at the first message of the new view — and
+a ``ClientCompaction`` row marks it on the dashboard's usage chart.
 Tool-call ids of the new view are re-numbered (``<id>_v<n>``) because a
 session never reuses a tool-call id; ``ClientView.renamed`` keeps the mapping
 so later results for those calls still match.
@@ -41,7 +42,7 @@ from sessions.models import Session
 from sessions.services.append import session_append_messages
 from sessions.services.inputs import MessageData
 
-from ..models import ClientView, ClientViewEntry
+from ..models import ClientCompaction, ClientView, ClientViewEntry
 from ..selectors import match_view
 
 MARKER = (
@@ -144,6 +145,9 @@ def session_sync_client_view(
                     renamed[call["id"]] = f"{call['id']}_v{view.divergences}"
             marker = {"role": "user", "content": MARKER.format(at=prefix)}
             marker_seq = _append(session, [marker])
+            ClientCompaction.objects.create(
+                session=session, marker_seq=marker_seq, at_message=prefix
+            )
             new = _rename(new, renamed)
             if new:
                 _append(session, new)

@@ -13,6 +13,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from sessions.dashboard.selectors.usage import TurnUsage, UsageSeries
+from sessions.extensions import CLIENT_COMPACTION
 
 WIDTH = 1000
 HEIGHT = 230
@@ -175,7 +176,9 @@ def _tip(t: TurnUsage) -> str:
         lines.append(f"Provider-reported {t.reported:,}")
     if t.cache_read or t.cache_write:
         lines.append(f"Cache read {t.cache_read:,} · cache write {t.cache_write:,}")
-    if t.compactions:
+    if t.last_event == CLIENT_COMPACTION:
+        lines.append("The client compacted its own history after this (through the proxy)")
+    elif t.compactions:
         lines.append(
             f"Compacted after this{' (×' + str(t.compactions) + ')' if t.compactions > 1 else ''}"
         )

@@ -218,8 +218,8 @@ def test_the_client_compacting_itself_keeps_everything_and_shows_an_event(
     send(key, compacted)
     main.refresh_from_db()
     event = ClientCompaction.objects.get(session=main)
-    assert event.client_messages == 3
-    assert main.window_start_seq == event.start_seq > stored
+    assert event.at_message == 0
+    assert main.window_start_seq == event.marker_seq + 1 > stored
     texts = list(
         Message.objects.filter(session=main).order_by("seq").values_list("content", flat=True)
     )
@@ -228,7 +228,7 @@ def test_the_client_compacting_itself_keeps_everything_and_shows_an_event(
     assert summary in sent and "step 1 done" not in sent
     client.force_login(admin_user)
     page = client.get(reverse("dashboard:session_detail", args=[main.pk])).content.decode()
-    assert "client compaction" in page and f"#{event.start_seq}" in page
+    assert "client compaction" in page and f"#{event.marker_seq + 1}" in page
 
 
 def test_a_window_that_cannot_hold_one_call_is_a_400_naming_the_fix(upstreams, alice_key, alice):

@@ -9,6 +9,9 @@ from django.test.utils import CaptureQueriesContext
 from contextsvc.engine.providers import anthropic as anthropic_format
 from proxy.models import ClientView, ClientViewEntry
 from proxy.services.sync import MARKER, client_view_add_reply, session_sync_client_view
+from sessions.dashboard.charts import usage_chart
+from sessions.dashboard.selectors.usage import usage_over_turns, window_events
+from sessions.extensions import CLIENT_COMPACTION
 from sessions.models import Message
 from sessions.services.sessions import session_create
 
@@ -96,3 +99,23 @@ def test_a_divergence_reads_the_entries_to_find_the_common_prefix(session):
     # the view is the new one: the same history again is not a divergence
     _, reads = _view_sql(session, [*edited, {"role": "assistant", "content": "a"}])
     assert not reads and ClientView.objects.get(session=session).divergences == 1
+
+
+def test_a_divergence_is_a_client_compaction_on_the_usage_chart(session):
+    messages = history(10) + [{"role": "user", "content": "q"}]
+    sync(session, messages)
+    sync(
+        session, [{"role": "user", "content": "my own summary"}, {"role": "user", "content": "go"}]
+    )
+    marker = Message.objects.get(session=session, content__contains="client's history changed")
+    session.refresh_from_db()
+    events = window_events(session)
+    assert [(e.after_seq, e.start_seq, e.kind) for e in events] == [
+        (marker.seq, marker.seq + 1, CLIENT_COMPACTION)
+    ]
+    series = usage_over_turns(session)
+    assert series.has_client_compactions and not series.has_restores
+    marked = [bar for bar in series.bars if bar.last_event == CLIENT_COMPACTION]
+    assert len(marked) == 1
+    chart = usage_chart(series)
+    assert sum("client compacted its own history" in bar.tip for bar in chart.bars) == 1

@@ -62,3 +62,20 @@ def test_openai_calls_share_the_key_budget_with_the_rest_api(upstreams, alice_ke
     error = response.json()["error"]
     assert set(error) == {"message", "type", "param", "code"}
     assert "Too many requests" in error["message"]
+
+
+def test_proxied_bodies_do_not_spend_the_megabytes_budget(upstreams, alice_key, settings):
+    # A proxied body is the client's whole history on every call, by design:
+    # only what is new is appended, so the budget meant for appends is not charged.
+    settings.CONTEXTSVC_RATE_LIMIT_MB = "2/minute"
+    history = [{"role": "user", "content": "x" * 1_200_000}]
+
+    async def call():
+        client = asgi_claude(alice_key[1], session="ses_rl_mb")
+        return await client.messages.create(
+            model="claude-opus-4-5", max_tokens=64, messages=history
+        )
+
+    for _ in range(3):
+        async_to_sync(call)()
+    assert _stored("ses_rl_mb") == 4  # the user message once (the rest were retries), 3 replies

@@ -11,7 +11,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 
 from sessions import accounting
-from sessions.extensions import REGISTRY, WindowEvent
+from sessions.extensions import CLIENT_COMPACTION, REGISTRY, WindowEvent
 from sessions.models import Message, Session, UsageReport
 
 MAX_BARS = 80
@@ -76,12 +76,17 @@ class UsageSeries:
     def has_restores(self) -> bool:
         return any(e.kind == "restore" for e in self.events)
 
+    @property
+    def has_client_compactions(self) -> bool:
+        return any(e.kind == CLIENT_COMPACTION for e in self.events)
+
 
 def window_events(session: Session) -> list[WindowEvent]:
-    """Every compaction and restore, oldest first: from the app that keeps the
-    snapshots (compaction registers the source; 1 query), none without it."""
-    # Several apps add events (compaction, the proxy's client compactions):
-    # merged by seq, each source's own order kept (a restore may go back).
+    """Every compaction and restore, oldest first: from the apps that keep them
+    (compaction's snapshots, the proxy's client compactions; 1 query each)."""
+    # Merged by seq, each source's own order kept: a restore may go back to
+    # an earlier seq, and sorting the whole list would move it before the
+    # compactions it follows.
     sources = [source(session) for source in REGISTRY.window_events]
     return list(heapq.merge(*sources, key=lambda e: e.after_seq))
 
