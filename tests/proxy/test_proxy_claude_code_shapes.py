@@ -20,6 +20,7 @@ from django.urls import reverse
 from proxy.models import ClientCompaction
 from proxy.services.client_fit import cap_breakpoints
 from sessions.models import Message, ModelProfile, Session
+from tests.proxy.claude_code_live import markers
 from tests.proxy.conftest import PROXY_DB, UPSTREAM_KEY, asgi_http
 
 pytestmark = PROXY_DB
@@ -93,16 +94,6 @@ def echo(message) -> dict:
         "role": "assistant",
         "content": [b.model_dump(exclude_none=True) for b in message.content],
     }
-
-
-def markers(body: dict) -> int:
-    count = 1 if "cache_control" in body else 0
-    count += sum(1 for t in body.get("tools") or () if "cache_control" in t)
-    count += sum(1 for b in body.get("system") or () if "cache_control" in b)
-    for message in body["messages"]:
-        if isinstance(message["content"], list):
-            count += sum(1 for b in message["content"] if "cache_control" in b)
-    return count
 
 
 def test_headers_and_unknown_fields_reach_upstream_and_the_client_id_names_the_session(
