@@ -27,7 +27,9 @@ from sessions.models import Session
 from .providers import Dialect, relayed_headers
 from .services.builtins import MAX_ROUNDS
 from .services.calls import Prepared, rebuild, rebuild_after_overflow, session_record_reply
+from .services.store import stored_response_add
 from .streaming import AnthropicFilter, OpenAIFilter
+from .streaming_responses import ResponsesFilter
 from .upstream import Unreachable, open_call, read_body
 
 logger = logging.getLogger(__name__)
@@ -124,7 +126,18 @@ async def forward(call: Call) -> HttpResponse | StreamingHttpResponse:
             continue
         if recorded.shown is not payload:
             raw = json.dumps(recorded.shown).encode()
+        await _store(call, recorded.shown)
         return _answer(response, raw, call.prepared)
+
+
+async def _store(call: Call, response: Any) -> None:
+    """A Responses answer goes into the proxy's store (``services.store``)."""
+    if call.dialect.name != "responses" or not isinstance(response, dict):
+        return
+    stored = call.converted.rest.get("store", True) is not False
+    await sync_to_async(stored_response_add)(
+        session=call.prepared.session, response=response, stored=stored
+    )
 
 
 def _answer(response: httpx.Response, raw: bytes, prepared: Prepared) -> HttpResponse:
@@ -158,11 +171,12 @@ def _stream_response(response: httpx.Response, call: Call) -> StreamingHttpRespo
     return out
 
 
-def _stream_filter(call: Call) -> AnthropicFilter | OpenAIFilter | None:
+def _stream_filter(call: Call) -> AnthropicFilter | OpenAIFilter | ResponsesFilter | None:
     runnable = call.prepared.runnable
     if not runnable:
         return None  # nothing to take out: the upstream bytes go out as they come
-    return AnthropicFilter(runnable) if call.dialect.name == "anthropic" else OpenAIFilter(runnable)
+    kind = {"anthropic": AnthropicFilter, "responses": ResponsesFilter}
+    return kind.get(call.dialect.name, OpenAIFilter)(runnable)
 
 
 async def _relay(response: httpx.Response, call: Call) -> AsyncIterator[bytes]:
@@ -202,11 +216,13 @@ async def _relay(response: httpx.Response, call: Call) -> AsyncIterator[bytes]:
                 session=call.prepared.session,
                 dialect=dialect,
                 reply=reply,
-                response=None,
+                response=_final_response(accumulator),
                 runnable=call.prepared.runnable,
                 last_round=rounds >= MAX_ROUNDS or reply.incomplete,
             )
             stored = True
+            if not recorded.again:
+                await _store(call, getattr(accumulator, "response", None))
             if relay is None:
                 return
             if not recorded.again:
@@ -246,9 +262,18 @@ async def _relay(response: httpx.Response, call: Call) -> AsyncIterator[bytes]:
                 pass
 
 
+def _final_response(accumulator: Any) -> dict[str, Any] | None:
+    """A Responses stream's final ``response`` object (the other dialects have none to give)."""
+    response = getattr(accumulator, "response", None)
+    return response if accumulator.done and isinstance(response, dict) else None
+
+
 def _error_event(dialect: Dialect, error: dict[str, Any]) -> bytes:
     """An error inside a stream that has started, in the provider's stream form."""
     if dialect.name == "anthropic":
         body = {"type": "error", "error": {"type": error.get("type", "api_error"), **error}}
+        return f"event: error\ndata: {json.dumps(body)}\n\n".encode()
+    if dialect.name == "responses":
+        body = {"type": "error", "code": error.get("code"), "message": error.get("message", "")}
         return f"event: error\ndata: {json.dumps(body)}\n\n".encode()
     return f"data: {json.dumps({'error': error})}\n\n".encode()

@@ -24,9 +24,11 @@ from typing import Any
 
 from .messages import Message, PromptSection, ToolDef
 from .prompt import MAX_BREAKPOINTS, CachePlan, plain_concatenation, split_sections
+from .providers import openai_responses
+from .providers.openai_responses_tools import tools_from_defs as responses_tools
 from .wellformed import well_formed
 
-FORMATS: tuple[str, ...] = ("anthropic", "openai", "raw")
+FORMATS: tuple[str, ...] = ("anthropic", "openai", "raw", "responses")
 
 # spec 000 §2.7: retain and summary travel as user messages at the top.
 RETAIN_HEADER = "[Retained context from earlier in this session]"
@@ -62,6 +64,8 @@ def build_request(fmt: str, parts: ContextParts) -> dict[str, Any]:
         return _openai(parts)
     if fmt == "raw":
         return _raw(parts)
+    if fmt == "responses":
+        return _responses(parts)
     raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
 
 
@@ -268,6 +272,56 @@ def _openai(parts: ContextParts) -> dict[str, Any]:
             }
             for t in parts.tools
         ]
+    return body
+
+
+# --- responses ----------------------------------------------------------------
+
+
+def _transcript_dict(msg: Message) -> dict[str, Any]:
+    """A history message as the converters read it: stored content (with its meta) or its view."""
+    out: dict[str, Any] = {
+        "role": msg.role,
+        "content": msg.content if msg.view is None else msg.context_text,
+    }
+    if msg.tool_calls:
+        out["tool_calls"] = [
+            {"id": c.id, "name": c.name, "arguments": c.arguments} for c in msg.tool_calls
+        ]
+    if msg.tool_call_id is not None:
+        out["tool_call_id"] = msg.tool_call_id
+    return out
+
+
+def _responses(parts: ContextParts) -> dict[str, Any]:
+    """The OpenAI Responses API: sections as ``instructions``, the history as input items.
+
+    Order as ``openai``: the changing tail after the history (a ``developer``
+    message), so the automatic prefix cache covers everything before it.
+    Stored items (reasoning with its ``encrypted_content``) go back verbatim.
+    """
+    lay = layout(parts)
+    items = openai_responses.items_from_transcript(
+        [_transcript_dict(m) for m in sent_history(parts)]
+    )
+    system_texts = [s.content for s in lay.system]
+    tail_text = "\n\n".join(lay.tail)
+    if tail_text and not items:
+        system_texts.append(tail_text)
+        tail_text = ""
+    if tail_text:
+        items.append({"role": "developer", "content": tail_text})
+    if parts.final_instruction:
+        items.append({"role": "user", "content": parts.final_instruction})
+    body: dict[str, Any] = {
+        "model": parts.model,
+        "max_output_tokens": parts.max_output_tokens,
+        "input": items,
+    }
+    if system_texts:
+        body["instructions"] = "\n\n".join(system_texts)
+    if parts.tools:
+        body["tools"] = responses_tools(parts.tools)
     return body
 
 

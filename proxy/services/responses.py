@@ -1,0 +1,114 @@
+"""One Responses API call's database work: its session (by header, by ``previous_response_id``), the sync, the build.
+
+The Responses route reuses the proxy's pieces (``services.calls``: the
+caller, the session, the sections and tools, the one context build), with
+two differences of its own:
+
+- **session identity**: ``X-Contextsvc-Session``, else the client's own
+  conversation headers (Codex sends ``session-id`` / ``thread-id``), else the
+  per-conversation hash; a ``previous_response_id`` names its session itself;
+- **continuation**: with ``previous_response_id`` the client sends only what
+  is new; the stored response must be the head of its conversation (the
+  proxy keeps one live window per session, it does not fork one), and the new
+  units are appended after it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from django.db import transaction
+
+from contextsvc.engine.providers.common import Converted
+from contextsvc.engine.providers.fingerprint import fingerprints
+from contextsvc.errors import ValidationFailed
+from sessions.models import Session
+from sessions.services.sessions import session_set_sections
+from sessions.services.tools import session_set_tools
+
+from ..models import ClientView
+from ..providers import Dialect
+from .builtins import builtin_tool_data, runnable_names
+from .calls import (
+    SESSION_HEADER,
+    Caller,
+    Prepared,
+    _build,
+    _sections,
+    _tools,
+    caller_for,
+    session_for_call,
+)
+from .responses_body import client_units, units_to_transcript
+from .store import is_head, stored_response_get
+from .sync import Synced, _append, _rename, session_sync_client_view
+
+# The client's own names for its conversation, in the order they are taken.
+CONVERSATION_HEADERS = ("session-id", "thread-id")
+
+
+def _identity(headers: Mapping[str, str]) -> Mapping[str, str]:
+    """The headers with the client's conversation id as ``X-Contextsvc-Session`` when none is set."""
+    if headers.get(SESSION_HEADER):
+        return headers
+    for name in CONVERSATION_HEADERS:
+        value = headers.get(name)
+        if value:
+            return {**{k.lower(): v for k, v in headers.items()}, SESSION_HEADER: value}
+    return headers
+
+
+def prepare_responses(
+    *, dialect: Dialect, headers: Mapping[str, str], body: dict[str, Any], converted: Converted
+) -> tuple[Caller, Prepared]:
+    """Caller, session, sync and build for ``POST /responses`` (module doc)."""
+    caller = caller_for(dialect, headers)
+    previous = body.get("previous_response_id")
+    if previous is not None:
+        if not isinstance(previous, str) or not previous:
+            raise ValidationFailed("previous_response_id: expected a response id")
+        record = stored_response_get(owner=caller.key, response_id=previous)
+        if not is_head(record):
+            raise ValidationFailed(
+                f"previous_response_id '{previous}' is not the latest response of its "
+                "conversation: contextsvc continues a conversation from its latest response only"
+            )
+        session = _with_prompt(record.session, converted)
+        synced = session_continue_client_view(session=session, units=client_units(body))
+    else:
+        session = session_for_call(
+            key=caller.key, headers=_identity(headers), body=body, dialect=dialect
+        )
+        session = _with_prompt(session, converted)
+        synced = session_sync_client_view(
+            session=session, messages=client_units(body), to_transcript=units_to_transcript
+        )
+    session = Session.objects.get(pk=session.pk)
+    return caller, _build(session, dialect, converted, synced, runnable_names(session, converted))
+
+
+def _with_prompt(session: Session, converted: Converted) -> Session:
+    """The session with this call's sections and tools (the client's plus the built-ins)."""
+    runnable = runnable_names(session, converted)
+    sections, tools = _sections(converted), [*_tools(converted), *builtin_tool_data(runnable)]
+    if sections != (session.sections or []):
+        session = session_set_sections(session=session, sections=sections)
+    if tools != (session.tools or []):
+        session = session_set_tools(session=session, tools=tools)
+    return session
+
+
+def session_continue_client_view(*, session: Session, units: list[dict[str, Any]]) -> Synced:
+    """Append the units a ``previous_response_id`` call adds after the view it continues."""
+    with transaction.atomic():
+        view, _ = ClientView.objects.select_for_update().get_or_create(session=session)
+        offset = len(view.fingerprints or [])
+        new = _rename(units_to_transcript(units, offset), dict(view.renamed or {}))
+        if new:
+            _append(session, new)
+        view.fingerprints = [*(view.fingerprints or []), *fingerprints(units)]
+        view.reply_at = None
+        view.save()
+        last_seq = Session.objects.values_list("last_seq", flat=True).get(pk=session.pk)
+    return Synced(appended=len(new), diverged=False, last_seq=last_seq)
