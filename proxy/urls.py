@@ -20,6 +20,11 @@ urlpatterns = [
     ),
     path("openai/v1/responses", views_responses.responses_create, name="proxy-openai-responses"),
     path(
+        "openai/v1/responses/compact",
+        views_responses.responses_compact,
+        name="proxy-openai-responses-compact",
+    ),
+    path(
         "openai/v1/responses/<str:response_id>",
         views_responses.responses_item,
         name="proxy-openai-response",

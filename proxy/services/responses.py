@@ -59,10 +59,10 @@ def _identity(headers: Mapping[str, str]) -> Mapping[str, str]:
     return headers
 
 
-def prepare_responses(
+def session_sync_responses(
     *, dialect: Dialect, headers: Mapping[str, str], body: dict[str, Any], converted: Converted
-) -> tuple[Caller, Prepared]:
-    """Caller, session, sync and build for ``POST /responses`` (module doc)."""
+) -> tuple[Caller, Session, Synced]:
+    """Caller, session and sync for a Responses body (module doc), without the build."""
     caller = caller_for(dialect, headers)
     previous = body.get("previous_response_id")
     if previous is not None:
@@ -81,10 +81,22 @@ def prepare_responses(
             key=caller.key, headers=_identity(headers), body=body, dialect=dialect
         )
         session = _with_prompt(session, converted)
+        summary = session.summary
         synced = session_sync_client_view(
-            session=session, messages=client_units(body), to_transcript=units_to_transcript
+            session=session,
+            messages=client_units(body),
+            to_transcript=lambda units, offset: units_to_transcript(units, offset, summary),
         )
-    session = Session.objects.get(pk=session.pk)
+    return caller, Session.objects.get(pk=session.pk), synced
+
+
+def prepare_responses(
+    *, dialect: Dialect, headers: Mapping[str, str], body: dict[str, Any], converted: Converted
+) -> tuple[Caller, Prepared]:
+    """Caller, session, sync and build for ``POST /responses``."""
+    caller, session, synced = session_sync_responses(
+        dialect=dialect, headers=headers, body=body, converted=converted
+    )
     return caller, _build(session, dialect, converted, synced, runnable_names(session, converted))
 
 
@@ -104,7 +116,8 @@ def session_continue_client_view(*, session: Session, units: list[dict[str, Any]
     with transaction.atomic():
         view, _ = ClientView.objects.select_for_update().get_or_create(session=session)
         offset = len(view.fingerprints or [])
-        new = _rename(units_to_transcript(units, offset), dict(view.renamed or {}))
+        new = units_to_transcript(units, offset, session.summary)
+        new = _rename(new, dict(view.renamed or {}))
         if new:
             _append(session, new)
         view.fingerprints = [*(view.fingerprints or []), *fingerprints(units)]

@@ -14,6 +14,8 @@ from typing import Any
 from contextsvc.engine.providers import openai_responses
 from contextsvc.engine.providers.common import Converted, Reply
 
+from .compaction_token import expanded_summary
+
 # The proxy asks upstream for this when the client reasons and the proxy stores:
 # a stateless upstream returns reasoning items whole only when asked.
 ENCRYPTED_REASONING = "reasoning.encrypted_content"
@@ -31,8 +33,16 @@ def instruction_items(body: dict[str, Any]) -> list[Any]:
     return [body.get("instructions"), *items[: openai_responses.leading_instructions(items)]]
 
 
-def units_to_transcript(units: list[dict[str, Any]], offset: int) -> list[dict[str, Any]]:
-    return openai_responses.units_to_transcript(units, offset=offset)
+def units_to_transcript(
+    units: list[dict[str, Any]], offset: int, summary: str | None = None
+) -> list[dict[str, Any]]:
+    """Units as transcript messages; a compaction item of ours becomes our summary's text.
+
+    ``summary``: the session's own (in the context's preamble already, so not repeated).
+    """
+    return openai_responses.units_to_transcript(
+        units, offset=offset, expand=lambda item: expanded_summary(item, summary)
+    )
 
 
 def upstream_body(converted: Converted, built: dict[str, Any], *, final: bool) -> dict[str, Any]:
@@ -44,6 +54,8 @@ def upstream_body(converted: Converted, built: dict[str, Any], *, final: bool) -
     body = dict(converted.rest)
     body.pop("previous_response_id", None)
     body.pop("conversation", None)
+    # Server-side compaction is ours (``services.responses_compaction``): upstream never compacts.
+    body.pop("context_management", None)
     body["store"] = False
     if converted.rest.get("reasoning") is not None:
         include = list(body.get("include") or [])

@@ -27,7 +27,7 @@ spacing of argument JSON and views of long outputs.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..messages import PromptSection
@@ -191,9 +191,16 @@ def _item_keys(item: dict[str, Any], known: set[str]) -> dict[str, Any]:
 
 
 def units_to_transcript(
-    units: Sequence[dict[str, Any]], *, offset: int = 0
+    units: Sequence[dict[str, Any]],
+    *,
+    offset: int = 0,
+    expand: Callable[[dict[str, Any]], str | None] | None = None,
 ) -> list[dict[str, Any]]:
-    """Units (``group_units``) → transcript message dicts; ``offset`` numbers the error paths."""
+    """Units (``group_units``) → transcript message dicts; ``offset`` numbers the error paths.
+
+    ``expand`` turns a ``compaction`` item into the text it stands for (the proxy's
+    own tokens): stored and sent as a user message of that text (on purpose, not lossless).
+    """
     out: list[dict[str, Any]] = []
     names: dict[str, str] = {}
     position = offset
@@ -220,6 +227,8 @@ def units_to_transcript(
             if item["role"] in INSTRUCTION_ROLES:
                 meta["role"] = item["role"]
             out.append({"role": "user", "content": attach_meta(content, meta)})
+        elif kind == "compaction" and expand is not None and (text := expand(item)) is not None:
+            out.append({"role": "user", "content": attach_meta(text, {"compaction": True})})
         else:
             out.append({"role": "user", "content": attach_meta([dict(item)], {"opaque": True})})
     return out

@@ -135,3 +135,59 @@ class ResponsesStream:
             incomplete=incomplete,
             error=self.error,
         )
+
+
+# --- answers the proxy writes itself ---------------------------------------------------
+
+
+def response_object(
+    *, response_id: str, model: str, output: list[dict[str, Any]], created_at: int
+) -> dict[str, Any]:
+    """A completed ``response`` with the given output (no tokens used upstream)."""
+    return {
+        "id": response_id,
+        "object": "response",
+        "created_at": created_at,
+        "status": "completed",
+        "error": None,
+        "incomplete_details": None,
+        "model": model,
+        "output": output,
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "usage": {
+            "input_tokens": 0,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": 0,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": 0,
+        },
+    }
+
+
+def response_events(response: dict[str, Any]) -> list[dict[str, Any]]:
+    """The stream of a complete ``response`` (text messages and whole items), in the API's order."""
+    events: list[dict[str, Any]] = []
+
+    def add(kind: str, **data: Any) -> None:
+        events.append({"type": kind, "sequence_number": len(events), **data})
+
+    start = {**response, "status": "in_progress", "output": []}
+    add("response.created", response=start)
+    add("response.in_progress", response=start)
+    for index, item in enumerate(response["output"]):
+        if item.get("type") != "message":
+            add("response.output_item.added", output_index=index, item=item)
+            add("response.output_item.done", output_index=index, item=item)
+            continue
+        add("response.output_item.added", output_index=index, item={**item, "content": []})
+        for k, part in enumerate(item.get("content") or ()):
+            where = {"item_id": item.get("id"), "output_index": index, "content_index": k}
+            add("response.content_part.added", **where, part={**part, "text": ""})
+            add("response.output_text.delta", **where, delta=part.get("text", ""), logprobs=[])
+            add("response.output_text.done", **where, text=part.get("text", ""), logprobs=[])
+            add("response.content_part.done", **where, part=part)
+        add("response.output_item.done", output_index=index, item=item)
+    add("response.completed", response=response)
+    return events
