@@ -221,12 +221,15 @@ async def _relay(response: httpx.Response, call: Call) -> AsyncIterator[bytes]:
                 last_round=rounds >= MAX_ROUNDS or reply.incomplete,
             )
             stored = True
+            tail = relay.end_round(again=False) if relay is not None and not recorded.again else b""
             if not recorded.again:
-                await _store(call, getattr(accumulator, "response", None))
+                # the response as the client saw it (a filter made several rounds one)
+                final = getattr(relay, "final", None) or _final_response(accumulator)
+                await _store(call, final)
             if relay is None:
                 return
             if not recorded.again:
-                yield relay.end_round(again=False)
+                yield tail
                 return
             relay.end_round(again=True)
             call.prepared = await sync_to_async(rebuild)(

@@ -33,6 +33,8 @@ class ResponsesFilter:
         self._map: dict[int, int] = {}
         self._hidden: set[int] = set()
         self._held: list[tuple[SseEvent, dict[str, Any]]] = []
+        self.response_id: str | None = None  # the first round's: the one response the client sees
+        self.final: dict[str, Any] | None = None
 
     def _out(self, event: SseEvent, data: dict[str, Any]) -> bytes:
         if "sequence_number" in data:
@@ -49,7 +51,10 @@ class ResponsesFilter:
             return frame(event)
         kind = data.get("type")
         if kind in _OPENING:
-            return self._out(event, data) if self.rounds == 0 else b""
+            if self.rounds == 0:
+                self.response_id = (data.get("response") or {}).get("id")
+                return self._out(event, data)
+            return b""
         if kind in _ENDING:
             self._held.append((event, data))
             return b""
@@ -82,6 +87,9 @@ class ResponsesFilter:
         for event, data in held:
             response = data.get("response")
             if isinstance(response, dict):
-                data = {**data, "response": {**response, "output": list(self.shown)}}
+                response = {**response, "output": list(self.shown)}
+                response["id"] = self.response_id or response.get("id")
+                data = {**data, "response": response}
+                self.final = response
             out.append(self._out(event, data))
         return b"".join(out)
