@@ -1,4 +1,4 @@
-"""What the proxy remembers per session: the client's view of its history, as fingerprints."""
+"""What the proxy remembers per session: the client's view of its history, as chain hashes."""
 
 from __future__ import annotations
 
@@ -8,24 +8,55 @@ from sessions.models import Session
 
 
 class ClientView(models.Model):
-    """The fingerprints of the messages a client sent (and the reply it got) on its last call.
+    """The client's view on its last call: how many messages, and their chain hash.
 
-    ``reply_at`` is the index of the reply's fingerprint, or None: the reply is
-    what the proxy stored, and the client echoes it re-serialised by its SDK, so
-    an assistant message in that place is taken as the echo (``services.sync``).
-    ``renamed`` maps tool-call ids of the client's view to the ids stored for
-    them after a divergence (a re-appended view may not reuse a session's ids).
+    ``chain`` is the chain hash (``engine.providers.fingerprint.chain_next``)
+    of the ``count`` messages the client sent plus the reply it got, so a
+    grown history is checked against it in one comparison whatever the
+    session's length. ``reply_at`` is the index of that reply, or None, and
+    ``reply_chain`` the chain before it: the reply is what the proxy stored,
+    and the client echoes it re-serialised by its SDK, so an assistant message
+    in that place is taken as the echo (``services.sync``). The per-message
+    chains (``ClientViewEntry``) are read only when the view diverges, to find
+    the common prefix. ``renamed`` maps tool-call ids of the client's view to
+    the ids stored for them after a divergence (a re-appended view may not
+    reuse a session's ids).
     """
 
     session = models.OneToOneField(Session, on_delete=models.CASCADE, related_name="client_view")
-    fingerprints = models.JSONField(default=list, blank=True)
+    count = models.PositiveIntegerField(default=0)
+    chain = models.CharField(max_length=64, blank=True, default="")
     reply_at = models.IntegerField(null=True, blank=True)
+    reply_chain = models.CharField(max_length=64, blank=True, default="")
     renamed = models.JSONField(default=dict, blank=True)
     divergences = models.PositiveIntegerField(default=0)
     updated_at = models.DateTimeField(auto_now=True)
 
     def __str__(self) -> str:
-        return f"client view of {self.session_id} ({len(self.fingerprints)} messages)"
+        return f"client view of {self.session_id} ({self.count} messages)"
+
+
+class ClientViewEntry(models.Model):
+    """The chain hash of a client's view after its message ``index``.
+
+    Written once per message the client sends (an upsert: a later view
+    rewrites the entries from where it differs), never read on the common
+    path. Entries at or past the view's ``count`` are leftovers of a longer
+    view and are ignored; the reply's place has no entry until the client
+    echoes it.
+    """
+
+    view = models.ForeignKey(ClientView, on_delete=models.CASCADE, related_name="entries")
+    index = models.PositiveIntegerField()
+    chain = models.CharField(max_length=64)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["view", "index"], name="proxy_view_entry_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"entry {self.index} of view {self.view_id}"
 
 
 class StoredResponse(models.Model):

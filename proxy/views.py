@@ -22,7 +22,8 @@ from contextsvc.errors import ServiceError
 
 from .providers import ANTHROPIC, OPENAI, Dialect, relayed_headers
 from .relay import Call, forward
-from .services.calls import ContextTooLarge, caller_for, count_body, prepare
+from .services.caller import caller_for
+from .services.calls import ContextTooLarge, count_body, prepare
 from .upstream import Unreachable, open_call, read_body
 
 logger = logging.getLogger(__name__)
@@ -33,6 +34,15 @@ _STATUS = {401: 401, 404: 404, 409: 409, 413: 413, 422: 400, 429: 429, 503: 503}
 
 def provider_error(dialect: Dialect, status: int, message: str) -> JsonResponse:
     return JsonResponse(dialect.error_body(status, message), status=status)
+
+
+def service_error(dialect: Dialect, exc: ServiceError) -> JsonResponse:
+    """contextsvc's refusal in the provider's shape; over a rate limit, a 429 with ``retry-after``."""
+    response = provider_error(dialect, _STATUS.get(exc.status, 400), exc.message)
+    retry_after = getattr(exc, "retry_after", None)
+    if retry_after is not None:
+        response["retry-after"] = str(retry_after)
+    return response
 
 
 def _with_query(request: HttpRequest, path: str) -> str:
@@ -65,14 +75,19 @@ async def proxy_call(
     headers = request.headers
     try:
         caller, prepared = await sync_to_async(prepare_fn)(
-            dialect=dialect, headers=headers, body=body, converted=converted
+            dialect=dialect,
+            headers=headers,
+            body=body,
+            converted=converted,
+            body_bytes=len(request.body),
         )
     except ContextTooLarge as exc:
         kind = "invalid_request_error" if dialect.name == "anthropic" else "context_length_exceeded"
         return JsonResponse(dialect.error_body(400, str(exc), kind), status=400)
-    except (ServiceError, ConversionError) as exc:
-        status = _STATUS.get(getattr(exc, "status", 422), 400)
-        return provider_error(dialect, status, getattr(exc, "message", str(exc)))
+    except ServiceError as exc:
+        return service_error(dialect, exc)
+    except ConversionError as exc:
+        return provider_error(dialect, 400, str(exc))
     except EngineValidationError as exc:  # limits that cannot hold this call (its max_tokens)
         return provider_error(dialect, 400, str(exc))
     call = Call(
@@ -119,7 +134,7 @@ async def _count_tokens(request: HttpRequest) -> HttpResponse:
     except ConversionError as exc:
         return provider_error(dialect, 400, str(exc))
     except ServiceError as exc:
-        return provider_error(dialect, _STATUS.get(exc.status, 400), exc.message)
+        return service_error(dialect, exc)
     managed = {k: v for k, v in managed.items() if k in _COUNT_FIELDS}
     try:
         response = await open_call(
@@ -150,7 +165,7 @@ async def _pass_through(request: HttpRequest, dialect: Dialect, path: str) -> Ht
     try:
         caller = await sync_to_async(caller_for)(dialect, request.headers)
     except ServiceError as exc:
-        return provider_error(dialect, _STATUS.get(exc.status, 400), exc.message)
+        return service_error(dialect, exc)
     url = dialect.upstream_url(_with_query(request, path))
     try:
         response = await open_call(

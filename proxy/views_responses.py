@@ -25,7 +25,7 @@ from contextsvc.errors import ServiceError
 
 from .providers import RESPONSES
 from .relay import SESSION_HEADER
-from .services.calls import caller_for
+from .services.caller import caller_for
 from .services.responses import prepare_responses, session_sync_responses
 from .services.responses_compaction import (
     compacted_response,

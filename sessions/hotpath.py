@@ -132,6 +132,22 @@ def _lock_sql(exclude: frozenset[str], vendor: str) -> str:
 
 
 @cache
+def _read_sql(vendor: str) -> str:
+    table = connection.ops.quote_name(Session._meta.db_table)
+    return f"SELECT {_loader(Session, frozenset()).columns('s')} FROM {table} s WHERE s.id = %s"
+
+
+def read_session(pk: int) -> Session:
+    """``Session.objects.get(pk=pk)`` (every column, no lock), compiled once."""
+    with _cursor() as cursor:
+        cursor.execute(_read_sql(connection.vendor), [pk])
+        row = cursor.fetchone()
+    if row is None:
+        raise Session.DoesNotExist(f"session {pk} is gone")
+    return _loader(Session, frozenset()).load(row)
+
+
+@cache
 def _version_lock_sql() -> str:
     table = connection.ops.quote_name(Session._meta.db_table)
     return f"SELECT s.xmin::text FROM {table} s WHERE s.id = %s FOR NO KEY UPDATE"

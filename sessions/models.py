@@ -64,6 +64,10 @@ class ModelProfile(models.Model):
     # USD per million tokens: {"input": .., "output": .., "cache_write_5m": ..,
     # "cache_write_1h": .., "cache_read": ..}
     prices = models.JSONField(default=dict, blank=True)
+    # Whether the Messages API takes a ``system`` message inside ``messages``
+    # (Claude Opus 4.8 on; earlier models answer 400). True for unknown models:
+    # a future model is assumed to accept what the newest ones do.
+    mid_system_messages = models.BooleanField(default=True)
 
     class Meta:
         constraints = [
@@ -174,6 +178,8 @@ class Message(models.Model):
         USER = "user"
         ASSISTANT = "assistant"
         TOOL = "tool"
+        # A system instruction the client placed mid-conversation, kept at its place.
+        SYSTEM = "system"
 
     session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="messages")
     seq = models.PositiveIntegerField()

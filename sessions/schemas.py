@@ -284,7 +284,7 @@ class ToolCallIn(In):
 
 
 class MessageIn(In):
-    role: Literal["user", "assistant", "tool"]
+    role: Literal["user", "assistant", "tool", "system"]
     content: str | list[dict[str, Any]] = ""
     tool_calls: list[ToolCallIn] = []
     tool_call_id: str | None = Field(None, max_length=200)

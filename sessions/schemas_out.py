@@ -145,7 +145,7 @@ class OutputRefOut(Out):
 
 class AppendedOut(Out):
     seq: int
-    role: Literal["user", "assistant", "tool"]
+    role: Literal["user", "assistant", "tool", "system"]
     token_count: int
     output_ref: str | None
     view: str | None

@@ -13,6 +13,14 @@ every body is one the provider accepts; ``raw`` is the transcript view and
 keeps the history as stored. ``anthropic`` marks the breakpoints of
 ``parts.cache`` with ``cache_control``; ``openai`` keeps the same order
 without markers (its cache is automatic, by prefix); ``raw`` reports the plan.
+
+A ``system`` message in the history (an instruction the client placed
+mid-conversation) keeps its position. ``openai`` sends it as a ``system``
+message. ``anthropic`` sends it as a ``system`` message when the model takes
+one (``ContextParts.mid_system``, from the model profile) and it follows a user
+turn, the only place the Messages API accepts it; otherwise it becomes user
+text opened by ``SYSTEM_REMINDER_HEADER``, so the model still reads it as an
+instruction and the request stays valid.
 """
 
 from __future__ import annotations
@@ -24,8 +32,7 @@ from typing import Any
 
 from .messages import Message, PromptSection, ToolDef
 from .prompt import MAX_BREAKPOINTS, CachePlan, plain_concatenation, split_sections
-from .providers import openai_responses
-from .providers.openai_responses_tools import tools_from_defs as responses_tools
+from .providers.openai_responses_build import responses_body
 from .wellformed import well_formed
 
 FORMATS: tuple[str, ...] = ("anthropic", "openai", "raw", "responses")
@@ -33,6 +40,8 @@ FORMATS: tuple[str, ...] = ("anthropic", "openai", "raw", "responses")
 # spec 000 §2.7: retain and summary travel as user messages at the top.
 RETAIN_HEADER = "[Retained context from earlier in this session]"
 SUMMARY_HEADER = "[Summary of the earlier conversation]"
+# A mid-conversation system message sent as user text (module doc).
+SYSTEM_REMINDER_HEADER = "[System message: an instruction from the system, not from the user]"
 
 
 @dataclass(slots=True)
@@ -54,6 +63,8 @@ class ContextParts:
     # spec 002 §8 degradation: the sections as one plain string, in the
     # agent's order, no tail, no markers.
     plain: bool = False
+    # The model takes ``system`` messages inside ``messages`` (module doc).
+    mid_system: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -145,13 +156,35 @@ def _anthropic_content(msg: Message) -> list[dict[str, Any]]:
     return blocks
 
 
+def system_reminder(msg: Message) -> str:
+    """A system message as user text, for a model or a place that takes no system role."""
+    return f"{SYSTEM_REMINDER_HEADER}\n{msg.context_text}"
+
+
+def _anthropic_system(msg: Message, messages: list[dict[str, Any]], accepted: bool) -> bool:
+    """Add a history ``system`` message in place; False when it must travel as user text."""
+    if not accepted or not messages or messages[-1]["role"] not in ("user", "system"):
+        return False
+    blocks = [b for b in _anthropic_content(msg) if b.get("type") == "text"]
+    if messages[-1]["role"] == "system":
+        messages[-1]["content"].extend(blocks)
+    else:
+        messages.append({"role": "system", "content": blocks})
+    return True
+
+
 def _anthropic(parts: ContextParts) -> dict[str, Any]:
     lay = layout(parts)
     plan = _plan(parts)
     messages: list[dict[str, Any]] = []
     for msg in sent_history(parts):
         role = "assistant" if msg.role == "assistant" else "user"
-        content = _anthropic_content(msg)
+        if msg.role == "system":
+            if _anthropic_system(msg, messages, parts.mid_system):
+                continue
+            content = [{"type": "text", "text": system_reminder(msg)}]
+        else:
+            content = _anthropic_content(msg)
         if not content:
             continue
         # Tool results and user text are both "user" turns for Anthropic; merging
@@ -165,9 +198,16 @@ def _anthropic(parts: ContextParts) -> dict[str, Any]:
         last = messages[-1]["content"][-1]
         if last["type"] == "text":
             last["text"] = last["text"].rstrip()
-    if plan is not None and plan.history and messages:
-        # The moving breakpoint: the newest history block, before the tail.
-        messages[-1]["content"][-1]["cache_control"] = plan.cache_control()
+    marked = [m for m in messages if m["role"] != "system"]
+    if plan is not None and plan.history and marked:
+        # The moving breakpoint: the newest history block, before the tail
+        # (never on a mid-conversation system message: the API documents
+        # cache_control on user and assistant turns).
+        marked[-1]["content"][-1]["cache_control"] = plan.cache_control()
+    if lay.tail and messages and messages[-1]["role"] == "system":
+        # The tail is user text after the history; a system message last takes
+        # a user turn after it rather than moving the tail into ``system``.
+        messages.append({"role": "user", "content": []})
     system: list[dict[str, Any]] = []
     for i, section in enumerate(lay.system):
         block: dict[str, Any] = {"type": "text", "text": section.content}
@@ -212,6 +252,9 @@ def _anthropic(parts: ContextParts) -> dict[str, Any]:
 def _openai_message(msg: Message) -> dict[str, Any]:
     if msg.role == "tool":
         return {"role": "tool", "tool_call_id": msg.tool_call_id, "content": msg.context_text}
+    if msg.role == "system":
+        # Chat Completions takes a system message anywhere, as text.
+        return {"role": "system", "content": msg.context_text}
     if msg.view is None and isinstance(msg.content, list):
         content: Any = [
             {"type": "text", "text": p.get("text", "")} if p.get("type", "text") == "text" else p
@@ -278,51 +321,18 @@ def _openai(parts: ContextParts) -> dict[str, Any]:
 # --- responses ----------------------------------------------------------------
 
 
-def _transcript_dict(msg: Message) -> dict[str, Any]:
-    """A history message as the converters read it: stored content (with its meta) or its view."""
-    out: dict[str, Any] = {
-        "role": msg.role,
-        "content": msg.content if msg.view is None else msg.context_text,
-    }
-    if msg.tool_calls:
-        out["tool_calls"] = [
-            {"id": c.id, "name": c.name, "arguments": c.arguments} for c in msg.tool_calls
-        ]
-    if msg.tool_call_id is not None:
-        out["tool_call_id"] = msg.tool_call_id
-    return out
-
-
 def _responses(parts: ContextParts) -> dict[str, Any]:
-    """The OpenAI Responses API: sections as ``instructions``, the history as input items.
-
-    Order as ``openai``: the changing tail after the history (a ``developer``
-    message), so the automatic prefix cache covers everything before it.
-    Stored items (reasoning with its ``encrypted_content``) go back verbatim.
-    """
+    """The OpenAI Responses API (``providers.openai_responses_build``), in this module's order."""
     lay = layout(parts)
-    items = openai_responses.items_from_transcript(
-        [_transcript_dict(m) for m in sent_history(parts)]
+    return responses_body(
+        history=sent_history(parts),
+        system=[s.content for s in lay.system],
+        tail=lay.tail,
+        final_instruction=parts.final_instruction,
+        model=parts.model,
+        max_output_tokens=parts.max_output_tokens,
+        tools=parts.tools,
     )
-    system_texts = [s.content for s in lay.system]
-    tail_text = "\n\n".join(lay.tail)
-    if tail_text and not items:
-        system_texts.append(tail_text)
-        tail_text = ""
-    if tail_text:
-        items.append({"role": "developer", "content": tail_text})
-    if parts.final_instruction:
-        items.append({"role": "user", "content": parts.final_instruction})
-    body: dict[str, Any] = {
-        "model": parts.model,
-        "max_output_tokens": parts.max_output_tokens,
-        "input": items,
-    }
-    if system_texts:
-        body["instructions"] = "\n\n".join(system_texts)
-    if parts.tools:
-        body["tools"] = responses_tools(parts.tools)
-    return body
 
 
 # --- raw ------------------------------------------------------------------------

@@ -10,7 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-Role = Literal["user", "assistant", "tool"]
+# ``system``: an instruction the client placed mid-conversation (Claude Code
+# sends one after the first user turn). It stays at its position; the build
+# sends it as a system message where the model accepts one, else as marked
+# user text (``engine.build``).
+Role = Literal["user", "assistant", "tool", "system"]
 
 # How the in-context view of a message relates to what the agent posted.
 ViewState = Literal["full", "cut", "trimmed", "offloaded", "cleared", "failed"]

@@ -27,7 +27,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol
 
-from contextsvc.engine.build import RETAIN_HEADER, SUMMARY_HEADER, ContextParts, build_request
+from contextsvc.engine.build import (
+    RETAIN_HEADER,
+    SUMMARY_HEADER,
+    ContextParts,
+    build_request,
+    system_reminder,
+)
 from contextsvc.engine.errors import EngineUnavailableError, EngineValidationError
 from contextsvc.engine.messages import Message
 from contextsvc.engine.tokens import compact_json
@@ -214,6 +220,11 @@ def render_for_llm(messages: Sequence[Message]) -> list[Message]:
         if msg.role == "tool":
             text = f"{_result_header(msg)}\n{msg.context_text}".rstrip()
             out.append(Message(role="user", content=text))
+            continue
+        if msg.role == "system":
+            # The summariser's request takes no system role in its history.
+            if msg.context_text.strip():
+                out.append(Message(role="user", content=system_reminder(msg)))
             continue
         text = _plain_text(msg)
         if msg.role == "assistant" and msg.tool_calls:

@@ -20,6 +20,7 @@ __all__ = [
     "RateLimited",
     "Slot",
     "admit_key",
+    "count_key",
     "get_limiter",
     "parse_rates",
     "refuse_flooding_key",
@@ -99,6 +100,15 @@ def admit_key(request: HttpRequest, identity: str) -> None:
         request.contextsvc_slot = limiter.admit(
             identity, size // 1_000_000, heavy=size >= settings.CONTEXTSVC_HEAVY_BODY_BYTES
         )
+
+
+def count_key(identity: str, body_bytes: int) -> None:
+    """Count a request of an authenticated key against its rates, holding no
+    slot: the proxy's calls (``KeyLimiter.count``). Raises ``RateLimited``."""
+    limiter = get_limiter()
+    if limiter is not None:
+        limiter.refuse_known(identity, body_bytes // 1_000_000)
+        limiter.count(identity, body_bytes // 1_000_000)
 
 
 class RateLimitMiddleware:

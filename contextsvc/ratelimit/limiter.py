@@ -177,6 +177,21 @@ class KeyLimiter:
             token = heavy_token = ""  # nothing to give back (a lease taken lapses)
         return Slot(self, identity, token, heavy_token) if self.holds_slots else None
 
+    def count(self, identity: str, megabytes: int = 0) -> None:
+        """Count one request against the rates only, holding no slot (a proxied
+        stream lasts minutes; in-flight caps are the REST workers' threads).
+
+        Raises ``RateLimited`` over a rate; a storage failure stands aside, as ``admit``.
+        """
+        if time.monotonic() < self._down_until:
+            return
+        try:
+            self._count(identity, megabytes)
+        except RateLimited:
+            raise
+        except Exception:  # any storage failure: stand aside (fail open)
+            self._storage_failed("admit")
+
     def refuse_known(self, identity: str, megabytes: int = 0, *, heavy: bool = False) -> None:
         """Raise ``RateLimited`` at once for a request this process knows it would
         refuse (a rate just refused and not recovered, or a big body while this

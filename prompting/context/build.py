@@ -21,6 +21,7 @@ from sessions.selectors import context_messages
 
 from ..services.blocks import budget_blocks
 from ..services.cache import account_build
+from ..services.policy import cache_profile
 from ..services.sections import PromptPlan, plain_plan, plan_prompt
 from ..services.selection import ToolPlan, plan_tools
 
@@ -109,6 +110,7 @@ def build_context(
         final_instruction=final_instruction(session, state) if final else None,
         cache=prompt_plan.cache,
         plain=prompt_plan.plain,
+        mid_system=(prompt_plan.profile or cache_profile(session)).mid_system_messages,
     )
     try:
         body = build_request(fmt, parts)

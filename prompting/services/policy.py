@@ -50,8 +50,12 @@ def deferral_inputs(session: Session) -> tuple[Tokenizer, float, int, float]:
 
 @dataclass(frozen=True, slots=True)
 class CacheProfile:
+    """What a build needs of the model's profile (cache figures, prices, message rules)."""
+
     min_cacheable: int
     prices: dict[str, Any]
+    # The model takes a ``system`` message inside ``messages`` (ModelProfile).
+    mid_system_messages: bool = True
 
 
 # Profiles change when an operator edits them in the admin; a build may use a
@@ -82,7 +86,7 @@ def cache_profile(session: Session) -> CacheProfile:
 def _load_profile(provider: str, model: str) -> CacheProfile:
     rows = list(
         ModelProfile.objects.filter(provider=provider).only(
-            "model", "min_cacheable_tokens", "prices"
+            "model", "min_cacheable_tokens", "prices", "mid_system_messages"
         )
     )
     provider_row = next((p for p in rows if p.model == ""), None)
@@ -99,4 +103,8 @@ def _load_profile(provider: str, model: str) -> CacheProfile:
     prices = next(
         (row.prices for row in (model_row, provider_row) if row is not None and row.prices), {}
     )
-    return CacheProfile(min_cacheable=minimum, prices=dict(prices))
+    # The most specific row decides; no row at all: an unknown model, assumed
+    # to accept them like the newest models do.
+    row = model_row or provider_row
+    mid_system = True if row is None else row.mid_system_messages
+    return CacheProfile(min_cacheable=minimum, prices=dict(prices), mid_system_messages=mid_system)

@@ -19,23 +19,24 @@ from contextsvc.engine.providers import anthropic as anthropic_format
 from contextsvc.engine.providers import openai_chat
 from contextsvc.engine.providers.common import Converted, Reply, attach_meta
 from contextsvc.engine.providers.fingerprint import (
-    conversation_key,
+    chain_hashes,
     fingerprints,
     message_fingerprint,
 )
-from contextsvc.errors import Conflict, NotFound, Unauthorized, ValidationFailed
+from contextsvc.errors import NotFound
 from prompting.context.build import context_preview
 from prompting.context.service import context_for_call
-from sessions.models import AgentKey, Session, hash_key
-from sessions.selectors import is_session_id, session_get
+from sessions.hotpath import read_session
+from sessions.models import Session
+from sessions.selectors import session_get
 from sessions.services.append import session_append_messages
 from sessions.services.inputs import MessageData, SectionData, ToolData
-from sessions.services.sessions import session_create, session_set_sections, session_update
+from sessions.services.sessions import session_set_sections, session_update
 from sessions.services.tools import session_set_tools
 from sessions.services.usage import session_record_usage
 
 from ..providers import Dialect
-from ..selectors import client_view, known_prefix
+from ..selectors import client_view, match_view
 from . import responses_body
 from .builtins import (
     builtin_tool_data,
@@ -45,22 +46,12 @@ from .builtins import (
     strip_anthropic,
     strip_openai,
 )
+from .caller import Caller, caller_and_session, caller_for, client_messages, session_id
 from .sync import Synced, client_view_add_reply, session_sync_client_view
-
-SESSION_HEADER = "x-contextsvc-session"
-KEY_HEADER = "x-contextsvc-key"
 
 
 class ContextTooLarge(Exception):
     """Even the final-turn context does not fit the window: the provider-shaped 400."""
-
-
-@dataclass(slots=True)
-class Caller:
-    """Who calls and with which upstream key (never stored, never logged)."""
-
-    key: AgentKey
-    upstream_key: str | None
 
 
 @dataclass(slots=True)
@@ -82,35 +73,6 @@ class Recorded:
     shown: dict[str, Any] | None
 
 
-def caller_for(dialect: Dialect, headers: Mapping[str, str]) -> Caller:
-    """The agent key (``X-Contextsvc-Key``, or the provider key itself when managed)."""
-    provider_key = dialect.provider_key(headers)
-    agent_key = headers.get(KEY_HEADER)
-    if agent_key:
-        upstream = provider_key or dialect.managed_key()
-    else:
-        agent_key, upstream = provider_key, dialect.managed_key()
-    if not agent_key:
-        raise Unauthorized("Send your contextsvc agent key in X-Contextsvc-Key (or as the API key)")
-    key = AgentKey.objects.filter(key_hash=hash_key(agent_key), revoked_at__isnull=True).first()
-    if key is None:
-        raise Unauthorized("Unknown or revoked contextsvc agent key")
-    return Caller(key=key, upstream_key=upstream)
-
-
-def client_messages(dialect: Dialect, body: dict[str, Any]) -> list[dict[str, Any]]:
-    """The conversation part of the client's messages (OpenAI's leading system ones are sections)."""
-    if dialect.name == "responses":
-        return responses_body.client_units(body)
-    messages = body["messages"]
-    if dialect.name == "anthropic":
-        return messages
-    lead = 0
-    while lead < len(messages) and messages[lead].get("role") in openai_chat.INSTRUCTION_ROLES:
-        lead += 1
-    return messages[lead:]
-
-
 ToTranscript = Callable[[list[dict[str, Any]], int], list[dict[str, Any]]]
 
 
@@ -127,52 +89,18 @@ def _to_transcript(dialect: Dialect, lead: int) -> ToTranscript:
     return convert
 
 
-def _session_id(
-    key: AgentKey, headers: Mapping[str, str], body: dict[str, Any], dialect: Dialect
-) -> str:
-    sid = headers.get(SESSION_HEADER)
-    if not sid:
-        messages = client_messages(dialect, body)
-        if dialect.name == "anthropic":
-            system = body.get("system")
-        elif dialect.name == "responses":
-            system = responses_body.instruction_items(body)
-        else:
-            system = body["messages"][: len(body["messages"]) - len(messages)]
-        sid = "px_" + conversation_key(agent=key.key_hash, system=system, messages=messages)
-    if not is_session_id(sid):
-        raise ValidationFailed("X-Contextsvc-Session is not a valid session id")
-    return sid
-
-
-def session_for_call(
-    *, key: AgentKey, headers: Mapping[str, str], body: dict[str, Any], dialect: Dialect
-) -> Session:
-    """The named session (created on first use), or the one derived from the conversation."""
-    sid = _session_id(key, headers, body, dialect)
-    try:
-        return session_get(owner=key, external_id=sid)
-    except NotFound:
-        pass
-    data: dict[str, Any] = {"model": str(body.get("model") or ""), "id": sid}
-    if not data["model"]:
-        raise ValidationFailed("model: Field required")
-    max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
-    if isinstance(max_tokens, int) and max_tokens > 0:
-        data["max_output_tokens"] = max_tokens
-    data["provider"] = dialect.name
-    try:
-        return session_create(owner=key, data=data)  # type: ignore[arg-type]
-    except Conflict:
-        return session_get(owner=key, external_id=sid)  # created by a concurrent first call
-
-
 def prepare(
-    *, dialect: Dialect, headers: Mapping[str, str], body: dict[str, Any], converted: Converted
+    *,
+    dialect: Dialect,
+    headers: Mapping[str, str],
+    body: dict[str, Any],
+    converted: Converted,
+    body_bytes: int = 0,
 ) -> tuple[Caller, Prepared]:
     """Everything before forwarding, in one trip to a thread: caller, session, sync, build."""
-    caller = caller_for(dialect, headers)
-    session = session_for_call(key=caller.key, headers=headers, body=body, dialect=dialect)
+    caller, session = caller_and_session(
+        dialect=dialect, headers=headers, body=body, body_bytes=body_bytes
+    )
     return caller, prepare_call(session=session, dialect=dialect, body=body, converted=converted)
 
 
@@ -186,16 +114,15 @@ def count_body(
     yet, or a client whose history diverged, the client's own body.
     """
     caller = caller_for(dialect, headers)
-    sid = _session_id(caller.key, headers, body, dialect)
+    sid = session_id(caller.key.key_hash, headers, body, dialect)
     try:
         session = session_get(owner=caller.key, external_id=sid)
     except NotFound:
         return caller, body
     messages = client_messages(dialect, body)
-    view = client_view(session.pk)
-    stored = len(view.fingerprints or []) if view is not None else 0
-    prefix = known_prefix(view, fingerprints(messages), messages)
-    if prefix < stored:
+    match = match_view(client_view(session.pk), chain_hashes(fingerprints(messages)), messages)
+    prefix = match.prefix
+    if prefix < match.stored:
         return caller, body
     built = context_preview(session, dialect.fmt)
     final = built.pop("budget")["guard"]["status"] == "final"
@@ -225,20 +152,36 @@ def _tools(converted: Converted) -> list[ToolData]:
 def prepare_call(
     *, session: Session, dialect: Dialect, body: dict[str, Any], converted: Converted
 ) -> Prepared:
-    """Sync the transcript, the sections and the tools; build the managed body (guard applied)."""
+    """Sync the transcript, the sections and the tools; build the managed body (guard applied).
+
+    ``session`` may come without its tools (``caller_and_session``): they are
+    compared on the one full read after the sync, which the build needs anyway.
+    """
     runnable = runnable_names(session, converted)
-    sections, tools = _sections(converted), [*_tools(converted), *builtin_tool_data(runnable)]
+    sections = _sections(converted)
     if sections != (session.sections or []):
         session = session_set_sections(session=session, sections=sections)
-    if tools != (session.tools or []):
-        session = session_set_tools(session=session, tools=tools)
+    session = _follow_max_tokens(session, body)
     messages = client_messages(dialect, body)
     lead = len(body.get("messages") or ()) - len(messages)  # Chat Completions' leading system
     synced = session_sync_client_view(
         session=session, messages=messages, to_transcript=_to_transcript(dialect, lead)
     )
-    session = Session.objects.get(pk=session.pk)
+    session = read_session(session.pk)
+    tools = [*_tools(converted), *builtin_tool_data(runnable)]
+    if tools != (session.tools or []):
+        session = session_set_tools(session=session, tools=tools)
     return _build(session, dialect, converted, synced, runnable)
+
+
+def _follow_max_tokens(session: Session, body: dict[str, Any]) -> Session:
+    """A request's ``max_tokens`` (``max_completion_tokens``) becomes the session's, for the guard."""
+    wanted = body.get("max_tokens") or body.get("max_completion_tokens")
+    if not isinstance(wanted, int) or isinstance(wanted, bool) or wanted <= 0:
+        return session
+    if wanted == session.max_output_tokens:
+        return session
+    return session_update(session=session, data={"max_output_tokens": wanted})
 
 
 def _build(
@@ -267,7 +210,7 @@ def _build(
 
 def rebuild(*, prepared: Prepared, dialect: Dialect, converted: Converted) -> Prepared:
     """The next body after the proxy answered built-in calls itself."""
-    session = Session.objects.get(pk=prepared.session.pk)
+    session = read_session(prepared.session.pk)
     return _build(session, dialect, converted, prepared.synced, prepared.runnable)
 
 

@@ -21,25 +21,17 @@ from typing import Any
 from django.db import transaction
 
 from contextsvc.engine.providers.common import Converted
-from contextsvc.engine.providers.fingerprint import fingerprints
+from contextsvc.engine.providers.fingerprint import chain_next, fingerprints
 from contextsvc.errors import ValidationFailed
 from sessions.models import Session
 from sessions.services.sessions import session_set_sections
 from sessions.services.tools import session_set_tools
 
-from ..models import ClientView
+from ..models import ClientView, ClientViewEntry
 from ..providers import Dialect
 from .builtins import builtin_tool_data, runnable_names
-from .calls import (
-    SESSION_HEADER,
-    Caller,
-    Prepared,
-    _build,
-    _sections,
-    _tools,
-    caller_for,
-    session_for_call,
-)
+from .caller import SESSION_HEADER, Caller, caller_for, session_for_call
+from .calls import Prepared, _build, _sections, _tools
 from .responses_body import client_units, units_to_transcript
 from .store import is_head, stored_response_get
 from .sync import Synced, _append, _rename, session_sync_client_view
@@ -60,10 +52,15 @@ def _identity(headers: Mapping[str, str]) -> Mapping[str, str]:
 
 
 def session_sync_responses(
-    *, dialect: Dialect, headers: Mapping[str, str], body: dict[str, Any], converted: Converted
+    *,
+    dialect: Dialect,
+    headers: Mapping[str, str],
+    body: dict[str, Any],
+    converted: Converted,
+    body_bytes: int = 0,
 ) -> tuple[Caller, Session, Synced]:
-    """Caller, session and sync for a Responses body (module doc), without the build."""
-    caller = caller_for(dialect, headers)
+    """Caller (counted against its rate limits), session and sync, without the build."""
+    caller = caller_for(dialect, headers, body_bytes)
     previous = body.get("previous_response_id")
     if previous is not None:
         if not isinstance(previous, str) or not previous:
@@ -91,11 +88,16 @@ def session_sync_responses(
 
 
 def prepare_responses(
-    *, dialect: Dialect, headers: Mapping[str, str], body: dict[str, Any], converted: Converted
+    *,
+    dialect: Dialect,
+    headers: Mapping[str, str],
+    body: dict[str, Any],
+    converted: Converted,
+    body_bytes: int = 0,
 ) -> tuple[Caller, Prepared]:
     """Caller, session, sync and build for ``POST /responses``."""
     caller, session, synced = session_sync_responses(
-        dialect=dialect, headers=headers, body=body, converted=converted
+        dialect=dialect, headers=headers, body=body, converted=converted, body_bytes=body_bytes
     )
     return caller, _build(session, dialect, converted, synced, runnable_names(session, converted))
 
@@ -112,16 +114,34 @@ def _with_prompt(session: Session, converted: Converted) -> Session:
 
 
 def session_continue_client_view(*, session: Session, units: list[dict[str, Any]]) -> Synced:
-    """Append the units a ``previous_response_id`` call adds after the view it continues."""
+    """Append the units a ``previous_response_id`` call adds after the view it continues.
+
+    The view's chain goes on from the reply: the client never echoes it, so
+    the reply's entry is written here (a later divergence reads the entries).
+    """
     with transaction.atomic():
         view, _ = ClientView.objects.select_for_update().get_or_create(session=session)
-        offset = len(view.fingerprints or [])
-        new = units_to_transcript(units, offset, session.summary)
+        new = units_to_transcript(units, view.count, session.summary)
         new = _rename(new, dict(view.renamed or {}))
         if new:
             _append(session, new)
-        view.fingerprints = [*(view.fingerprints or []), *fingerprints(units)]
+        entries = []
+        if view.reply_at is not None:
+            entries.append(ClientViewEntry(view=view, index=view.reply_at, chain=view.chain))
+        chain = view.chain
+        for k, fingerprint in enumerate(fingerprints(units)):
+            chain = chain_next(chain, fingerprint)
+            entries.append(ClientViewEntry(view=view, index=view.count + k, chain=chain))
+        if entries:
+            ClientViewEntry.objects.bulk_create(
+                entries,
+                update_conflicts=True,
+                unique_fields=["view", "index"],
+                update_fields=["chain"],
+            )
+        view.count += len(units)
+        view.chain = chain
         view.reply_at = None
+        view.reply_chain = ""
         view.save()
-        last_seq = Session.objects.values_list("last_seq", flat=True).get(pk=session.pk)
-    return Synced(appended=len(new), diverged=False, last_seq=last_seq)
+    return Synced(appended=len(new), diverged=False)

@@ -25,11 +25,8 @@ def stored_response_add(*, session: Session, response: dict[str, Any], stored: b
     if not isinstance(response_id, str) or not response_id:
         return
     with transaction.atomic():
-        view_len = len(
-            ClientView.objects.filter(session=session)
-            .values_list("fingerprints", flat=True)
-            .first()
-            or ()
+        view_len = (
+            ClientView.objects.filter(session=session).values_list("count", flat=True).first() or 0
         )
         StoredResponse.objects.create(
             session=session,
@@ -56,10 +53,8 @@ def stored_response_get(*, owner: AgentKey, response_id: str) -> StoredResponse:
 def is_head(record: StoredResponse) -> bool:
     """Whether the client view still ends with this response (nothing sent after it)."""
     latest = StoredResponse.objects.filter(session_id=record.session_id).order_by("-id").first()
-    view = ClientView.objects.filter(session_id=record.session_id).values_list(
-        "fingerprints", flat=True
-    )
-    view_len = len(view.first() or ())
+    view = ClientView.objects.filter(session_id=record.session_id).values_list("count", flat=True)
+    view_len = view.first() or 0
     return latest is not None and latest.pk == record.pk and view_len == record.view_len
 
 

@@ -1,9 +1,10 @@
 """The transcript sync: append only what the client's history adds since its last call.
 
-A client sends its whole history on every call. The proxy keeps the
-fingerprints of what it sent last (``ClientView``, plus the reply it got) and
+A client sends its whole history on every call. The proxy keeps the chain
+hash of what it sent last (``ClientView``, plus the reply it got) and
 appends, through the REST API's append service, only the messages after the
-longest common prefix.
+longest common prefix: one comparison when the history only grew; the
+per-message entries are read when it did not.
 
 Two cases are not divergences:
 
@@ -33,15 +34,15 @@ from django.conf import settings
 from django.db import transaction
 
 from compaction.services.window import set_window
-from contextsvc.engine.providers.fingerprint import fingerprints
+from contextsvc.engine.providers.fingerprint import chain_hashes, chain_next, fingerprints
 from contextsvc.engine.strategies.base import TokenCounter
 from sessions import accounting, hotpath
 from sessions.models import Session
 from sessions.services.append import session_append_messages
 from sessions.services.inputs import MessageData
 
-from ..models import ClientView
-from ..selectors import known_prefix
+from ..models import ClientView, ClientViewEntry
+from ..selectors import match_view
 
 MARKER = (
     "[contextsvc proxy: the client's history changed at its message {at} (it compacted or "
@@ -56,7 +57,6 @@ class Synced:
 
     appended: int
     diverged: bool
-    last_seq: int
 
 
 def _rename(messages: list[dict[str, Any]], renamed: dict[str, str]) -> list[dict[str, Any]]:
@@ -100,6 +100,22 @@ def _restart_window(session: Session, start_seq: int) -> None:
     session.save()
 
 
+def _write_view(view: ClientView, chains: list[str], same: int) -> None:
+    """The view becomes ``chains``; its entries are rewritten from ``same`` on (the rest hold)."""
+    entries = [
+        ClientViewEntry(view=view, index=i, chain=chains[i]) for i in range(same, len(chains))
+    ]
+    if entries:
+        ClientViewEntry.objects.bulk_create(
+            entries, update_conflicts=True, unique_fields=["view", "index"], update_fields=["chain"]
+        )
+    view.count = len(chains)
+    view.chain = chains[-1] if chains else ""
+    view.reply_at = None
+    view.reply_chain = ""
+    view.save()
+
+
 def session_sync_client_view(
     *,
     session: Session,
@@ -109,15 +125,16 @@ def session_sync_client_view(
     """Append what ``messages`` (the client's history, provider format) adds; record the view.
 
     ``to_transcript(slice, offset)`` converts a slice of the client's messages
-    that starts at ``offset``.
+    that starts at ``offset``. The work does not grow with the session: the
+    view is one row (its chain hash), and only the new messages are written.
     """
-    current = fingerprints(messages)
+    chains = chain_hashes(fingerprints(messages))
     with transaction.atomic():
         view, _ = ClientView.objects.select_for_update().get_or_create(session=session)
-        prefix = known_prefix(view, current, messages)
-        stored = len(view.fingerprints or [])
-        retry = view.reply_at is not None and prefix == view.reply_at == len(current)
-        diverged = prefix < stored and not retry
+        match = match_view(view, chains, messages)
+        prefix = match.prefix
+        retry = view.reply_at is not None and prefix == view.reply_at == len(chains)
+        diverged = prefix < match.stored and not retry
         renamed = dict(view.renamed or {})
         if diverged:
             view.divergences += 1
@@ -135,18 +152,17 @@ def session_sync_client_view(
             new = _rename(to_transcript(list(messages[prefix:]), prefix), renamed)
             if new:
                 _append(session, new)
-        view.fingerprints = current
-        view.reply_at = None
         view.renamed = renamed
-        view.save()
-        last_seq = Session.objects.values_list("last_seq", flat=True).get(pk=session.pk)
-    return Synced(appended=len(new), diverged=diverged, last_seq=last_seq)
+        _write_view(view, chains, match.same)
+    return Synced(appended=len(new), diverged=diverged)
 
 
 def client_view_add_reply(*, session: Session, fingerprint: str) -> None:
-    """Record the reply the client got, as the next message of its view."""
+    """Record the reply the client got, as the next message of its view (one row, no entry)."""
     with transaction.atomic():
         view, _ = ClientView.objects.select_for_update().get_or_create(session=session)
-        view.reply_at = len(view.fingerprints or [])
-        view.fingerprints = [*(view.fingerprints or []), fingerprint]
+        view.reply_at = view.count
+        view.reply_chain = view.chain
+        view.chain = chain_next(view.chain, fingerprint)
+        view.count += 1
         view.save()

@@ -72,7 +72,7 @@ class ToolCallData(TypedDict):
 class MessageData(TypedDict, total=False):
     """A posted message (``MessageIn``)."""
 
-    role: Required[Literal["user", "assistant", "tool"]]
+    role: Required[Literal["user", "assistant", "tool", "system"]]
     content: str | list[dict[str, Any]]
     tool_calls: list[ToolCallData]
     tool_call_id: str | None

@@ -132,7 +132,7 @@ def test_every_transcript_message_is_a_valid_message_in():
 def test_tool_results_become_one_tool_message_each_in_order_named_after_their_call():
     messages = anthropic.request_to_transcript(agent_request()).messages
     assert [m["role"] for m in messages] == [
-        "user", "assistant", "tool", "tool", "user", "assistant", "tool", "user", "assistant",
+        "user", "assistant", "tool", "tool", "user", "assistant", "tool", "system", "assistant",
     ]  # fmt: skip
     first, second = messages[2], messages[3]
     assert (first["tool_call_id"], first["name"], first["content"]) == (
@@ -160,11 +160,9 @@ def test_assistant_blocks_keep_thinking_and_signature_and_calls_become_tool_call
     assert messages[5]["content"] == [REDACTED]
 
 
-def test_a_system_message_inside_messages_stays_in_place_as_a_user_message():
+def test_a_system_message_inside_messages_stays_in_place_as_a_system_message():
     messages = anthropic.request_to_transcript(agent_request()).messages
-    assert messages[7]["role"] == "user"
-    assert messages[7]["content"][0]["text"] == "The user is waiting."
-    assert messages[7]["content"][0][META]["role"] == "system"
+    assert messages[7] == {"role": "system", "content": "The user is waiting."}
 
 
 def test_system_blocks_are_sections_cacheable_up_to_the_last_marker():

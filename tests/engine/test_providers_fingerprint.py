@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from contextsvc.engine.providers.fingerprint import (
     canonical_json,
+    chain_hashes,
+    chain_next,
     common_prefix,
     conversation_key,
     fingerprints,
@@ -89,3 +91,12 @@ def test_tool_inputs_are_compared_as_they_are():
     assert message_fingerprint(call({"content": "a"})) != message_fingerprint(
         call({"content": [{"type": "text", "text": "a"}]})
     )
+
+
+def test_chain_hashes_equal_exactly_where_the_views_share_a_prefix():
+    before = chain_hashes(fingerprints(HISTORY))
+    grown = chain_hashes(fingerprints([*HISTORY, {"role": "assistant", "content": "Fixed."}]))
+    assert grown[: len(before)] == before  # one comparison at the end checks the whole prefix
+    edited = chain_hashes(fingerprints([{"role": "user", "content": "Fix b.py"}, *HISTORY[1:]]))
+    assert all(a != b for a, b in zip(before, edited, strict=True))  # a change carries forward
+    assert before[-1] == chain_next(before[-2], message_fingerprint(HISTORY[-1]))

@@ -18,7 +18,7 @@ from openai.types.chat import ChatCompletion
 
 from contextsvc.engine.messages import PromptSection, ToolDef
 from contextsvc.engine.providers import openai_chat
-from contextsvc.engine.providers.common import META, ConversionError, Converted
+from contextsvc.engine.providers.common import ConversionError, Converted
 from sessions.schemas import MessageIn
 
 IMAGE_PART = {
@@ -108,10 +108,7 @@ def test_leading_instructions_are_sections_and_later_ones_stay_in_place():
         PromptSection(name="system.0", content="You are a helpful agent."),
         PromptSection(name="developer.1", content="Answer in French."),
     ]
-    note = converted.messages[4]
-    assert note["role"] == "user"
-    assert note["content"][0]["text"] == "Context is 80% full."
-    assert note["content"][0][META] == {"role": "system", "string": True}
+    assert converted.messages[4] == {"role": "system", "content": "Context is 80% full."}
 
 
 def test_tool_calls_parse_their_arguments_and_name_their_tool_messages():

@@ -20,6 +20,12 @@ it is known) when:
 Consecutive messages of the same role are combined into one turn before the
 pairing rules apply, as the API documents it does.
 
+Mid-conversation ``system`` messages (a ``system`` role inside ``messages``,
+taken from Claude Opus 4.8 on) are accepted right after a user message and
+rejected anywhere else; a model named in ``no_mid_system`` (by prefix: the
+older models) rejects them with "role 'system' is not supported on this
+model", as those models do.
+
 It accepts ``x-api-key`` or ``Authorization: Bearer`` (what SDK 2.x sends),
 requires ``anthropic-version``, records every request, and can be told to
 fail the next calls (429 / 500 / 529, with ``retry-after-ms`` so the SDK's own
@@ -106,6 +112,8 @@ def _turns(messages: list[dict[str, Any]]) -> list[tuple[int, str, list[dict[str
     """
     turns: list[tuple[int, str, list[dict[str, Any]]]] = []
     for i, message in enumerate(messages):
+        if message["role"] == "system":
+            continue  # an instruction between turns: no part of the pairing
         if turns and turns[-1][1] == message["role"]:
             turns[-1][2].extend(_blocks(message))
         else:
@@ -113,7 +121,37 @@ def _turns(messages: list[dict[str, Any]]) -> list[tuple[int, str, list[dict[str
     return turns
 
 
-def validate(body: dict[str, Any]) -> None:
+# Model-name prefixes of the models older than Claude Opus 4.8: no system role
+# inside ``messages``.
+OLDER_MODELS = (
+    "claude-3",
+    "claude-opus-4-0",
+    "claude-opus-4-1",
+    "claude-opus-4-5",
+    "claude-sonnet-4",
+    "claude-haiku-4",
+)
+
+
+def _check_system_messages(body: dict[str, Any], no_mid_system: tuple[str, ...]) -> None:
+    messages = body["messages"]
+    for i, message in enumerate(messages):
+        if message.get("role") != "system":
+            continue
+        if str(body.get("model", "")).startswith(no_mid_system):
+            raise InvalidRequest(f"messages.{i}.role: role 'system' is not supported on this model")
+        if i == 0 or messages[i - 1].get("role") != "user":
+            raise InvalidRequest(
+                f"messages.{i}: a system message must come right after a user message"
+            )
+        for j, block in enumerate(_blocks(message)):
+            if block.get("type") != "text":
+                raise InvalidRequest(
+                    f"messages.{i}.content.{j}: system messages may only hold text blocks"
+                )
+
+
+def validate(body: dict[str, Any], no_mid_system: tuple[str, ...] = OLDER_MODELS) -> None:
     """Raise ``InvalidRequest`` with the real API's message for what it rejects."""
     if not isinstance(body.get("model"), str) or not body["model"]:
         raise InvalidRequest("model: Field required")
@@ -125,13 +163,16 @@ def validate(body: dict[str, Any]) -> None:
         raise InvalidRequest("messages: at least one message is required")
     if messages[0].get("role") != "user":
         raise InvalidRequest('messages: first message must use the "user" role')
+    _check_system_messages(body, no_mid_system)
     has_tools = bool(body.get("tools"))
     uses_tools = False
     use_ids: set[str] = set()
     for i, message in enumerate(messages):
         role = message.get("role")
-        if role not in ("user", "assistant"):
-            raise InvalidRequest(f"messages.{i}.role: Input should be 'user' or 'assistant'")
+        if role not in ("user", "assistant", "system"):
+            raise InvalidRequest(
+                f"messages.{i}.role: Input should be 'user', 'assistant' or 'system'"
+            )
         blocks = _blocks(message)
         final_assistant = i == len(messages) - 1 and role == "assistant"
         if not blocks and not final_assistant:
@@ -292,6 +333,8 @@ class FakeAnthropic:
     stream_delay: float = 0.0
     cut_stream_after: int | None = None
     models: tuple[str, ...] = MODELS
+    # Model-name prefixes that reject a system message inside ``messages``.
+    no_mid_system: tuple[str, ...] = OLDER_MODELS
     _script: deque[ScriptedReply] = field(default_factory=deque)
     _cache: PrefixCache = field(default_factory=PrefixCache)
 
@@ -386,7 +429,7 @@ class FakeAnthropic:
                 if self.path.startswith("/v1/messages/count_tokens"):
                     return self._count_tokens(record)
                 try:
-                    validate(record.body)
+                    validate(record.body, fake.no_mid_system)
                 except InvalidRequest as exc:
                     return self._error(record, 400, str(exc))
                 tokens = estimate_tokens(record.body)
@@ -436,7 +479,8 @@ class FakeAnthropic:
 
             def _count_tokens(self, record: RecordedRequest) -> None:
                 try:
-                    validate({"max_tokens": 1, **record.body})  # it takes no max_tokens
+                    # it takes no max_tokens
+                    validate({"max_tokens": 1, **record.body}, fake.no_mid_system)
                 except InvalidRequest as exc:
                     return self._error(record, 400, str(exc))
                 record.status = 200

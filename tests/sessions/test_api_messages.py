@@ -166,7 +166,7 @@ def test_rejected_batch_stores_nothing(alice, make_session):
 @pytest.mark.parametrize(
     ("body", "field"),
     [
-        ({"messages": [{"role": "system", "content": "x"}]}, "messages.0.role"),
+        ({"messages": [{"role": "developer", "content": "x"}]}, "messages.0.role"),
         ({"messages": [{"role": "user", "content": 5}]}, "messages.0.content"),
         ({"messages": "nope"}, "messages"),
         ({"messages": [{"role": "user", "content": "x", "extra": 1}]}, "messages.0.extra"),

@@ -20,8 +20,8 @@ Rules (see ``common`` for the meta carried on a text part):
   other block (text, thinking with its signature, redacted thinking, server
   tool blocks) stays a content part in its order. The way back puts the
   ``tool_use`` blocks after the other blocks, the order the model emits.
-- A ``system`` role inside ``messages`` (Claude Code sends one) is a user
-  message whose meta records the role.
+- A ``system`` role inside ``messages`` (a mid-conversation system message:
+  Claude Code sends one) is a transcript ``system`` message at its place.
 - ``reasoning`` without a signature (posted through the REST API or from an
   OpenAI-compatible model) has no Anthropic form and is left out on the way
   back.
@@ -206,12 +206,11 @@ def messages_to_transcript(messages: list[dict[str, Any]]) -> list[dict[str, Any
             for call in out[-1].get("tool_calls", ()):
                 names[call["id"]] = call["name"]
         elif role == "system":
-            meta["role"] = "system"
-            out.append({"role": "user", "content": attach_meta(blocks, meta)})
+            out.append({"role": "system", "content": attach_meta(blocks, meta)})
         elif role == "user":
             out.extend(_user_to_transcript(blocks, meta, names, path))
         else:
-            raise ConversionError("Input should be 'user' or 'assistant'", f"{path}.role")
+            raise ConversionError("Input should be 'user', 'assistant' or 'system'", f"{path}.role")
     return out
 
 

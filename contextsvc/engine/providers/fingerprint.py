@@ -72,6 +72,25 @@ def fingerprints(messages: Sequence[dict[str, Any]]) -> list[str]:
     return [message_fingerprint(m) for m in messages]
 
 
+def chain_next(previous: str, fingerprint: str) -> str:
+    """The chain hash of a view after the message of ``fingerprint``: sha256 of both.
+
+    Equal chains at index i mean equal fingerprints up to i, so a client's
+    whole history is checked against the stored view in one comparison.
+    """
+    return hashlib.sha256(f"{previous}{fingerprint}".encode()).hexdigest()
+
+
+def chain_hashes(fingerprints: Sequence[str]) -> list[str]:
+    """The chain hash after each fingerprint (``chain_next`` from the empty view ``""``)."""
+    out: list[str] = []
+    previous = ""
+    for fingerprint in fingerprints:
+        previous = chain_next(previous, fingerprint)
+        out.append(previous)
+    return out
+
+
 def common_prefix(previous: Sequence[str], current: Sequence[str]) -> int:
     """How many leading fingerprints the two lists share."""
     n = 0

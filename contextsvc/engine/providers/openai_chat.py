@@ -4,9 +4,10 @@ Rules (see ``common`` for the meta carried on a text part):
 
 - The leading ``system`` / ``developer`` messages are the prompt sections
   (``system.0``, ``developer.1`` … by position); their text parts are joined
-  with newlines and their other keys (``name``) are not kept. A ``system`` / ``developer`` message after the conversation
-  started stays in the transcript as a user message whose meta records its
-  role, so its place in the history is kept.
+  with newlines and their other keys (``name``) are not kept. A ``system`` /
+  ``developer`` message after the conversation started is a transcript
+  ``system`` message at its place (a ``developer`` one records its role in
+  the meta).
 - ``null`` is absent: SDKs dump unset optional fields as ``null``
   (``refusal``, ``audio``, ``function_call``), so those keys are dropped; an
   assistant message with ``tool_calls`` and no content comes back with
@@ -214,8 +215,9 @@ def messages_to_transcript(
         message = without_none(raw)
         content = _content(message, path)
         if role in INSTRUCTION_ROLES:
-            meta = {"role": role, **_extra(message, {"role", "content"})}
-            out.append({"role": "user", "content": attach_meta(content, meta)})
+            meta = {"role": role} if role == "developer" else {}
+            meta.update(_extra(message, {"role", "content"}))
+            out.append({"role": "system", "content": attach_meta(content, meta)})
             continue
         if role not in _KNOWN:
             raise ConversionError(

@@ -5,8 +5,8 @@ context format. Items group into transcript messages (*units*):
 
 - a ``message`` item of role ``user`` is a user message; ``system`` /
   ``developer`` ones are prompt sections while they lead the input (as Chat
-  Completions' leading system messages are) and a user message whose meta
-  records the role afterwards; ``input_text`` / ``output_text`` parts are
+  Completions' leading system messages are) and a transcript ``system``
+  message in its place afterwards (a ``developer`` one records its role); ``input_text`` / ``output_text`` parts are
   ``text`` parts (their other keys, ``annotations`` …, stay on the part);
   other parts (images, files) are kept verbatim;
 - the items of one assistant turn — ``reasoning``, assistant ``message``\\ s,
@@ -224,9 +224,10 @@ def units_to_transcript(
             keys = _item_keys(item, {"role", "content"})
             if keys:
                 meta["item"] = keys
-            if item["role"] in INSTRUCTION_ROLES:
-                meta["role"] = item["role"]
-            out.append({"role": "user", "content": attach_meta(content, meta)})
+            if item["role"] == "developer":
+                meta["role"] = "developer"
+            role = "system" if item["role"] in INSTRUCTION_ROLES else "user"
+            out.append({"role": role, "content": attach_meta(content, meta)})
         elif kind == "compaction" and expand is not None and (text := expand(item)) is not None:
             out.append({"role": "user", "content": attach_meta(text, {"compaction": True})})
         else:
@@ -349,8 +350,8 @@ def _assistant_out(
     calls = {c["id"]: c for c in message.get("tool_calls") or ()}
     layout = meta.get("items")
     if layout is None:  # a message not written by this converter: text, other parts, then calls
-        layout = [{"parts": 1, "opaque": p.get("type") != "text"} for p in parts if _keep(p)]
-        parts = [p for p in parts if _keep(p)]
+        parts = [p for p in parts if p.get("type") != "text" or str(p.get("text") or "").strip()]
+        layout = [{"parts": 1, "opaque": p.get("type") != "text"} for p in parts]
         layout.extend({"call": call_id} for call_id in calls)
     out: list[dict[str, Any]] = []
     cursor = 0
@@ -373,10 +374,6 @@ def _assistant_out(
         out.append(item)
     out.extend(_call_out(call, {}) for call in calls.values())  # calls the layout does not name
     return out
-
-
-def _keep(part: dict[str, Any]) -> bool:
-    return part.get("type") != "text" or bool(str(part.get("text") or "").strip())
 
 
 def _call_out(call: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from contextsvc.engine.errors import EngineValidationError
@@ -18,6 +18,7 @@ from contextsvc.engine.strategies.clearing import tool_clearing
 from contextsvc.engine.strategies.dropping import drop_oldest_turns
 from contextsvc.engine.strategies.sandwich import sandwich
 from contextsvc.engine.strategies.summary import summarize
+from contextsvc.engine.system_carry import carry_system
 
 STRATEGY_NAMES: tuple[str, ...] = ("tool_clearing", "summarize", "sandwich", "drop_oldest_turns")
 # DESIGN.md: tool clearing → summarise (retain + summary, last 1 turn kept) → drop oldest turns.
@@ -87,6 +88,7 @@ def run_chain(window: Window, names: Sequence[str], ctx: StrategyContext) -> Cha
     """
     names = validate_chain(names)
     counter = ctx.counter
+    original = window
     before_tokens = window.tokens(counter)
     before_count = window.message_count()
     reports: list[StrategyReport] = []
@@ -122,6 +124,11 @@ def run_chain(window: Window, names: Sequence[str], ctx: StrategyContext) -> Cha
                 # spec 004: the cached state is cleared when the strategy changes
                 # (the summary slot now holds another strategy's text).
                 state, state_changed = None, True
+    if window is not original:
+        # The newest mid-conversation system instructions survive compaction.
+        retain = carry_system(original.messages, original.retain, window.messages, window.retain)
+        if retain != window.retain:
+            window = replace(window, retain=retain)
     result = CompactResult(
         before_tokens=before_tokens,
         after_tokens=window.tokens(counter),

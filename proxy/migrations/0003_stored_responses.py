@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
     dependencies = [
         ("agent_sessions", "0004_message_tool_call_id_idx"),
-        ("proxy", "0001_initial"),
+        ("proxy", "0002_client_view_chain"),
     ]
 
     operations = [

@@ -1,0 +1,139 @@
+"""Who calls the proxy and in which session: the agent key, its rate limits, the session.
+
+The common call names a session that exists: the key check and the session
+read are one query (``sessions.hotpath.session_for_key``, as the REST API's
+auth does). Otherwise the key alone is looked up (a bad key stays a 401) and
+the session is created on first use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from contextsvc.engine.providers import openai_chat
+from contextsvc.engine.providers.fingerprint import conversation_key
+from contextsvc.errors import Conflict, NotFound, Unauthorized, ValidationFailed
+from contextsvc.ratelimit import count_key
+from sessions.hotpath import session_for_key
+from sessions.models import AgentKey, Session, hash_key
+from sessions.selectors import is_session_id, session_get
+from sessions.services.sessions import session_create
+
+from ..providers import Dialect
+from . import responses_body
+
+SESSION_HEADER = "x-contextsvc-session"
+KEY_HEADER = "x-contextsvc-key"
+
+
+@dataclass(slots=True)
+class Caller:
+    """Who calls and with which upstream key (never stored, never logged)."""
+
+    key: AgentKey
+    upstream_key: str | None
+
+
+def _credentials(dialect: Dialect, headers: Mapping[str, str]) -> tuple[str, str | None]:
+    """The agent key (``X-Contextsvc-Key``, or the provider key itself when managed) and upstream's."""
+    provider_key = dialect.provider_key(headers)
+    agent_key = headers.get(KEY_HEADER)
+    if agent_key:
+        upstream = provider_key or dialect.managed_key()
+    else:
+        agent_key, upstream = provider_key, dialect.managed_key()
+    if not agent_key:
+        raise Unauthorized("Send your contextsvc agent key in X-Contextsvc-Key (or as the API key)")
+    return agent_key, upstream
+
+
+def _active_key(digest: str) -> AgentKey:
+    key = AgentKey.objects.filter(key_hash=digest, revoked_at__isnull=True).first()
+    if key is None:
+        raise Unauthorized("Unknown or revoked contextsvc agent key")
+    return key
+
+
+def caller_for(dialect: Dialect, headers: Mapping[str, str], body_bytes: int = 0) -> Caller:
+    """The calling key, counted against its rate limits (``RateLimited`` over them)."""
+    agent_key, upstream = _credentials(dialect, headers)
+    key = _active_key(hash_key(agent_key))
+    # The hash prefix names the key in the limiter, as on the REST API (one budget).
+    count_key(key.key_hash[:16], body_bytes)
+    return Caller(key=key, upstream_key=upstream)
+
+
+def client_messages(dialect: Dialect, body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The conversation part of the client's messages (OpenAI's leading system ones are sections)."""
+    if dialect.name == "responses":
+        return responses_body.client_units(body)
+    messages = body["messages"]
+    if dialect.name == "anthropic":
+        return messages
+    lead = 0
+    while lead < len(messages) and messages[lead].get("role") in openai_chat.INSTRUCTION_ROLES:
+        lead += 1
+    return messages[lead:]
+
+
+def session_id(
+    key_hash: str, headers: Mapping[str, str], body: dict[str, Any], dialect: Dialect
+) -> str:
+    """The session the call names, or the one derived from its conversation."""
+    sid = headers.get(SESSION_HEADER)
+    if not sid:
+        messages = client_messages(dialect, body)
+        if dialect.name == "anthropic":
+            system = body.get("system")
+        elif dialect.name == "responses":
+            system = responses_body.instruction_items(body)
+        else:
+            system = body["messages"][: len(body["messages"]) - len(messages)]
+        sid = "px_" + conversation_key(agent=key_hash, system=system, messages=messages)
+    if not is_session_id(sid):
+        raise ValidationFailed("X-Contextsvc-Session is not a valid session id")
+    return sid
+
+
+def session_for_call(
+    *, key: AgentKey, headers: Mapping[str, str], body: dict[str, Any], dialect: Dialect
+) -> Session:
+    """The named session (created on first use), or the one derived from the conversation."""
+    sid = session_id(key.key_hash, headers, body, dialect)
+    try:
+        return session_get(owner=key, external_id=sid)
+    except NotFound:
+        pass
+    data: dict[str, Any] = {"model": str(body.get("model") or ""), "id": sid}
+    if not data["model"]:
+        raise ValidationFailed("model: Field required")
+    max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
+    if isinstance(max_tokens, int) and max_tokens > 0:
+        data["max_output_tokens"] = max_tokens
+    data["provider"] = dialect.name
+    try:
+        return session_create(owner=key, data=data)  # type: ignore[arg-type]
+    except Conflict:
+        return session_get(owner=key, external_id=sid)  # created by a concurrent first call
+
+
+def caller_and_session(
+    *, dialect: Dialect, headers: Mapping[str, str], body: dict[str, Any], body_bytes: int
+) -> tuple[Caller, Session]:
+    """The caller (counted against its limits) and its session, in one query when it exists.
+
+    The session comes without its ``tools`` (``hotpath.HEAVY_FIELDS``).
+    """
+    agent_key, upstream = _credentials(dialect, headers)
+    digest = hash_key(agent_key)
+    session = session_for_key(session_id(digest, headers, body, dialect), digest)
+    if session is None:
+        key = _active_key(digest)
+        count_key(digest[:16], body_bytes)
+        return Caller(key=key, upstream_key=upstream), session_for_call(
+            key=key, headers=headers, body=body, dialect=dialect
+        )
+    count_key(digest[:16], body_bytes)
+    return Caller(key=session.owner, upstream_key=upstream), session
