@@ -12,13 +12,17 @@ import json
 import os
 import shutil
 import subprocess
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.fakes.streams import ScriptedReply, tool_call
+
 ROOT = Path(__file__).resolve().parents[2]
+FINAL = "FINAL ANSWER: every step ran."
 
 
 def codex_binary() -> str:
@@ -107,3 +111,21 @@ def run_codex(
 
 def cleanup(scratch: Path) -> None:
     shutil.rmtree(scratch, ignore_errors=True)
+
+
+class ShellLoop:
+    """The fake model of a Codex task: ``steps`` shell commands with large outputs, then the answer."""
+
+    def __init__(self, steps: int, lines: int = 3000) -> None:
+        self.steps, self.lines, self.k = steps, lines, 0
+        self.lock = threading.Lock()
+
+    def __call__(self, body: dict) -> ScriptedReply:
+        with self.lock:
+            k, self.k = self.k, self.k + 1
+        if k >= self.steps:
+            return ScriptedReply(text=FINAL)
+        command = f"seq 1 {self.lines}; echo STEP-{k}"
+        return ScriptedReply(
+            thinking=f"step {k}", tool_calls=[tool_call("exec_command", {"cmd": command})]
+        )

@@ -10,7 +10,6 @@ limit is low: Codex's checkpoint request gets our summary.
 from __future__ import annotations
 
 import os
-import threading
 
 import pytest
 from django.db import connection
@@ -19,39 +18,18 @@ from compaction.models import CompactionRun
 from sessions.models import Message, Session
 from sessions.services.sessions import session_create
 from tests.fakes.responses_server import FakeResponses
-from tests.fakes.streams import ScriptedReply, tool_call
 from tests.live_server import database_url
-from tests.proxy.codex import run_codex
+from tests.proxy.codex import FINAL, ShellLoop, run_codex
 from tests.proxy.conftest import PROXY_DB, UPSTREAM_KEY
 from tests.proxy.server import proxy_server
 
 pytestmark = [pytest.mark.postgres, *PROXY_DB]
-
-FINAL = "FINAL ANSWER: every step ran."
 
 
 @pytest.fixture(autouse=True)
 def _needs_postgres():
     if connection.vendor != "postgresql":
         pytest.skip("a server sharing the test database needs PostgreSQL (DATABASE_URL)")
-
-
-class ShellLoop:
-    """The fake model of a Codex task: ``steps`` shell commands with large outputs, then the answer."""
-
-    def __init__(self, steps: int, lines: int = 3000) -> None:
-        self.steps, self.lines, self.k = steps, lines, 0
-        self.lock = threading.Lock()
-
-    def __call__(self, body: dict) -> ScriptedReply:
-        with self.lock:
-            k, self.k = self.k, self.k + 1
-        if k >= self.steps:
-            return ScriptedReply(text=FINAL)
-        command = f"seq 1 {self.lines}; echo STEP-{k}"
-        return ScriptedReply(
-            thinking=f"step {k}", tool_calls=[tool_call("exec_command", {"cmd": command})]
-        )
 
 
 @pytest.fixture
