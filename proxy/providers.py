@@ -35,6 +35,7 @@ _NOT_FORWARDED = frozenset(
         "host",
         "content-length",
         "content-type",
+        "content-encoding",
         "transfer-encoding",
         "connection",
         "keep-alive",

@@ -31,7 +31,7 @@ from ..models import ClientView, ClientViewEntry
 from ..providers import Dialect
 from .builtins import builtin_tool_data, runnable_names
 from .caller import SESSION_HEADER, Caller, caller_for, session_for_call
-from .calls import Prepared, _build, _sections, _tools
+from .calls import Prepared, _build, _follow_max_tokens, _sections, _tools
 from .responses_body import client_units, units_to_transcript
 from .store import is_head, stored_response_get
 from .sync import Synced, _append, _rename, session_sync_client_view
@@ -103,14 +103,15 @@ def prepare_responses(
 
 
 def _with_prompt(session: Session, converted: Converted) -> Session:
-    """The session with this call's sections and tools (the client's plus the built-ins)."""
+    """The session with this call's sections, tools (the client's plus the built-ins), max output."""
     runnable = runnable_names(session, converted)
     sections, tools = _sections(converted), [*_tools(converted), *builtin_tool_data(runnable)]
     if sections != (session.sections or []):
         session = session_set_sections(session=session, sections=sections)
     if tools != (session.tools or []):
         session = session_set_tools(session=session, tools=tools)
-    return session
+    # The Responses API's name for it; the guard keeps room for what the client asks.
+    return _follow_max_tokens(session, {"max_tokens": converted.rest.get("max_output_tokens")})
 
 
 def session_continue_client_view(*, session: Session, units: list[dict[str, Any]]) -> Synced:

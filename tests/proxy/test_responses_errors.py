@@ -148,3 +148,15 @@ def test_builtin_calls_are_run_inside_while_streaming(fake_responses, alice_key)
     roles = Message.objects.filter(session__external_id="ses_rbi").order_by("seq")
     assert [m.role for m in roles] == ["user", "assistant", "tool", "assistant"]
     assert Session.objects.get(external_id="ses_rbi").provider == "responses"
+
+
+def test_upstream_429_passes_through_and_the_input_is_kept(fake_responses, alice_key):
+    fake_responses.fail_next(429)
+
+    async def run():
+        client = asgi_responses(alice_key[1], session="ses_r429")
+        with pytest.raises(openai.RateLimitError):
+            await client.responses.create(model=MODEL, input="remember this")
+
+    async_to_sync(run)()
+    assert Message.objects.filter(session__external_id="ses_r429", content="remember this").exists()

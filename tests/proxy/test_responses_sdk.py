@@ -56,6 +56,7 @@ def test_non_streaming_tool_loop_returns_reasoning_verbatim(fake_responses, alic
         raw = await client.responses.with_raw_response.create(
             model=MODEL, input=items, tools=TOOLS, instructions="Base prompt.",
             reasoning={"summary": "auto"}, store=False, prompt_cache_key="pck-1",
+            max_output_tokens=3000,
         )  # fmt: skip
         first = raw.parse()
         items += [item.model_dump(exclude_none=True) for item in first.output]
@@ -85,6 +86,7 @@ def test_non_streaming_tool_loop_returns_reasoning_verbatim(fake_responses, alic
     fn = next(t for t in body["tools"] if t.get("name") == "exec_command")
     assert fn["strict"] is False
     assert UsageReport.objects.filter(session__external_id="ses_rs1").count() == 2
+    assert Session.objects.get(external_id="ses_rs1").max_output_tokens == 3000
 
 
 def test_streaming_create_relays_events_and_records(fake_responses, alice_key):
