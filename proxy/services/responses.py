@@ -23,6 +23,7 @@ from django.db import transaction
 from contextsvc.engine.providers.common import Converted
 from contextsvc.engine.providers.fingerprint import chain_next, fingerprints
 from contextsvc.errors import ValidationFailed
+from sessions.hotpath import read_session
 from sessions.models import Session
 from sessions.services.sessions import session_set_sections
 from sessions.services.tools import session_set_tools
@@ -30,7 +31,7 @@ from sessions.services.tools import session_set_tools
 from ..models import ClientView, ClientViewEntry
 from ..providers import Dialect
 from .builtins import builtin_tool_data, runnable_names
-from .caller import SESSION_HEADER, Caller, caller_for, session_for_call
+from .caller import SESSION_HEADER, Caller, caller_and_session, caller_for
 from .calls import Prepared, _build, _follow_max_tokens, _sections, _tools
 from .responses_body import client_units, units_to_transcript
 from .store import is_head, stored_response_get
@@ -60,9 +61,9 @@ def session_sync_responses(
     body_bytes: int = 0,
 ) -> tuple[Caller, Session, Synced]:
     """Caller (counted against its rate limits), session and sync, without the build."""
-    caller = caller_for(dialect, headers, body_bytes)
     previous = body.get("previous_response_id")
     if previous is not None:
+        caller = caller_for(dialect, headers, body_bytes)
         if not isinstance(previous, str) or not previous:
             raise ValidationFailed("previous_response_id: expected a response id")
         record = stored_response_get(owner=caller.key, response_id=previous)
@@ -74,17 +75,19 @@ def session_sync_responses(
         session = _with_prompt(record.session, converted)
         synced = session_continue_client_view(session=session, units=client_units(body))
     else:
-        session = session_for_call(
-            key=caller.key, headers=_identity(headers), body=body, dialect=dialect
+        # The common call: key and session in one query (the session without its tools).
+        caller, session = caller_and_session(
+            dialect=dialect, headers=_identity(headers), body=body, body_bytes=body_bytes
         )
-        session = _with_prompt(session, converted)
+        session = _with_prompt(session, converted, tools=False)
         summary = session.summary
         synced = session_sync_client_view(
             session=session,
             messages=client_units(body),
             to_transcript=lambda units, offset: units_to_transcript(units, offset, summary),
         )
-    return caller, Session.objects.get(pk=session.pk), synced
+    session = read_session(session.pk)  # the one full read the build needs
+    return caller, _with_tools(session, converted), synced
 
 
 def prepare_responses(
@@ -102,16 +105,24 @@ def prepare_responses(
     return caller, _build(session, dialect, converted, synced, runnable_names(session, converted))
 
 
-def _with_prompt(session: Session, converted: Converted) -> Session:
-    """The session with this call's sections, tools (the client's plus the built-ins), max output."""
-    runnable = runnable_names(session, converted)
-    sections, tools = _sections(converted), [*_tools(converted), *builtin_tool_data(runnable)]
+def _with_prompt(session: Session, converted: Converted, *, tools: bool = True) -> Session:
+    """The session with this call's sections, max output and (``tools``) tools."""
+    sections = _sections(converted)
     if sections != (session.sections or []):
         session = session_set_sections(session=session, sections=sections)
-    if tools != (session.tools or []):
-        session = session_set_tools(session=session, tools=tools)
+    if tools:
+        session = _with_tools(session, converted)
     # The Responses API's name for it; the guard keeps room for what the client asks.
     return _follow_max_tokens(session, {"max_tokens": converted.rest.get("max_output_tokens")})
+
+
+def _with_tools(session: Session, converted: Converted) -> Session:
+    """The client's tools plus the built-ins the proxy runs (compared on a full read)."""
+    runnable = runnable_names(session, converted)
+    tools = [*_tools(converted), *builtin_tool_data(runnable)]
+    if tools != (session.tools or []):
+        session = session_set_tools(session=session, tools=tools)
+    return session
 
 
 def session_continue_client_view(*, session: Session, units: list[dict[str, Any]]) -> Synced:
