@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import threading
 from dataclasses import dataclass
@@ -107,10 +106,6 @@ def run_codex(
         except ValueError:
             continue
     return CodexRun(events=events, returncode=done.returncode, stderr=done.stderr)
-
-
-def cleanup(scratch: Path) -> None:
-    shutil.rmtree(scratch, ignore_errors=True)
 
 
 class ShellLoop:

@@ -29,11 +29,6 @@ def usage_from_responses(usage: dict[str, Any] | None) -> Usage:
     )
 
 
-def output_for_client(output: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Output items as a client sends them back as input (without ``status`` on reasoning …)."""
-    return [dict(item) for item in output if isinstance(item, dict)]
-
-
 def reply_from_output(
     output: Sequence[dict[str, Any]], usage: dict[str, Any] | None, **fields: Any
 ) -> Reply:
