@@ -73,6 +73,7 @@ class Dialect:
     reply_from_response: Callable[[dict[str, Any]], Reply]
     stream: Callable[[], AnthropicStream | OpenAIStream | ResponsesStream]
     messages_key: str
+    provider: str = ""  # the session's provider (its model profiles) when not ``name``
 
     def upstream_url(self, path: str) -> str:
         if self.name == "anthropic":
@@ -201,4 +202,5 @@ RESPONSES = Dialect(
     reply_from_response=openai_responses_reply.reply_from_response,
     stream=ResponsesStream,
     messages_key="input",
+    provider="openai",
 )

@@ -112,7 +112,7 @@ def session_for_call(
     max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
     if isinstance(max_tokens, int) and max_tokens > 0:
         data["max_output_tokens"] = max_tokens
-    data["provider"] = dialect.name
+    data["provider"] = dialect.provider or dialect.name
     try:
         return session_create(owner=key, data=data)  # type: ignore[arg-type]
     except Conflict:

@@ -147,7 +147,8 @@ def test_builtin_calls_are_run_inside_while_streaming(fake_responses, alice_key)
     assert sequence == list(range(len(sequence)))
     roles = Message.objects.filter(session__external_id="ses_rbi").order_by("seq")
     assert [m.role for m in roles] == ["user", "assistant", "tool", "assistant"]
-    assert Session.objects.get(external_id="ses_rbi").provider == "responses"
+    session = Session.objects.get(external_id="ses_rbi")
+    assert session.provider == "openai" and session.context_window == 400_000  # its profile
 
 
 def test_upstream_429_passes_through_and_the_input_is_kept(fake_responses, alice_key):
