@@ -59,6 +59,32 @@ class ClientViewEntry(models.Model):
         return f"entry {self.index} of view {self.view_id}"
 
 
+class ClientCompaction(models.Model):
+    """A client replaced its own history (it compacted itself): the divergence rule applied.
+
+    Written when a call's history diverges from what the client sent before
+    (``services.sync``): ``marker_seq`` is the marker message the sync
+    appended, ``start_seq`` the first message of the client's new view, where
+    the live window restarted; ``client_messages`` how many messages the new
+    view holds. Shown in the dashboard (usage chart and the proxy panel).
+    """
+
+    session = models.ForeignKey(
+        Session, on_delete=models.CASCADE, related_name="client_compactions"
+    )
+    marker_seq = models.PositiveIntegerField()
+    start_seq = models.PositiveIntegerField()
+    client_messages = models.PositiveIntegerField(default=0)
+    window_tokens = models.PositiveIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["session", "id"]
+
+    def __str__(self) -> str:
+        return f"client compaction of {self.session_id} at #{self.start_seq}"
+
+
 class StoredResponse(models.Model):
     """A Responses API answer the proxy relayed: the proxy is the store (``services.store``).
 

@@ -21,11 +21,10 @@ from .services import responses_body
 # Headers of the client's request forwarded upstream (lower case); the body's
 # length and encoding are the proxy's own, the credentials are chosen per mode.
 _FORWARDED = (
-    "anthropic-version",
-    "anthropic-beta",
     "openai-organization",
     "openai-project",
     "user-agent",
+    "x-app",
 )
 # A Responses client's headers all go upstream (Codex's session-id, thread-id,
 # x-codex-*), but for these: the proxy's own, the credentials, and the
@@ -49,6 +48,10 @@ _NOT_FORWARDED = frozenset(
         "proxy-authorization",
     }
 )
+# Every header with one of these prefixes goes upstream unchanged: the
+# provider's own (``anthropic-beta`` turns on what the client's fields need,
+# e.g. ``context_management``) and Claude Code's (``x-claude-code-session-id``).
+_FORWARDED_PREFIXES = ("anthropic-", "x-claude-code-")
 # "prompt is too long: 210000 tokens > 200000 maximum" / "maximum context length is 8192 tokens"
 _ANTHROPIC_WINDOW = re.compile(r"tokens? > (\d+) maximum")
 _OPENAI_WINDOW = re.compile(r"maximum context length is (\d+) tokens")
@@ -133,6 +136,9 @@ class Dialect:
             }
         else:
             out = {name: headers[name] for name in _FORWARDED if headers.get(name)}
+            for name, value in headers.items():
+                if name.lower().startswith(_FORWARDED_PREFIXES):
+                    out[name.lower()] = value
         if key:
             if self.name == "anthropic":
                 out["x-api-key"] = key

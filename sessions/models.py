@@ -153,6 +153,13 @@ class Session(models.Model):
     # spec 001 toolBudgetExceeded: once set, canExecuteTool is false.
     tool_budget_exceeded = models.BooleanField(default=False)
 
+    # The main conversation this one branched from: a client's side request
+    # (title generation, a quota probe, a sub-agent) gets a session of its own
+    # linked here, never a place in the main transcript (proxy.services.identity).
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="side_sessions"
+    )
+
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.ACTIVE)
     final_reason = models.CharField(max_length=50, blank=True, default="")
     guard_status = models.CharField(max_length=10, default="ok")

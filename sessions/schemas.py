@@ -178,6 +178,9 @@ class ProxyPolicy(In):
     """The drop-in proxy (``proxy/``): whether it runs the built-in tools for the model itself."""
 
     builtin_tools: bool = True
+    # The client defers its own tools (a tool-search tool, ``defer_loading``):
+    # the service's deferral stays off. The proxy sets it when it sees one.
+    client_tool_search: bool | None = None
 
 
 class PolicyIn(In):

@@ -128,14 +128,17 @@ def _plan(parts: ContextParts) -> CachePlan | None:
 def _anthropic_content(msg: Message) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
     if msg.role == "tool":
-        blocks.append(
-            {
-                "type": "tool_result",
-                "tool_use_id": msg.tool_call_id,
-                # The API rejects an empty or whitespace-only text.
-                "content": msg.context_text if msg.context_text.strip() else "(no output)",
-            }
-        )
+        content: Any = msg.context_text if msg.context_text.strip() else "(no output)"
+        if msg.view is None and isinstance(msg.content, list) and msg.media_count:
+            # Blocks other than text (images, a client tool search's tool
+            # references) only work as blocks; empty texts are left out.
+            content = [
+                {"type": "text", "text": p["text"]} if p.get("type", "text") == "text" else dict(p)
+                for p in msg.content
+                if p.get("type", "text") != "text" or str(p.get("text") or "").strip()
+            ]
+        # The API rejects an empty or whitespace-only text.
+        blocks.append({"type": "tool_result", "tool_use_id": msg.tool_call_id, "content": content})
         return blocks
     if msg.view is None and isinstance(msg.content, list):
         for part in msg.content:

@@ -1,50 +1,61 @@
 """Compaction never loses the newest mid-conversation system instructions.
 
-A client may place a ``system`` message inside its history (Claude Code puts
-one after the first user turn). Compaction summarises or drops the oldest
-turns, which would take that instruction with them, so after every chain run
-the newest system message of the window it started from must still be sent:
-either it is still in the live window, verbatim, or its text is carried above
-the summary, verbatim, as a marked block at the top of ``retain`` (the
-preamble sends retain first, spec 000 §2.7). A later compaction keeps the
-carried block (a summariser rewrites retain) until a newer system message
-takes its place, and drops it once a newer one is in the window.
+A client may place ``system`` messages inside its history: Claude Code puts
+its environment block after the first user turn and a short
+``<total_tokens>… left`` note after each later one. Compaction summarises or
+drops the oldest turns, which would take those instructions with them, so
+after every chain run the newest system instruction *of each kind* must still
+be sent: either it is still in the live window, verbatim, or its text is
+carried above the summary, verbatim, in a marked block at the top of
+``retain`` (the preamble sends retain first, spec 000 §2.7).
+
+A system message's kind is its first line with the digits taken out, so a
+newer ``<total_tokens>`` note replaces an older one while the environment
+block stays. A later compaction keeps the carried block (a summariser
+rewrites retain); a kind whose newer message is in the live window leaves the
+block. The block holds at most ``CARRY_MAX_CHARS`` characters: the newest
+kinds first, whole messages only.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from .messages import Message
 
 CARRY_OPEN = "[System instructions in force, from earlier in this conversation]"
 CARRY_CLOSE = "[End of system instructions]"
+# Between carried messages inside the block.
+CARRY_SEPARATOR = "\n\n[Next system instruction]\n"
+CARRY_MAX_CHARS = 16_000
+_DIGITS = re.compile(r"\d+")
 
 
-def split_carried(retain: str) -> tuple[str | None, str]:
-    """(carried system text or None, the rest of ``retain``)."""
+def split_carried(retain: str) -> tuple[list[str], str]:
+    """(the carried system texts, oldest first; the rest of ``retain``)."""
     if not retain.startswith(CARRY_OPEN + "\n"):
-        return None, retain
+        return [], retain
     end = retain.find("\n" + CARRY_CLOSE, len(CARRY_OPEN))
     if end < 0:
-        return None, retain
+        return [], retain
     text = retain[len(CARRY_OPEN) + 1 : end]
-    return text, retain[end + len(CARRY_CLOSE) + 1 :].lstrip("\n")
+    return text.split(CARRY_SEPARATOR), retain[end + len(CARRY_CLOSE) + 1 :].lstrip("\n")
 
 
-def with_carried(retain: str, text: str | None) -> str:
-    """``retain`` with ``text`` as its carried block (none when ``text`` is None)."""
+def with_carried(retain: str, texts: Sequence[str]) -> str:
+    """``retain`` with ``texts`` as its carried block (none when ``texts`` is empty)."""
     _, rest = split_carried(retain)
-    if text is None:
+    if not texts:
         return rest
-    block = f"{CARRY_OPEN}\n{text}\n{CARRY_CLOSE}"
+    block = f"{CARRY_OPEN}\n{CARRY_SEPARATOR.join(texts)}\n{CARRY_CLOSE}"
     return f"{block}\n\n{rest}" if rest else block
 
 
-def _same(a: Message, b: Message) -> bool:
-    if a.seq is not None or b.seq is not None:
-        return a.seq == b.seq
-    return a is b or (a.role == b.role and a.content == b.content)
+def kind(text: str) -> str:
+    """What a system message is about: its first line, digits aside (module doc)."""
+    first = text.strip().split("\n", 1)[0]
+    return _DIGITS.sub("#", first).strip()
 
 
 def carry_system(
@@ -55,11 +66,21 @@ def carry_system(
     ``before`` / ``before_retain``: the window compaction started from;
     ``after`` / ``after_retain``: what the strategies made of it.
     """
-    newest = next((m for m in reversed(before) if m.role == "system"), None)
-    if newest is None:
-        text, _ = split_carried(before_retain)
-    elif any(m.role == "system" and _same(m, newest) for m in after):
-        text = None
-    else:
-        text = newest.text
-    return with_carried(after_retain, text)
+    kept_seqs = {m.seq for m in after if m.seq is not None}
+    kept_kinds = {kind(m.text) for m in after if m.role == "system"}
+    candidates, _ = split_carried(before_retain)
+    for msg in before:
+        if msg.role == "system" and msg.text.strip():
+            if msg.seq is None or msg.seq not in kept_seqs:
+                candidates.append(msg.text)
+    chosen: list[str] = []
+    seen = set(kept_kinds)
+    size = 0
+    for text in reversed(candidates):  # newest first
+        key = kind(text)
+        if key in seen or size + len(text) > CARRY_MAX_CHARS:
+            continue
+        seen.add(key)
+        chosen.append(text)
+        size += len(text)
+    return with_carried(after_retain, chosen[::-1])

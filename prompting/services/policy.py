@@ -39,12 +39,28 @@ def deferral_threshold(session: Session) -> float:
     return deferral.DEFAULT_DEFERRAL_THRESHOLD if value is None else value
 
 
+# A deferral limit no tool list reaches: nothing is deferred.
+NO_DEFERRAL_LIMIT = 2**62
+
+
+def client_tool_search(session: Session) -> bool:
+    """The client defers its own tools (``policy.proxy.client_tool_search``, set by the proxy)."""
+    return bool(((session.policy or {}).get("proxy") or {}).get("client_tool_search"))
+
+
 def deferral_inputs(session: Session) -> tuple[Tokenizer, float, int, float]:
-    """The tokenizer, schema scale, token limit and threshold tool deferral works with."""
+    """The tokenizer, schema scale, token limit and threshold tool deferral works with.
+
+    A client that runs its own tool search (Claude Code's ``ToolSearch`` and
+    ``defer_loading`` tools) gets no deferral from us: deferring its tools
+    again would hide the search tool or the tools it loads.
+    """
     tokenizer = accounting.tokenizer_of(session)
     scale = accounting.estimate_config_of(session).tool_schema_scale
     threshold = deferral_threshold(session)
     limit = deferral.deferral_limit(accounting.limits_of(session).effective_window, threshold)
+    if client_tool_search(session):
+        limit = NO_DEFERRAL_LIMIT
     return tokenizer, scale, limit, threshold
 
 

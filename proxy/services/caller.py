@@ -23,6 +23,7 @@ from sessions.services.sessions import session_create
 
 from ..providers import Dialect
 from . import responses_body
+from .identity import client_session_id
 
 SESSION_HEADER = "x-contextsvc-session"
 KEY_HEADER = "x-contextsvc-key"
@@ -82,7 +83,7 @@ def session_id(
     key_hash: str, headers: Mapping[str, str], body: dict[str, Any], dialect: Dialect
 ) -> str:
     """The session the call names, or the one derived from its conversation."""
-    sid = headers.get(SESSION_HEADER)
+    sid = headers.get(SESSION_HEADER) or client_session_id(headers)
     if not sid:
         messages = client_messages(dialect, body)
         if dialect.name == "anthropic":

@@ -47,6 +47,9 @@ from .builtins import (
     strip_openai,
 )
 from .caller import Caller, caller_and_session, caller_for, client_messages, session_id
+from .client_compaction import session_record_client_compaction
+from .client_fit import cap_breakpoints, session_follow_tool_search, window_shortfall
+from .identity import session_for_side_request
 from .sync import Synced, client_view_add_reply, session_sync_client_view
 
 
@@ -101,6 +104,7 @@ def prepare(
     caller, session = caller_and_session(
         dialect=dialect, headers=headers, body=body, body_bytes=body_bytes
     )
+    session = session_for_side_request(main=session, body=body, converted=converted)
     return caller, prepare_call(session=session, dialect=dialect, body=body, converted=converted)
 
 
@@ -157,6 +161,10 @@ def prepare_call(
     ``session`` may come without its tools (``caller_and_session``): they are
     compared on the one full read after the sync, which the build needs anyway.
     """
+    shortfall = window_shortfall(session, body, converted)
+    if shortfall is not None:  # before any write: a refused call changes nothing
+        raise ContextTooLarge(shortfall)
+    session = session_follow_tool_search(session=session, converted=converted)
     runnable = runnable_names(session, converted)
     sections = _sections(converted)
     if sections != (session.sections or []):
@@ -168,6 +176,8 @@ def prepare_call(
         session=session, messages=messages, to_transcript=_to_transcript(dialect, lead)
     )
     session = read_session(session.pk)
+    if synced.diverged:
+        session_record_client_compaction(session=session, client_messages=len(messages))
     tools = [*_tools(converted), *builtin_tool_data(runnable)]
     if tools != (session.tools or []):
         session = session_set_tools(session=session, tools=tools)
@@ -262,7 +272,7 @@ def upstream_body(
         body["tools"] = tools
     else:
         body.pop("tool_choice", None)
-    return body
+    return cap_breakpoints(body) if dialect.name == "anthropic" else body
 
 
 def _tool_name(tool: dict[str, Any]) -> str:

@@ -31,7 +31,7 @@ def test_compaction_keeps_the_system_message_verbatim_above_the_summary(alice, m
     assert response.json()["result"]["strategies_run"] == ["summarize"]
     raw = alice.get(f"sessions/{sid}/context", format="raw").json()
     assert "system" not in [m["role"] for m in raw["messages"]]
-    assert split_carried(raw["retain"])[0] == RULE
+    assert split_carried(raw["retain"])[0] == [RULE]
     body = alice.get(f"sessions/{sid}/context", format="anthropic").json()
     first = body["messages"][0]["content"][0]["text"]
     assert CARRY_OPEN in first and RULE in first

@@ -165,7 +165,7 @@ def test_compaction_carries_the_dropped_system_message_verbatim_above_the_summar
     out = run_chain(window, chain, ctx).window
     assert all(m.role != "system" for m in out.messages)
     carried, _ = split_carried(out.retain)
-    assert carried == RULE
+    assert carried == [RULE]
     assert out.retain.startswith(CARRY_OPEN)
 
 
@@ -182,17 +182,61 @@ def test_the_carried_block_survives_a_later_compaction_that_rewrites_retain():
         ("summarize",),
         ctx,
     ).window
-    assert split_carried(twice.retain)[0] == RULE
+    assert split_carried(twice.retain)[0] == [RULE]
 
 
-def test_a_newer_system_message_in_the_window_replaces_the_carried_one():
-    kept = numbered([user(), system("new rule")])
-    before_retain = with_carried("- keep a.py", "old rule")
-    assert carry_system(kept, before_retain, kept, before_retain) == "- keep a.py"
+def test_a_newer_system_message_of_the_same_kind_in_the_window_replaces_the_carried_one():
+    kept = numbered([user(), system("<total_tokens>900 tokens left</total_tokens>")])
+    before_retain = with_carried(
+        "- keep a.py", ["Env block", "<total_tokens>1000 tokens left</total_tokens>"]
+    )
+    assert split_carried(carry_system(kept, before_retain, kept, before_retain)) == (
+        ["Env block"],
+        "- keep a.py",
+    )
     dropped = carry_system(kept, before_retain, kept[:1], "- keep a.py")
-    assert split_carried(dropped) == ("new rule", "- keep a.py")
+    assert split_carried(dropped) == (
+        ["Env block", "<total_tokens>900 tokens left</total_tokens>"],
+        "- keep a.py",
+    )
+
+
+def test_claude_code_notes_keep_only_the_newest_of_each_kind():
+    history = [user(), system("# Environment\ncwd: /work")]
+    for k in range(5):
+        history += [
+            call(f"c{k}"),
+            result(f"c{k}"),
+            system(f"<total_tokens>{1000 - k} tokens left</total_tokens>"),
+        ]
+    history = numbered(history)
+    retain = carry_system(history, "", history[-1:], "")
+    assert split_carried(retain)[0] == ["# Environment\ncwd: /work"]
+    retain = carry_system(history, "", history[-2:-1], "")
+    assert split_carried(retain)[0] == [
+        "# Environment\ncwd: /work",
+        "<total_tokens>996 tokens left</total_tokens>",
+    ]
 
 
 def test_a_system_message_still_in_the_window_is_not_copied():
     history = claude_code_history(steps=1)
     assert carry_system(history, "", history[:], "") == ""
+
+
+def test_a_tool_result_with_blocks_other_than_text_keeps_them():
+    # Claude Code's own tool search answers with tool references: text alone would lose them.
+    reference = {"type": "tool_reference", "tool_name": "Read"}
+    history = [
+        user(),
+        call("c1"),
+        Message(
+            role="tool",
+            content=[{"type": "text", "text": "found"}, reference],
+            tool_call_id="c1",
+            name="ToolSearch",
+        ),
+    ]
+    body = build_request("anthropic", parts(history, tools=tools()))
+    result = body["messages"][2]["content"][0]
+    assert result["content"] == [{"type": "text", "text": "found"}, reference]

@@ -92,6 +92,8 @@ class RecordedRequest:
     body: dict[str, Any] | None
     status: int = 0
     error: str | None = None
+    # When it arrived (time.monotonic()): the bench reads the gaps between calls.
+    at: float = field(default_factory=time.monotonic)
 
 
 class InvalidRequest(Exception):
@@ -337,6 +339,9 @@ class FakeAnthropic:
     no_mid_system: tuple[str, ...] = OLDER_MODELS
     _script: deque[ScriptedReply] = field(default_factory=deque)
     _cache: PrefixCache = field(default_factory=PrefixCache)
+    # Answers as an agent when nothing is scripted (``tests.fakes.claude_code``):
+    # the reply for a request body, tool calls included.
+    agent: Callable[[dict[str, Any]], ScriptedReply] | None = None
 
     def script(self, *replies: ScriptedReply) -> None:
         """Queue what the model answers to the next requests, in order."""
@@ -347,6 +352,8 @@ class FakeAnthropic:
         with self._lock:
             if self._script:
                 return self._script.popleft()
+        if self.agent is not None:
+            return self.agent(body)
         return ScriptedReply(text=self.responder(body))
 
     @property

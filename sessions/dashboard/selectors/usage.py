@@ -6,6 +6,7 @@ registry from the app that keeps the snapshots; the chart draws them as marks.
 
 from __future__ import annotations
 
+import heapq
 from bisect import bisect_right
 from dataclasses import dataclass
 
@@ -79,7 +80,10 @@ class UsageSeries:
 def window_events(session: Session) -> list[WindowEvent]:
     """Every compaction and restore, oldest first: from the app that keeps the
     snapshots (compaction registers the source; 1 query), none without it."""
-    return [event for source in REGISTRY.window_events for event in source(session)]
+    # Several apps add events (compaction, the proxy's client compactions):
+    # merged by seq, each source's own order kept (a restore may go back).
+    sources = [source(session) for source in REGISTRY.window_events]
+    return list(heapq.merge(*sources, key=lambda e: e.after_seq))
 
 
 TRIMMED_STATES = ("trimmed", "cleared", "offloaded", "cut")

@@ -1,0 +1,59 @@
+"""Which session a call belongs to: the client's own id and the side-request rule (no database)."""
+
+from __future__ import annotations
+
+from contextsvc.engine.providers.anthropic import request_to_transcript
+from proxy.services.identity import client_session_id, is_side_request
+from sessions.models import Session
+
+BILLING = {"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1.332.0b9;"}
+PROMPT = {"type": "text", "text": "You are a Claude agent."}
+
+
+def body(system, max_tokens: int = 32_000) -> dict:
+    return {
+        "model": "m",
+        "max_tokens": max_tokens,
+        "system": system,
+        "messages": [{"role": "user", "content": "hi"}],
+    }
+
+
+def main_session(system) -> Session:
+    converted = request_to_transcript(body(system))
+    sections = [
+        {"name": s.name, "content": s.content, "cacheable": s.cacheable, "kind": "base"}
+        for s in converted.sections
+    ]
+    return Session(external_id="cc_x", sections=sections)
+
+
+def test_the_client_session_header_names_a_session_only_when_it_is_a_plain_id():
+    assert client_session_id({"x-claude-code-session-id": "3c68-a4c"}) == "cc_3c68-a4c"
+    assert client_session_id({"x-claude-code-session-id": "a b"}) is None
+    assert client_session_id({}) is None
+
+
+def test_another_system_prompt_or_a_one_token_probe_is_a_side_request():
+    main = main_session([BILLING, PROMPT])
+    assert not is_side_request(
+        main, body([BILLING, PROMPT]), request_to_transcript(body([BILLING, PROMPT]))
+    )
+    title = body("Write a short title for this conversation.")
+    assert is_side_request(main, title, request_to_transcript(title))
+    probe = body([BILLING, PROMPT], max_tokens=1)
+    assert is_side_request(main, probe, request_to_transcript(probe))
+
+
+def test_the_billing_line_that_changes_between_runs_is_not_the_conversations_identity():
+    main = main_session([BILLING, PROMPT])
+    other_run = [
+        {"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1.332.6b9;"},
+        PROMPT,
+    ]
+    assert not is_side_request(main, body(other_run), request_to_transcript(body(other_run)))
+
+
+def test_a_session_without_a_system_prompt_yet_takes_the_first_call_as_its_own():
+    fresh = Session(external_id="cc_x", sections=[])
+    assert not is_side_request(fresh, body("anything"), request_to_transcript(body("anything")))
