@@ -27,6 +27,8 @@ class CompactionRun(models.Model):
         MANUAL = "manual"
         TOOL = "tool"
         EMERGENCY = "emergency"
+        # The client compacted through the proxy (Codex's checkpoint, the Responses API's compaction).
+        CLIENT = "client"
 
     class Status(models.TextChoices):
         QUEUED = "queued"

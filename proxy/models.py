@@ -76,3 +76,28 @@ class ClientCompaction(models.Model):
 
     def __str__(self) -> str:
         return f"client compaction of {self.session_id} at seq {self.marker_seq}"
+
+
+class StoredResponse(models.Model):
+    """A Responses API answer the proxy relayed: the proxy is the store (``services.store``).
+
+    Upstream is called statelessly (``store: false``); the client's ``store``
+    and ``previous_response_id`` work against this table, so any upstream gets
+    conversation state. ``view_len`` is the length of the client view after
+    this response: the response is the head of its conversation while the
+    view has that length. ``stored`` is the client's ``store`` flag (a
+    response it did not ask to store is not served by GET, nor continued).
+    """
+
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="responses")
+    response_id = models.CharField(max_length=128, db_index=True)
+    response = models.JSONField(default=dict)
+    view_len = models.PositiveIntegerField(default=0)
+    stored = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["session", "-id"], name="proxy_resp_session_latest")]
+
+    def __str__(self) -> str:
+        return f"response {self.response_id} of {self.session_id}"

@@ -1,4 +1,4 @@
-"""The two provider dialects the proxy speaks: their requests, replies, streams, errors and keys."""
+"""The provider dialects the proxy speaks: their requests, replies, streams, errors and keys."""
 
 from __future__ import annotations
 
@@ -10,9 +10,13 @@ from typing import Any
 from django.conf import settings
 
 from contextsvc.engine.providers import anthropic as anthropic_format
-from contextsvc.engine.providers import openai_chat
+from contextsvc.engine.providers import openai_chat, openai_responses_reply
 from contextsvc.engine.providers.common import Converted, Reply
+from contextsvc.engine.providers.openai_responses import request_to_transcript as responses_in
+from contextsvc.engine.providers.openai_responses_reply import ResponsesStream
 from contextsvc.engine.providers.sse import AnthropicStream, OpenAIStream
+
+from .services import responses_body
 
 # Headers of the client's request forwarded upstream (lower case); the body's
 # length and encoding are the proxy's own, the credentials are chosen per mode.
@@ -21,6 +25,28 @@ _FORWARDED = (
     "openai-project",
     "user-agent",
     "x-app",
+)
+# A Responses client's headers all go upstream (Codex's session-id, thread-id,
+# x-codex-*), but for these: the proxy's own, the credentials, and the
+# framing of a body the proxy rewrites.
+_NOT_FORWARDED = frozenset(
+    {
+        "host",
+        "content-length",
+        "content-type",
+        "content-encoding",
+        "transfer-encoding",
+        "connection",
+        "keep-alive",
+        "accept-encoding",
+        "authorization",
+        "x-api-key",
+        "cookie",
+        "upgrade",
+        "te",
+        "trailer",
+        "proxy-authorization",
+    }
 )
 # Every header with one of these prefixes goes upstream unchanged: the
 # provider's own (``anthropic-beta`` turns on what the client's fields need,
@@ -48,8 +74,9 @@ class Dialect:
     fmt: str  # the context build's format
     convert: Callable[[dict[str, Any]], Converted]
     reply_from_response: Callable[[dict[str, Any]], Reply]
-    stream: Callable[[], AnthropicStream | OpenAIStream]
+    stream: Callable[[], AnthropicStream | OpenAIStream | ResponsesStream]
     messages_key: str
+    provider: str = ""  # the session's provider (its model profiles) when not ``name``
 
     def upstream_url(self, path: str) -> str:
         if self.name == "anthropic":
@@ -100,10 +127,18 @@ class Dialect:
         return None
 
     def upstream_headers(self, headers: Mapping[str, str], key: str | None) -> dict[str, str]:
-        out = {name: headers[name] for name in _FORWARDED if headers.get(name)}
-        for name, value in headers.items():
-            if name.lower().startswith(_FORWARDED_PREFIXES):
-                out[name.lower()] = value
+        if self.name == "responses":
+            out = {
+                name.lower(): value
+                for name, value in headers.items()
+                if name.lower() not in _NOT_FORWARDED
+                and not name.lower().startswith("x-contextsvc")
+            }
+        else:
+            out = {name: headers[name] for name in _FORWARDED if headers.get(name)}
+            for name, value in headers.items():
+                if name.lower().startswith(_FORWARDED_PREFIXES):
+                    out[name.lower()] = value
         if key:
             if self.name == "anthropic":
                 out["x-api-key"] = key
@@ -115,6 +150,8 @@ class Dialect:
 
     def client_message(self, reply: Reply, response: dict[str, Any] | None) -> dict[str, Any]:
         """The reply as the client will send it back in its history (for its fingerprint)."""
+        if self.name == "responses":
+            return responses_body.client_message(reply, response)
         if self.name == "anthropic":
             if response is not None and isinstance(response.get("content"), list):
                 return {"role": "assistant", "content": response["content"]}
@@ -163,4 +200,13 @@ OPENAI = Dialect(
     reply_from_response=openai_chat.reply_from_response,
     stream=OpenAIStream,
     messages_key="messages",
+)
+RESPONSES = Dialect(
+    name="responses",
+    fmt="responses",
+    convert=responses_in,
+    reply_from_response=openai_responses_reply.reply_from_response,
+    stream=ResponsesStream,
+    messages_key="input",
+    provider="openai",
 )

@@ -27,7 +27,9 @@ from sessions.models import Session
 from .providers import Dialect, relayed_headers
 from .services.builtins import MAX_ROUNDS
 from .services.calls import Prepared, rebuild, rebuild_after_overflow, session_record_reply
+from .services.store import stored_response_add
 from .streaming import AnthropicFilter, OpenAIFilter, UsageStrip
+from .streaming_responses import ResponsesFilter
 from .upstream import Unreachable, open_call, read_body
 
 logger = logging.getLogger(__name__)
@@ -126,6 +128,7 @@ async def forward(call: Call) -> HttpResponse | StreamingHttpResponse:
             continue
         if recorded.shown is not payload:
             raw = json.dumps(recorded.shown).encode()
+        await _store(call, recorded.shown)
         return _answer(response, raw, call.prepared)
 
 
@@ -137,6 +140,16 @@ def _upstream_body(call: Call, streaming: bool) -> dict[str, Any]:
         body = {**body, "stream_options": {"include_usage": True}}
         call.strip_usage = True
     return body
+
+
+async def _store(call: Call, response: Any) -> None:
+    """A Responses answer goes into the proxy's store (``services.store``)."""
+    if call.dialect.name != "responses" or not isinstance(response, dict):
+        return
+    stored = call.converted.rest.get("store", True) is not False
+    await sync_to_async(stored_response_add)(
+        session=call.prepared.session, response=response, stored=stored
+    )
 
 
 def _answer(response: httpx.Response, raw: bytes, prepared: Prepared) -> HttpResponse:
@@ -170,8 +183,12 @@ def _stream_response(response: httpx.Response, call: Call) -> StreamingHttpRespo
     return out
 
 
-def _stream_filter(call: Call) -> AnthropicFilter | OpenAIFilter | UsageStrip | None:
+def _stream_filter(
+    call: Call,
+) -> AnthropicFilter | OpenAIFilter | ResponsesFilter | UsageStrip | None:
     runnable, final = call.prepared.runnable, call.prepared.final_tool
+    if call.dialect.name == "responses":
+        return ResponsesFilter(runnable) if runnable else None
     if not runnable and not final:
         # nothing to take out: the upstream bytes go out as they come
         return UsageStrip() if call.strip_usage else None
@@ -217,16 +234,21 @@ async def _relay(response: httpx.Response, call: Call) -> AsyncIterator[bytes]:
                 session=call.prepared.session,
                 dialect=dialect,
                 reply=reply,
-                response=None,
+                response=_final_response(accumulator),
                 runnable=call.prepared.runnable,
                 last_round=rounds >= MAX_ROUNDS or reply.incomplete,
                 final_tool=call.prepared.final_tool,
             )
             stored = True
+            tail = relay.end_round(again=False) if relay is not None and not recorded.again else b""
+            if not recorded.again:
+                # the response as the client saw it (a filter made several rounds one)
+                final = getattr(relay, "final", None) or _final_response(accumulator)
+                await _store(call, final)
             if relay is None:
                 return
             if not recorded.again:
-                yield relay.end_round(again=False)
+                yield tail
                 return
             relay.end_round(again=True)
             call.prepared = await sync_to_async(rebuild)(
@@ -262,9 +284,18 @@ async def _relay(response: httpx.Response, call: Call) -> AsyncIterator[bytes]:
                 pass
 
 
+def _final_response(accumulator: Any) -> dict[str, Any] | None:
+    """A Responses stream's final ``response`` object (the other dialects have none to give)."""
+    response = getattr(accumulator, "response", None)
+    return response if accumulator.done and isinstance(response, dict) else None
+
+
 def _error_event(dialect: Dialect, error: dict[str, Any]) -> bytes:
     """An error inside a stream that has started, in the provider's stream form."""
     if dialect.name == "anthropic":
         body = {"type": "error", "error": {"type": error.get("type", "api_error"), **error}}
+        return f"event: error\ndata: {json.dumps(body)}\n\n".encode()
+    if dialect.name == "responses":
+        body = {"type": "error", "code": error.get("code"), "message": error.get("message", "")}
         return f"event: error\ndata: {json.dumps(body)}\n\n".encode()
     return f"data: {json.dumps({'error': error})}\n\n".encode()

@@ -3,7 +3,7 @@
 from django.urls import path
 from django.views.decorators.csrf import csrf_exempt
 
-from . import views
+from . import views, views_responses
 
 urlpatterns = [
     path("anthropic/v1/messages", views.anthropic_messages, name="proxy-anthropic-messages"),
@@ -17,6 +17,17 @@ urlpatterns = [
         "openai/v1/chat/completions",
         views.openai_chat_completions,
         name="proxy-openai-chat-completions",
+    ),
+    path("openai/v1/responses", views_responses.responses_create, name="proxy-openai-responses"),
+    path(
+        "openai/v1/responses/compact",
+        views_responses.responses_compact,
+        name="proxy-openai-responses-compact",
+    ),
+    path(
+        "openai/v1/responses/<str:response_id>",
+        views_responses.responses_item,
+        name="proxy-openai-response",
     ),
     path("openai/v1/models", views.openai_models, name="proxy-openai-models"),
     path("<path:rest>", csrf_exempt(views.not_found), name="proxy-not-found"),

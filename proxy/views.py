@@ -62,9 +62,9 @@ def _body(request: HttpRequest) -> dict[str, Any]:
 
 
 async def proxy_call(
-    request: HttpRequest, dialect: Dialect, path: str
+    request: HttpRequest, dialect: Dialect, path: str, prepare_fn: Any = prepare
 ) -> HttpResponse | StreamingHttpResponse:
-    """Check, sync and build, then forward (module doc)."""
+    """Check, sync and build (``prepare_fn``: the dialect's), then forward (module doc)."""
     if request.method != "POST":
         return provider_error(dialect, 405, f"Method {request.method} not allowed")
     try:
@@ -74,7 +74,7 @@ async def proxy_call(
         return provider_error(dialect, 400, str(exc))
     headers = request.headers
     try:
-        caller, prepared = await sync_to_async(prepare)(
+        caller, prepared = await sync_to_async(prepare_fn)(
             dialect=dialect,
             headers=headers,
             body=body,

@@ -33,9 +33,10 @@ from typing import Any
 from .messages import Message, PromptSection, ToolDef
 from .parts import anthropic_part, openai_part
 from .prompt import MAX_BREAKPOINTS, CachePlan, plain_concatenation, split_sections
+from .providers.openai_responses_build import responses_body
 from .wellformed import well_formed
 
-FORMATS: tuple[str, ...] = ("anthropic", "openai", "raw")
+FORMATS: tuple[str, ...] = ("anthropic", "openai", "raw", "responses")
 
 # spec 000 §2.7: retain and summary travel as user messages at the top.
 RETAIN_HEADER = "[Retained context from earlier in this session]"
@@ -75,6 +76,8 @@ def build_request(fmt: str, parts: ContextParts) -> dict[str, Any]:
         return _openai(parts)
     if fmt == "raw":
         return _raw(parts)
+    if fmt == "responses":
+        return _responses(parts)
     raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
 
 
@@ -318,6 +321,23 @@ def _openai(parts: ContextParts) -> dict[str, Any]:
             for t in parts.tools
         ]
     return body
+
+
+# --- responses ----------------------------------------------------------------
+
+
+def _responses(parts: ContextParts) -> dict[str, Any]:
+    """The OpenAI Responses API (``providers.openai_responses_build``), in this module's order."""
+    lay = layout(parts)
+    return responses_body(
+        history=sent_history(parts),
+        system=[s.content for s in lay.system],
+        tail=lay.tail,
+        final_instruction=parts.final_instruction,
+        model=parts.model,
+        max_output_tokens=parts.max_output_tokens,
+        tools=parts.tools,
+    )
 
 
 # --- raw ------------------------------------------------------------------------

@@ -28,7 +28,7 @@ log = logging.getLogger("contextsvc.prompting")
 
 
 def cache_mode(fmt: str, session: Session, plan: PromptPlan) -> str:
-    if fmt == "openai":
+    if fmt in ("openai", "responses"):
         return "automatic"
     if fmt == "raw":
         provider = session.provider or accounting.infer_provider(session.model)

@@ -22,6 +22,7 @@ from sessions.selectors import is_session_id, session_get
 from sessions.services.sessions import session_create
 
 from ..providers import Dialect
+from . import responses_body
 from .identity import client_session_id
 
 SESSION_HEADER = "x-contextsvc-session"
@@ -67,6 +68,8 @@ def caller_for(dialect: Dialect, headers: Mapping[str, str]) -> Caller:
 
 def client_messages(dialect: Dialect, body: dict[str, Any]) -> list[dict[str, Any]]:
     """The conversation part of the client's messages (OpenAI's leading system ones are sections)."""
+    if dialect.name == "responses":
+        return responses_body.client_units(body)
     messages = body["messages"]
     if dialect.name == "anthropic":
         return messages
@@ -85,6 +88,8 @@ def session_id(
         messages = client_messages(dialect, body)
         if dialect.name == "anthropic":
             system = body.get("system")
+        elif dialect.name == "responses":
+            system = responses_body.instruction_items(body)
         else:
             system = body["messages"][: len(body["messages"]) - len(messages)]
         sid = "px_" + conversation_key(agent=key_hash, system=system, messages=messages)
@@ -108,7 +113,7 @@ def session_for_call(
     max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
     if isinstance(max_tokens, int) and max_tokens > 0:
         data["max_output_tokens"] = max_tokens
-    data["provider"] = dialect.name
+    data["provider"] = dialect.provider or dialect.name
     try:
         return session_create(owner=key, data=data)  # type: ignore[arg-type]
     except Conflict:

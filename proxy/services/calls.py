@@ -38,6 +38,7 @@ from sessions.services.usage import session_record_usage
 
 from ..providers import Dialect
 from ..selectors import client_view, match_view
+from . import responses_body
 from .builtins import (
     builtin_tool_data,
     client_tool_names,
@@ -89,6 +90,8 @@ def _to_transcript(dialect: Dialect, lead: int) -> ToTranscript:
     def convert(messages: list[dict[str, Any]], offset: int) -> list[dict[str, Any]]:
         if dialect.name == "anthropic":
             return anthropic_format.messages_to_transcript(messages)
+        if dialect.name == "responses":
+            return responses_body.units_to_transcript(messages, offset)
         return openai_chat.messages_to_transcript(messages, offset=lead + offset)
 
     return convert
@@ -170,7 +173,7 @@ def prepare_call(
         session = session_set_sections(session=session, sections=sections)
     session = _follow_max_tokens(session, body)
     messages = client_messages(dialect, body)
-    lead = len(body["messages"]) - len(messages)
+    lead = len(body.get("messages") or ()) - len(messages)  # Chat Completions' leading system
     synced = session_sync_client_view(
         session=session, messages=messages, to_transcript=_to_transcript(dialect, lead)
     )
@@ -252,6 +255,8 @@ def upstream_body(
     On a final turn the tools are the final-report tool alone (spec 001
     enforcement), so the client's ``tool_choice`` is dropped with its tools.
     """
+    if dialect.name == "responses":
+        return responses_body.upstream_body(converted, built, final=final)
     body = dict(converted.rest)
     if dialect.name == "anthropic" and built.get("system"):
         body["system"] = built["system"]
@@ -320,7 +325,9 @@ def session_record_reply(
         if has_content and not reply.incomplete and not again:
             hidden = {c["name"] for c in ours}
             if hidden and response is not None:
-                strip = strip_anthropic if dialect.name == "anthropic" else strip_openai
+                strip = {"anthropic": strip_anthropic, "responses": responses_body.strip_calls}.get(
+                    dialect.name, strip_openai
+                )
                 shown = strip(response, hidden)
             seen = Reply(
                 message={**reply.message, "tool_calls": theirs} if theirs else _no_calls(reply),

@@ -1,0 +1,96 @@
+"""The Responses dialect's bodies: the client's units, the upstream body, the reply as echoed.
+
+A client of the Responses API sends its history as *items*; the proxy
+fingerprints and syncs *units* (``openai_responses.group_units``: the items
+of one transcript message — one assistant turn is reasoning, message and
+calls together), so the sync, the echo rule and the divergence rule work as
+for the other dialects, one unit per transcript message.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from contextsvc.engine.providers import openai_responses
+from contextsvc.engine.providers.common import Converted, Reply
+
+from .compaction_token import expanded_summary
+
+# The proxy asks upstream for this when the client reasons and the proxy stores:
+# a stateless upstream returns reasoning items whole only when asked.
+ENCRYPTED_REASONING = "reasoning.encrypted_content"
+
+
+def client_units(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The conversation part of the client's input (after its leading instructions), as units."""
+    items = openai_responses.normalized_input(body)
+    return openai_responses.group_units(items[openai_responses.leading_instructions(items) :])
+
+
+def instruction_items(body: dict[str, Any]) -> list[Any]:
+    """What the conversation hash takes for "the system prompt": instructions and leading items."""
+    items = openai_responses.normalized_input(body)
+    return [body.get("instructions"), *items[: openai_responses.leading_instructions(items)]]
+
+
+def units_to_transcript(
+    units: list[dict[str, Any]], offset: int, summary: str | None = None
+) -> list[dict[str, Any]]:
+    """Units as transcript messages; a compaction item of ours becomes our summary's text.
+
+    ``summary``: the session's own (in the context's preamble already, so not repeated).
+    """
+    return openai_responses.units_to_transcript(
+        units, offset=offset, expand=lambda item: expanded_summary(item, summary)
+    )
+
+
+def upstream_body(converted: Converted, built: dict[str, Any], *, final: bool) -> dict[str, Any]:
+    """The client's fields with instructions, input and tools replaced by the managed context.
+
+    Upstream is called statelessly: the proxy is the store, so ``store`` is
+    false and ``previous_response_id`` is resolved here, never sent.
+    """
+    body = dict(converted.rest)
+    body.pop("previous_response_id", None)
+    body.pop("conversation", None)
+    # Server-side compaction is ours (``services.responses_compaction``): upstream never compacts.
+    body.pop("context_management", None)
+    body["store"] = False
+    if converted.rest.get("reasoning") is not None:
+        include = list(body.get("include") or [])
+        if ENCRYPTED_REASONING not in include:
+            body["include"] = [*include, ENCRYPTED_REASONING]
+    body["input"] = built["input"]
+    if built.get("instructions"):
+        body["instructions"] = built["instructions"]
+    tools = list(built.get("tools") or ())
+    for tool in tools:
+        tool.update(converted.tool_extras.get(tool.get("name", ""), {}))
+    if final:
+        body.pop("tool_choice", None)
+    else:
+        tools.extend(converted.other_tools)
+    if tools:
+        body["tools"] = tools
+    else:
+        body.pop("tool_choice", None)
+        body.pop("tools", None)
+    return body
+
+
+def client_message(reply: Reply, response: dict[str, Any] | None) -> dict[str, Any]:
+    """The reply as the client sends it back: the unit of its output items."""
+    if response is not None and isinstance(response.get("output"), list):
+        return {"role": "assistant", "items": response["output"]}
+    return {"role": "assistant", "items": openai_responses.items_from_transcript([reply.message])}
+
+
+def strip_calls(response: dict[str, Any], names: set[str]) -> dict[str, Any]:
+    """A response without the function calls of the given (built-in) tools."""
+    output = [
+        item
+        for item in response.get("output") or ()
+        if not (item.get("type") == "function_call" and item.get("name") in names)
+    ]
+    return {**response, "output": output}

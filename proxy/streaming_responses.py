@@ -1,0 +1,95 @@
+"""The stream filter of the Responses dialect: built-in calls left out of what the client sees.
+
+As ``streaming`` does for the other two: the events of an output item that
+calls a built-in tool are dropped, the other items are renumbered
+(``output_index``) so that several upstream rounds read as one response,
+``sequence_number`` counts the events the client gets, and the events that
+end a response (``response.completed`` / ``.incomplete`` / ``.failed``) are
+held until the proxy knows whether it asks upstream again. The final
+response's ``output`` lists the items the client was shown.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from contextsvc.engine.providers.sse import SseEvent
+
+from .streaming import frame
+
+_OPENING = ("response.created", "response.in_progress", "response.queued")
+_ENDING = ("response.completed", "response.incomplete", "response.failed")
+
+
+class ResponsesFilter:
+    def __init__(self, runnable: frozenset[str]) -> None:
+        self.runnable = runnable
+        self.rounds = 0
+        self.sequence = 0
+        self.shown: list[dict[str, Any]] = []
+        self.shown_calls = 0
+        self._next = 0  # the client's next output_index, counted across rounds
+        self._map: dict[int, int] = {}
+        self._hidden: set[int] = set()
+        self._held: list[tuple[SseEvent, dict[str, Any]]] = []
+        self.response_id: str | None = None  # the first round's: the one response the client sees
+        self.final: dict[str, Any] | None = None
+
+    def _out(self, event: SseEvent, data: dict[str, Any]) -> bytes:
+        if "sequence_number" in data:
+            data = {**data, "sequence_number": self.sequence}
+        self.sequence += 1
+        return frame(event, data)
+
+    def feed(self, event: SseEvent) -> bytes:
+        try:
+            data = json.loads(event.data)
+        except ValueError:
+            return frame(event)
+        if not isinstance(data, dict):
+            return frame(event)
+        kind = data.get("type")
+        if kind in _OPENING:
+            if self.rounds == 0:
+                self.response_id = (data.get("response") or {}).get("id")
+                return self._out(event, data)
+            return b""
+        if kind in _ENDING:
+            self._held.append((event, data))
+            return b""
+        index = data.get("output_index")
+        if not isinstance(index, int):
+            return self._out(event, data)
+        if kind == "response.output_item.added":
+            item = data.get("item") or {}
+            if item.get("type") == "function_call" and item.get("name") in self.runnable:
+                self._hidden.add(index)
+            elif index not in self._map:
+                self._map[index] = self._next
+                self._next += 1
+                self.shown_calls += item.get("type") == "function_call"
+        if index in self._hidden:
+            return b""
+        shown_index = self._map.get(index, index)
+        if kind == "response.output_item.done":
+            self.shown.append(data.get("item") or {})
+        return self._out(event, {**data, "output_index": shown_index})
+
+    def end_round(self, *, again: bool) -> bytes:
+        """The held end of the response, unless upstream is asked again."""
+        held, self._held = self._held, []
+        self._map, self._hidden = {}, set()
+        self.rounds += 1
+        if again:
+            return b""
+        out = []
+        for event, data in held:
+            response = data.get("response")
+            if isinstance(response, dict):
+                response = {**response, "output": list(self.shown)}
+                response["id"] = self.response_id or response.get("id")
+                data = {**data, "response": response}
+                self.final = response
+            out.append(self._out(event, data))
+        return b"".join(out)
