@@ -58,12 +58,11 @@ def session_sync_responses(
     headers: Mapping[str, str],
     body: dict[str, Any],
     converted: Converted,
-    body_bytes: int = 0,
 ) -> tuple[Caller, Session, Synced]:
     """Caller (counted against its rate limits), session and sync, without the build."""
     previous = body.get("previous_response_id")
     if previous is not None:
-        caller = caller_for(dialect, headers, body_bytes)
+        caller = caller_for(dialect, headers)
         if not isinstance(previous, str) or not previous:
             raise ValidationFailed("previous_response_id: expected a response id")
         record = stored_response_get(owner=caller.key, response_id=previous)
@@ -76,9 +75,7 @@ def session_sync_responses(
         synced = session_continue_client_view(session=session, units=client_units(body))
     else:
         # The common call: key and session in one query (the session without its tools).
-        caller, session = caller_and_session(
-            dialect=dialect, headers=_identity(headers), body=body, body_bytes=body_bytes
-        )
+        caller, session = caller_and_session(dialect=dialect, headers=_identity(headers), body=body)
         session = _with_prompt(session, converted, tools=False)
         summary = session.summary
         synced = session_sync_client_view(
@@ -96,11 +93,10 @@ def prepare_responses(
     headers: Mapping[str, str],
     body: dict[str, Any],
     converted: Converted,
-    body_bytes: int = 0,
 ) -> tuple[Caller, Prepared]:
     """Caller, session, sync and build for ``POST /responses``."""
     caller, session, synced = session_sync_responses(
-        dialect=dialect, headers=headers, body=body, converted=converted, body_bytes=body_bytes
+        dialect=dialect, headers=headers, body=body, converted=converted
     )
     return caller, _build(session, dialect, converted, synced, runnable_names(session, converted))
 
