@@ -8,7 +8,7 @@ Every trajectory of ../shared/workloads/real is replayed as an agent would
 drive the service, through the same API handlers (Django's test client, no
 socket): before each recorded assistant message (one LLM call) GET
 ``context?format=openai``; that body is what the call sends. Then POST the
-assistant message and its tool results, and POST the usage of the call. A
+usage of the call, the assistant message, and its tool results. A
 compaction the service queues runs to its end before the next call (a worker
 that keeps up: ``compaction_execute`` where Celery would run it); a blocked
 context compacts inside GET /context as it does in production.
@@ -211,8 +211,15 @@ def summary_units(prev: list[str]) -> float:
             same += 1
         cached = sum(map(peers.tok, body[:same]))
         total = sum(map(peers.tok, msgs))
-        units += 0.1 * cached + 1.0 * (total - cached) + 5.0 * peers.tok({"content": text})
+        out = 5.0 * peers.tok({"content": text})
+        SUMMARY_SPLIT["input"] += 0.1 * cached + 1.0 * (total - cached)
+        SUMMARY_SPLIT["output"] += out
+        SUMMARY_SPLIT["calls"] += 1
+        units += 0.1 * cached + 1.0 * (total - cached) + out
     return units
+
+
+SUMMARY_SPLIT = {"input": 0.0, "output": 0.0, "calls": 0}
 
 
 def replay(client, key: str, path: Path, window: int, policy: dict) -> dict:
@@ -284,10 +291,10 @@ def replay(client, key: str, path: Path, window: int, policy: dict) -> dict:
                 "cache_read_input_tokens": read + (sys_tokens if out["calls"] > 1 else 0),
                 "cache_creation_input_tokens": n - read + (0 if out["calls"] > 1 else sys_tokens),
             }
-            pending.append(api_message(m))
-            r.post_messages(pending)
-            pending = []
+            # The usage first: it describes the context just sent (a compaction the
+            # answer triggers must not run between the call and its report).
             r.call("post", f"sessions/{sid}/usage", usage)
+            r.post_messages([api_message(m)])
         else:
             pending.append(api_message(m))
         tracker.add(m)
@@ -317,7 +324,7 @@ def setup_django() -> str | None:
         os.environ.setdefault(name, value)
     drop = None
     if os.environ.get("DATABASE_URL", "").startswith("postgres"):
-        drop = os.environ["DATABASE_URL"] = scratch_database("_policy_bench")
+        drop = os.environ["DATABASE_URL"] = scratch_database(f"_policy_bench_{os.getpid()}")
     else:
         folder = tempfile.mkdtemp(prefix="bench_policy_")
         os.environ["DATABASE_URL"] = f"sqlite:///{folder}/bench.sqlite3"
@@ -399,7 +406,10 @@ def main() -> None:
             print(f"contextsvc: summary calls {ours['summary_cost']:,.0f} units, cache reads "
                   f"{ours['read']:,.0f}, re-writes after a prefix change {ours['rewrite']:,.0f}, "
                   f"new {ours['new']:,.0f} tokens; prefix changes {ours['busts']}; "
-                  f"calls answered 'final' {ours['final']}", flush=True)
+                  f"calls answered 'final' {ours['final']}; summary calls {SUMMARY_SPLIT['calls']}: "
+                  f"input {SUMMARY_SPLIT['input']:,.0f}, output {SUMMARY_SPLIT['output']:,.0f} units",
+                  flush=True)
+            SUMMARY_SPLIT.update(input=0.0, output=0.0, calls=0)
     finally:
         if drop:
             from django.db import connections
