@@ -37,7 +37,14 @@ from sessions.models import Session
 
 from .. import selectors, summarizers
 from ..models import CompactionRun
-from .policy import DEFAULT_SUMMARY_MAX_TOKENS, compaction_policy, resolve_chain, target_tokens
+from .cost import run_cost
+from .policy import (
+    DEFAULT_SUMMARY_MAX_TOKENS,
+    compaction_policy,
+    plan_decision,
+    resolve_chain,
+    target_tokens,
+)
 from .window import view_key
 
 Trigger = CompactionRun.Trigger
@@ -62,6 +69,7 @@ class CompactionPlan:
     retention_score: float | None
     load_ms: float
     compute_ms: float
+    cost: dict[str, Any] | None = None
 
 
 def compaction_plan(
@@ -171,6 +179,13 @@ def compute_plan(run: CompactionRun, summarizer: Summarizer | None) -> Compactio
         retention_score=score,
         load_ms=load_ms,
         compute_ms=(time.perf_counter() - t0) * 1000 - load_ms,
+        cost=run_cost(
+            before=window,
+            result=result,
+            summarizer=timed,
+            counter=counter,
+            decision=plan_decision(session, state, chain),
+        ),
     )
 
 
