@@ -73,6 +73,8 @@ class CompactionPolicy(In):
     pin_task: bool = True
     # The summary call re-reads the session's cached context (engine.summary_prefix).
     summary_reuse_cache: bool = True
+    # sliding_window: how many of the newest messages stay.
+    keep_last_n: int = Field(20, ge=1, le=MAX_TURNS)
     # What is sent to the summariser at most (None: the effective window minus the summary).
     summary_input_max_tokens: int | None = Field(None, ge=1_000, le=MAX_TOKENS)
     model: str | None = Field(None, min_length=1, max_length=200)

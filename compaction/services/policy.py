@@ -101,7 +101,7 @@ def plan_decision(
 ) -> PlanDecision | None:
     """The planner's verdict, or None when the policy triggers on a fixed ratio."""
     policy = compaction_policy(session)
-    if policy.get("planner", "cost") != "cost" or chain == ("sandwich",):
+    if policy.get("planner", "cost") != "cost" or chain in (("sandwich",), ("full_history",)):
         return None
     return decide(planner_input(session, state, chain))
 
@@ -113,8 +113,8 @@ def should_auto_compact(
     policy = compaction_policy(session)
     if not policy.get("enabled", True) or not policy.get("auto", True):
         return False  # spec 000 §2.5: enabled=false / auto=false → no automatic compaction
-    if session.status != Session.Status.ACTIVE:
-        return False
+    if session.status != Session.Status.ACTIVE or chain == ("full_history",):
+        return False  # full_history never compresses (spec 004); the guard still protects
     if STATUS_RANK[state.guard.status] >= STATUS_RANK["compact"]:
         return True
     decision = plan_decision(session, state, chain)
@@ -124,3 +124,28 @@ def should_auto_compact(
         ratio = _trigger_ratio(session, state, chain)
         return state.guard.projected >= math.floor(ratio * state.budget.effective_window)
     return False
+
+
+# The knobs the dashboard shows, with the value a session gets when it sets none.
+KNOB_DEFAULTS: tuple[tuple[str, Any], ...] = (
+    ("planner", "cost"),
+    ("strategy", "chain"),
+    ("target_ratio", DEFAULT_TARGET_RATIO),
+    ("threshold_ratio", None),
+    ("summary_max_tokens", DEFAULT_SUMMARY_MAX_TOKENS),
+    ("summary_input_max_tokens", None),
+    ("summary_reuse_cache", True),
+    ("pin_task", True),
+    ("keep_tool_uses", 3),
+    ("retain_last_turns", 1),
+    ("keep_last_n", 20),
+)
+
+
+def effective_knobs(session: Session) -> list[tuple[str, Any, bool]]:
+    """``(name, value, set by the session)`` for every compaction knob."""
+    policy = compaction_policy(session)
+    return [
+        (name, policy[name] if policy.get(name) is not None else default, name in policy)
+        for name, default in KNOB_DEFAULTS
+    ]

@@ -81,3 +81,37 @@ def test_old_outputs_wait_for_a_compaction_instead_of_a_trim_per_append(session_
     }
     assert "trimmed" not in states[deferred]
     assert "trimmed" in states[trimmed]
+
+
+@pytest.mark.parametrize(
+    "knob",
+    [
+        {"target_ratio": 2},
+        {"target_ratio": 0.01},
+        {"summary_max_tokens": 10},
+        {"summary_input_max_tokens": 5},
+        {"planner": "bogus"},
+        {"keep_last_n": 0},
+        {"strategy": "tree"},
+    ],
+)
+def test_compaction_knobs_are_validated_with_bounds(alice, knob):
+    response = alice.post("sessions", {"model": "claude-sonnet-4-5", "policy": {"compaction": knob}})
+    assert response.status_code == 422, response.content
+    assert next(iter(knob)) in response.json()["error"]["message"]
+
+
+def test_every_knob_is_accepted_in_bounds(alice):
+    knobs = {
+        "planner": "threshold",
+        "target_ratio": 0.3,
+        "summary_max_tokens": 512,
+        "summary_input_max_tokens": 8_000,
+        "summary_reuse_cache": False,
+        "pin_task": False,
+        "keep_last_n": 10,
+        "strategy": "sliding_window",
+    }
+    response = alice.post("sessions", {"model": "claude-sonnet-4-5", "policy": {"compaction": knobs}})
+    assert response.status_code == 201, response.content
+    assert response.json()["policy"]["compaction"] | knobs == response.json()["policy"]["compaction"]

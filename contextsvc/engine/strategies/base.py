@@ -101,6 +101,8 @@ class CompactionConfig:
     summary_input_tokens: int | None = None
     # The first user message (the task) stays verbatim above the summary.
     pin_task: bool = True
+    # sliding_window: the newest messages kept (spec 004).
+    keep_last_n: int = 20
     model: str = ""
     prompts: PromptConfig = PromptConfig()
 
@@ -111,6 +113,7 @@ class CompactionConfig:
             "clear_at_least",
             "preserve_top",
             "preserve_bottom",
+            "keep_last_n",
         ):
             check_nonneg_int(getattr(self, name), name)
         if not 0 < self.sandwich_threshold <= 1:
@@ -157,6 +160,7 @@ class CompactionConfig:
             summary_max_tokens=p.get("summary_max_tokens", 4096),
             summary_input_tokens=summary_input_tokens,
             pin_task=bool(p.get("pin_task", True)),
+            keep_last_n=p.get("keep_last_n", 20),
             # spec 000 §2.6.2: compaction.model wins over the caller's model.
             model=p.get("model") or model,
             prompts=prompts,
