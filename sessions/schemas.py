@@ -68,6 +68,8 @@ class CompactionPolicy(In):
     target_ratio: float | None = Field(None, ge=0.05, le=0.95)
     # "cost": compact when it pays for itself (engine.planner); "threshold": at the guard's tier.
     planner: Literal["cost", "threshold"] | None = None
+    # The planner may also clear old tool outputs alone between compactions.
+    planner_clear: bool = False
     summary_max_tokens: int | None = Field(None, ge=64, le=MAX_TOKENS)
     # The first user message stays verbatim above the summary (in the cached prefix).
     pin_task: bool = True

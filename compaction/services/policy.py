@@ -93,7 +93,25 @@ def planner_input(
         per_call=max(1.0, per_call),
         summary_tokens=int(policy.get("summary_max_tokens") or DEFAULT_SUMMARY_MAX_TOKENS),
         ceiling=math.floor(_trigger_ratio(session, state, chain) * budget.effective_window),
+        clearable=_clearable(session, policy, chain),
     )
+
+
+def _clearable(session: Session, policy: dict[str, Any], chain: tuple[str, ...]) -> int:
+    """About what clearing all but the newest outputs would free (the cached counter of
+    untrimmed outputs in the window, less the kept ones' share); 0 without clearing.
+
+    Off by default (``planner_clear``): on the shared trajectories, clears between
+    compactions saved at 32k (0.93× instead of 0.95×) and cost more at 16k (1.04×
+    instead of 0.98×) — bench/bench_policy.py."""
+    if "tool_clearing" not in chain or not policy.get("planner_clear", False):
+        return 0
+    total = int(session.tool_output_tokens or 0)
+    live = max(1, session.live_message_count)
+    keep = int(policy.get("keep_tool_uses", 3))
+    # Outputs are about half the live messages: the kept ones' share of the total.
+    kept = total * min(1.0, keep / max(1.0, live / MESSAGES_PER_CALL))
+    return max(0, int(total - kept))
 
 
 def plan_decision(
@@ -110,25 +128,35 @@ def should_auto_compact(
     session: Session, state: accounting.BudgetState, chain: tuple[str, ...]
 ) -> bool:
     """Is an automatic compaction due (spec 002 §3 compact tier, or spec 000's ratio)?"""
+    return auto_action(session, state, chain) is not None
+
+
+def auto_action(
+    session: Session, state: accounting.BudgetState, chain: tuple[str, ...]
+) -> str | None:
+    """The automatic run due now: ``"compact"`` (the chain), ``"clear"`` (old tool
+    outputs only, the planner's cheaper move), or None."""
     policy = compaction_policy(session)
     if not policy.get("enabled", True) or not policy.get("auto", True):
-        return False  # spec 000 §2.5: enabled=false / auto=false → no automatic compaction
+        return None  # spec 000 §2.5: enabled=false / auto=false → no automatic compaction
     if session.status != Session.Status.ACTIVE or chain == ("full_history",):
-        return False  # full_history never compresses (spec 004); the guard still protects
+        return None  # full_history never compresses (spec 004); the guard still protects
     if STATUS_RANK[state.guard.status] >= STATUS_RANK["compact"]:
-        return True
+        return "compact"
     decision = plan_decision(session, state, chain)
     if decision is not None:
-        return decision.compact
+        return None if decision.action == "leave" else decision.action
     if policy.get("threshold_ratio") or chain == ("sandwich",):
         ratio = _trigger_ratio(session, state, chain)
-        return state.guard.projected >= math.floor(ratio * state.budget.effective_window)
-    return False
+        due = state.guard.projected >= math.floor(ratio * state.budget.effective_window)
+        return "compact" if due else None
+    return None
 
 
 # The knobs the dashboard shows, with the value a session gets when it sets none.
 KNOB_DEFAULTS: tuple[tuple[str, Any], ...] = (
     ("planner", "cost"),
+    ("planner_clear", False),
     ("strategy", "chain"),
     ("target_ratio", DEFAULT_TARGET_RATIO),
     ("threshold_ratio", None),

@@ -33,6 +33,9 @@ READ = 0.1  # a cached prefix token, read again
 WRITE = 1.25  # a token written to the cache (new, or after a changed message)
 INPUT = 1.0  # an uncached input token of a summary call
 OUTPUT = 5.0  # an output token (the summary)
+# A clear frees at least this share of the window: smaller ones come back within
+# a few calls and the next compaction re-writes the prefix anyway.
+MIN_CLEAR_SHARE = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,17 +50,20 @@ class PlannerInput:
     summary_tokens: int  # what a summary writes, at most
     ceiling: int  # the guard's compaction threshold: compact here whatever the cost
     cached_summary: bool = True  # the summary call re-reads the cached prefix
+    clearable: int = 0  # what clearing the old tool outputs alone would free
 
 
 @dataclass(frozen=True, slots=True)
 class PlanDecision:
-    """Compact now or leave the prefix alone, with the figures that decided it."""
+    """Compact now, clear old tool outputs now, or leave the prefix alone, with the
+    figures that decided it."""
 
     compact: bool
     trigger: int  # the context size at which a compaction pays for itself
     cost: float  # units a compaction now costs (summary call + re-written kept part)
     expected_calls: float  # calls until the next compaction, after this one
     reason: str
+    action: str = "leave"  # "compact", "clear" or "leave"
 
 
 def compaction_cost(
@@ -86,7 +92,30 @@ def decide(p: PlannerInput) -> PlanDecision:
     trigger = min(p.ceiling, math.ceil(p.floor + growth))
     expected = max(0.0, (trigger - p.floor) / max(p.per_call, 1.0))
     if p.used >= p.ceiling:
-        return PlanDecision(True, trigger, cost, expected, "at the guard's compaction threshold")
+        reason = "at the guard's compaction threshold"
+        return PlanDecision(True, trigger, cost, expected, reason, "compact")
     if p.used >= trigger:
-        return PlanDecision(True, trigger, cost, expected, "the context outgrew the cheapest cycle")
+        reason = "the context outgrew the cheapest cycle"
+        return PlanDecision(True, trigger, cost, expected, reason, "compact")
+    clear = clear_decision(p, trigger)
+    if clear is not None:
+        return clear
     return PlanDecision(False, trigger, cost, expected, "a compaction would not pay for itself yet")
+
+
+def clear_decision(p: PlannerInput, trigger: int) -> PlanDecision | None:
+    """Clearing old tool outputs alone (no summary call) when the reads it saves until
+    the next compaction would be due pay for the prefix it re-writes."""
+    if p.clearable <= 0:
+        return None
+    after = p.used - p.clearable
+    cost = WRITE * max(0, after - p.fixed)
+    calls = max(0.0, (trigger - after) / max(p.per_call, 1.0))
+    # The same sawtooth as a compaction's, with the clear's cost: due once the
+    # outputs it would free have grown that much, and only if it saves more in
+    # reads before the next compaction than it re-writes.
+    if p.clearable < max(optimal_growth(cost, p.per_call), MIN_CLEAR_SHARE * p.limit):
+        return None
+    if READ * p.clearable * calls <= cost:
+        return None
+    return PlanDecision(True, trigger, cost, calls, "clearing old tool outputs pays for itself", "clear")

@@ -115,3 +115,17 @@ def test_every_knob_is_accepted_in_bounds(alice):
     response = alice.post("sessions", {"model": "claude-sonnet-4-5", "policy": {"compaction": knobs}})
     assert response.status_code == 201, response.content
     assert response.json()["policy"]["compaction"] | knobs == response.json()["policy"]["compaction"]
+
+
+def test_planner_clear_queues_a_clearing_run_before_a_compaction_is_due(
+    session_factory, enqueued, django_capture_on_commit_callbacks
+):
+    policy = {"compaction": {"planner_clear": True}, "tool_output_cache": {}}
+    session = session_factory(0, context_window=64_000, policy=policy)
+    t = 0
+    while not enqueued and t < 40:
+        with django_capture_on_commit_callbacks(execute=True):
+            session_append_messages(session=session, messages=turn(t, output=LOG * 4, text_words=5))
+        t += 1
+    run = CompactionRun.objects.get(pk=enqueued[0][0])
+    assert run.strategy == "tool_clearing" and run.trigger == "auto"

@@ -89,3 +89,13 @@ def test_summary_call_rereads_the_context_as_sent_then_the_instruction():
     assert "Summarise only what comes before the last 8 messages" in sent[-1].text
     body = request.anthropic_body()
     assert body["messages"][-1]["role"] == "user" and "tools" not in body
+
+
+def test_clearing_old_outputs_alone_when_it_pays_and_compaction_is_not_due():
+    cheap = replace(BASE, used=14_000, clearable=9_000)
+    decision = decide(cheap)
+    assert decision.action == "clear" and decision.compact
+    # Too little to free: the prefix is left alone until the compaction.
+    assert decide(replace(cheap, clearable=1_000)).action == "leave"
+    # When the compaction is due, it wins (it clears the outputs as its first link).
+    assert decide(replace(cheap, used=26_000)).action == "compact"
