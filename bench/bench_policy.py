@@ -359,6 +359,28 @@ def row(name: str, a: dict, ref: float | None) -> str:
     )
 
 
+def planner_timing() -> None:
+    """What one planner decision costs on a replayed session (its numbers are cached
+    counters: no query), p50 over 2,000 decisions."""
+    from compaction.services.policy import plan_decision, resolve_chain
+    from sessions import accounting
+    from sessions.models import Session
+
+    session = Session.objects.order_by("-last_seq").first()
+    if session is None:
+        return
+    state = accounting.compute_budget(session)
+    chain = resolve_chain(session, None)
+    times = []
+    for _ in range(2_000):
+        t0 = time.perf_counter()
+        plan_decision(session, state, chain)
+        times.append((time.perf_counter() - t0) * 1000)
+    times.sort()
+    print(f"planner decision (policy read + planner): p50 {times[len(times) // 2]:.4f} ms, "
+          f"p99 {times[int(len(times) * 0.99)]:.4f} ms")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--windows", default="32000,16000")
@@ -410,6 +432,7 @@ def main() -> None:
                   f"input {SUMMARY_SPLIT['input']:,.0f}, output {SUMMARY_SPLIT['output']:,.0f} units",
                   flush=True)
             SUMMARY_SPLIT.update(input=0.0, output=0.0, calls=0)
+        planner_timing()
     finally:
         if drop:
             from django.db import connections

@@ -175,8 +175,9 @@ def apply_tool_outputs(
     # derived budget and automatic compaction on, old outputs are cleared in
     # one batch by the next compaction instead (engine.planner). An explicit
     # budget, or no compaction to count on, keeps spec 000 §1.7's trim.
-    deferred = config.context_budget_tokens is None and _compaction_can_help(session)
-    if total > budget and not deferred:
+    if total > budget and not (
+        config.context_budget_tokens is None and _compaction_can_help(session)
+    ):
         fresh = (TrimCandidate(key=("batch", i), tokens=p.row["token_count"]) for i, p in batch)
         plan = plan_trim(
             total,
