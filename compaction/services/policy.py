@@ -18,11 +18,16 @@ from sessions.models import Session
 # (hysteresis: compacting to just under the trigger would trigger again on the
 # next message). Lowered below the trigger when a policy triggers earlier.
 # Deep, so a compaction buys many calls: bench/bench_policy.py on the shared
-# trajectories, cost units / next-action recall at 32k and 16k windows:
+# trajectories (summaries of at most 1,024 tokens), cost units / next-action recall at 32k and 16k:
 # 0.25 → 0.99× / 0.918 and 1.04× / 0.823; 0.2 → 0.95× / 0.914 and 0.98× / 0.799;
 # 0.15 → 0.87× / 0.864 (below the cheapest peer's recall, 0.896) and 0.96× / 0.790.
 DEFAULT_TARGET_RATIO = 0.2
-DEFAULT_SUMMARY_MAX_TOKENS = 1024
+# A summary's output costs 5× its input: short, but not so short that recall drops
+# below the peers' (bench/bench_policy.py, target 0.2, cost × cheapest peer / recall,
+# 32k and 16k): 2048 → 0.98× / 0.903, 1.08× / 0.814; 1024 → 0.95× / 0.914,
+# 0.98× / 0.799; 768 → 0.93× / 0.909, 0.97× / 0.794; 512 → 0.90× / 0.892 (under
+# the peer's 0.896), 0.93× / 0.781 (under 0.787).
+DEFAULT_SUMMARY_MAX_TOKENS = 768
 # An LLM call adds about this many messages (the answer and a tool result).
 MESSAGES_PER_CALL = 2
 
