@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import tempfile
@@ -149,7 +148,9 @@ class Replay:
         if method == "get":
             r = fn(url, query or None, headers=self.headers)
         else:
-            r = fn(url, data=json.dumps(body), content_type="application/json", headers=self.headers)
+            r = fn(
+                url, data=json.dumps(body), content_type="application/json", headers=self.headers
+            )
         if r.status_code != expect:
             raise RuntimeError(f"{method.upper()} {path}: {r.status_code} {r.content[:500]!r}")
         return r.json()
@@ -186,7 +187,9 @@ def record_summary_calls() -> None:
         for m in request.llm_messages():
             d: dict[str, Any] = {"role": m.role, "content": m.context_text}
             if m.tool_calls:
-                d["tool_calls"] = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in m.tool_calls]
+                d["tool_calls"] = [
+                    {"id": c.id, "name": c.name, "arguments": c.arguments} for c in m.tool_calls
+                ]
             if m.role == "tool":
                 d["tool_call_id"] = m.tool_call_id
             msgs.append(d)
@@ -205,7 +208,7 @@ def summary_units(prev: list[str]) -> float:
         msgs, text = SUMMARY_CALLS.pop(0)
         body = [m for m in msgs if m["role"] != "system"]
         same = 0
-        for a, b in zip(prev, (peers.key(x) for x in body)):
+        for a, b in zip(prev, (peers.key(x) for x in body), strict=False):
             if a != b:
                 break
             same += 1
@@ -238,8 +241,19 @@ def replay(client, key: str, path: Path, window: int, policy: dict) -> dict:
     answered: set[str] = set()
     pending: list[dict] = []
     prev: list[str] = []
-    out = {"calls": 0, "overflows": 0, "sent": 0, "cost": 0.0, "summary_cost": 0.0,
-           "read": 0.0, "new": 0.0, "rewrite": 0.0, "busts": 0, "pair_errors": 0, "final": 0}
+    out = {
+        "calls": 0,
+        "overflows": 0,
+        "sent": 0,
+        "cost": 0.0,
+        "summary_cost": 0.0,
+        "read": 0.0,
+        "new": 0.0,
+        "rewrite": 0.0,
+        "busts": 0,
+        "pair_errors": 0,
+        "final": 0,
+    }
     last_text = system
     for m in msgs:
         if m["role"] == "system":
@@ -259,7 +273,7 @@ def replay(client, key: str, path: Path, window: int, policy: dict) -> dict:
             out["overflows"] += n > r.limit
             cur = [peers.key(x) for x in view]
             same = 0
-            for a, b in zip(prev, cur):
+            for a, b in zip(prev, cur, strict=False):
                 if a != b:
                     break
                 same += 1
@@ -269,7 +283,7 @@ def replay(client, key: str, path: Path, window: int, policy: dict) -> dict:
             for k in prev:
                 counts[k] = counts.get(k, 0) + 1
             rw = 0
-            for x, k in zip(view[same:], cur[same:]):
+            for x, k in zip(view[same:], cur[same:], strict=True):
                 if counts.get(k, 0) > 0:
                     counts[k] -= 1
                     rw += peers.tok(x)
@@ -279,8 +293,8 @@ def replay(client, key: str, path: Path, window: int, policy: dict) -> dict:
             if same < len(prev):
                 out["busts"] += 1
             out["pair_errors"] += peers.broken_pairs(view, answered)
-            last_text = (sys_text or system) + "\n" + "\n".join(
-                nextaction.message_text(x) for x in view
+            last_text = (
+                (sys_text or system) + "\n" + "\n".join(nextaction.message_text(x) for x in view)
             )
             tracker.score(m, last_text)
             prev = cur
@@ -377,8 +391,10 @@ def planner_timing() -> None:
         plan_decision(session, state, chain)
         times.append((time.perf_counter() - t0) * 1000)
     times.sort()
-    print(f"planner decision (policy read + planner): p50 {times[len(times) // 2]:.4f} ms, "
-          f"p99 {times[int(len(times) * 0.99)]:.4f} ms")
+    print(
+        f"planner decision (policy read + planner): p50 {times[len(times) // 2]:.4f} ms, "
+        f"p99 {times[int(len(times) * 0.99)]:.4f} ms"
+    )
 
 
 def main() -> None:
@@ -407,30 +423,39 @@ def main() -> None:
                 res = replay(client, key, f, window, policy)
                 runs.append(res)
                 if args.per_run:
-                    print(f"  {f.parent.name}/{f.name[:50]}: calls {res['calls']} cost "
-                          f"{res['cost']:,.0f} summary {res['summary_cost']:,.0f} over "
-                          f"{res['overflows']} final {res['final']}", flush=True)
+                    print(
+                        f"  {f.parent.name}/{f.name[:50]}: calls {res['calls']} cost "
+                        f"{res['cost']:,.0f} summary {res['summary_cost']:,.0f} over "
+                        f"{res['overflows']} final {res['final']}",
+                        flush=True,
+                    )
             elapsed = time.perf_counter() - started
             ours = peers.aggregate(runs)
             ours["final"] = sum(r["final"] for r in runs)
             rows = [] if args.no_peers else peer_rows(files, limit)
             free = [a for _, a in rows if a["overflows"] == 0]
             ref = min((a["cost"] for a in free), default=None)
-            print(f"\nwindow {window:,}, max output {WINDOWS[window]:,}, limit {limit:,}; "
-                  f"{len(files)} trajectories, {ours['calls']} LLM calls; replay {elapsed:.0f} s")
-            print("| policy | LLM calls | calls over limit | broken pairs | input tokens sent | "
-                  "cost units (× cheapest overflow-free peer) | task retention | "
-                  "next-action recall |")
+            print(
+                f"\nwindow {window:,}, max output {WINDOWS[window]:,}, limit {limit:,}; "
+                f"{len(files)} trajectories, {ours['calls']} LLM calls; replay {elapsed:.0f} s"
+            )
+            print(
+                "| policy | LLM calls | calls over limit | broken pairs | input tokens sent | "
+                "cost units (× cheapest overflow-free peer) | task retention | "
+                "next-action recall |"
+            )
             print("|---|---|---|---|---|---|---|---|")
             for name, a in rows:
                 print(row(name, a, ref))
             print(row("**contextsvc (replayed through the API)**", ours, ref))
-            print(f"contextsvc: summary calls {ours['summary_cost']:,.0f} units, cache reads "
-                  f"{ours['read']:,.0f}, re-writes after a prefix change {ours['rewrite']:,.0f}, "
-                  f"new {ours['new']:,.0f} tokens; prefix changes {ours['busts']}; "
-                  f"calls answered 'final' {ours['final']}; summary calls {SUMMARY_SPLIT['calls']}: "
-                  f"input {SUMMARY_SPLIT['input']:,.0f}, output {SUMMARY_SPLIT['output']:,.0f} units",
-                  flush=True)
+            print(
+                f"contextsvc: summary calls {ours['summary_cost']:,.0f} units, cache reads "
+                f"{ours['read']:,.0f}, re-writes after a prefix change {ours['rewrite']:,.0f}, "
+                f"new {ours['new']:,.0f} tokens; prefix changes {ours['busts']}; "
+                f"calls answered 'final' {ours['final']}; summary calls {SUMMARY_SPLIT['calls']}: "
+                f"input {SUMMARY_SPLIT['input']:,.0f}, output {SUMMARY_SPLIT['output']:,.0f} units",
+                flush=True,
+            )
             SUMMARY_SPLIT.update(input=0.0, output=0.0, calls=0)
         planner_timing()
     finally:

@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('compaction', '0002_active_run_lease_index'),
+        ("compaction", "0002_active_run_lease_index"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='compactionrun',
-            name='cost',
+            model_name="compactionrun",
+            name="cost",
             field=models.JSONField(blank=True, null=True),
         ),
     ]

@@ -40,12 +40,15 @@ def run_cost(
         summary_out += counter.text(text)
         if request.prefix is not None:
             cached += counter.messages(sent_history(request.prefix))
-    units = compaction_cost(
-        summary_input=summary_in - cached,
-        summary_tokens=summary_out,
-        rewritten=rewritten,
-        cached_summary=False,
-    ) + READ * cached
+    units = (
+        compaction_cost(
+            summary_input=summary_in - cached,
+            summary_tokens=summary_out,
+            rewritten=rewritten,
+            cached_summary=False,
+        )
+        + READ * cached
+    )
     return {
         "rewritten_tokens": rewritten,
         "summary_input_tokens": summary_in,

@@ -18,7 +18,8 @@ from sessions.models import Session
 # (hysteresis: compacting to just under the trigger would trigger again on the
 # next message). Lowered below the trigger when a policy triggers earlier.
 # Deep, so a compaction buys many calls: bench/bench_policy.py on the shared
-# trajectories (summaries of at most 1,024 tokens), cost units / next-action recall at 32k and 16k:
+# trajectories (summaries of at most 1,024 tokens), cost units (× the cheapest
+# peer) / next-action recall at 32k and 16k:
 # 0.25 → 0.99× / 0.918 and 1.04× / 0.823; 0.2 → 0.95× / 0.914 and 0.98× / 0.799;
 # 0.15 → 0.87× / 0.864 (below the cheapest peer's recall, 0.896) and 0.96× / 0.790.
 DEFAULT_TARGET_RATIO = 0.2

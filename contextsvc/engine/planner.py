@@ -118,4 +118,6 @@ def clear_decision(p: PlannerInput, trigger: int) -> PlanDecision | None:
         return None
     if READ * p.clearable * calls <= cost:
         return None
-    return PlanDecision(True, trigger, cost, calls, "clearing old tool outputs pays for itself", "clear")
+    return PlanDecision(
+        True, trigger, cost, calls, "clearing old tool outputs pays for itself", "clear"
+    )

@@ -96,7 +96,9 @@ def test_old_outputs_wait_for_a_compaction_instead_of_a_trim_per_append(session_
     ],
 )
 def test_compaction_knobs_are_validated_with_bounds(alice, knob):
-    response = alice.post("sessions", {"model": "claude-sonnet-4-5", "policy": {"compaction": knob}})
+    response = alice.post(
+        "sessions", {"model": "claude-sonnet-4-5", "policy": {"compaction": knob}}
+    )
     assert response.status_code == 422, response.content
     assert next(iter(knob)) in response.json()["error"]["message"]
 
@@ -112,9 +114,13 @@ def test_every_knob_is_accepted_in_bounds(alice):
         "keep_last_n": 10,
         "strategy": "sliding_window",
     }
-    response = alice.post("sessions", {"model": "claude-sonnet-4-5", "policy": {"compaction": knobs}})
+    response = alice.post(
+        "sessions", {"model": "claude-sonnet-4-5", "policy": {"compaction": knobs}}
+    )
     assert response.status_code == 201, response.content
-    assert response.json()["policy"]["compaction"] | knobs == response.json()["policy"]["compaction"]
+    assert (
+        response.json()["policy"]["compaction"] | knobs == response.json()["policy"]["compaction"]
+    )
 
 
 def test_planner_clear_queues_a_clearing_run_before_a_compaction_is_due(

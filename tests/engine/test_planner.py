@@ -41,7 +41,9 @@ def test_a_cheaper_compaction_triggers_sooner():
 
 
 def test_the_trigger_minimises_cost_per_appended_token():
-    cost = compaction_cost(summary_input=9_000, summary_tokens=1_000, rewritten=6_000, cached_summary=True)
+    cost = compaction_cost(
+        summary_input=9_000, summary_tokens=1_000, rewritten=6_000, cached_summary=True
+    )
     best = optimal_growth(cost, 500)
 
     def per_token(growth: float) -> float:
@@ -65,7 +67,9 @@ def test_summarize_pins_the_task_verbatim_above_the_summary():
 def test_a_later_compaction_leaves_the_pinned_task_unchanged():
     msgs = agent_session(turns=4)
     first = summarize(Window(msgs[:20]), ctx(force=True, config=CompactionConfig()))
-    window = Window(msgs[first.window.messages[0].seq - 1 :], first.window.retain, first.window.summary)
+    window = Window(
+        msgs[first.window.messages[0].seq - 1 :], first.window.retain, first.window.summary
+    )
     second = summarize(window, ctx(force=True))
     assert second.report.applied and second.window.retain == first.window.retain
     assert second.window.retain.startswith(PINNED_MARK)

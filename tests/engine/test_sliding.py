@@ -5,7 +5,7 @@ from __future__ import annotations
 from contextsvc.engine.strategies.base import CompactionConfig, Window
 from contextsvc.engine.strategies.chain import run_chain, validate_chain
 from contextsvc.engine.strategies.pinning import is_pinned_retain
-from contextsvc.engine.strategies.sliding import full_history, sliding_window
+from contextsvc.engine.strategies.sliding import sliding_window
 from tests.engine.test_strategies import agent_session, ctx
 
 

@@ -109,12 +109,16 @@ def summarize(window: Window, ctx: StrategyContext) -> StrategyOutcome:
             "summarize", window, None, ctx, {**details, "skipped": "nothing before the kept turns"}
         )
     keep_retain = cfg.pin_task and is_pinned_retain(window.retain)
-    pinned = [] if keep_retain or not cfg.pin_task or window.retain or window.summary else (
-        pinned_in(
-            span,
-            at_start=bool(msgs) and msgs[0].seq == 1,
-            counter=ctx.counter,
-            room=ctx.max_context_tokens,
+    pinned = (
+        []
+        if keep_retain or not cfg.pin_task or window.retain or window.summary
+        else (
+            pinned_in(
+                span,
+                at_start=bool(msgs) and msgs[0].seq == 1,
+                counter=ctx.counter,
+                room=ctx.max_context_tokens,
+            )
         )
     )
     # A pinned task stays verbatim: it is neither summarised nor sent to be.
