@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("compaction", "0003_compaction_run_client_trigger"),
+        ("compaction", "0002_active_run_lease_index"),
     ]
 
     operations = [
