@@ -38,11 +38,8 @@ AUTO_COOLDOWN_MESSAGES = 4
 MAX_INSTRUCTIONS = 20_000
 
 
-def compaction_auto_request(
-    *, session: Session, strategy: str | None = None
-) -> CompactionRun | None:
-    """An automatic run, unless the circuit breaker is open or one is under way
-    (``strategy``: one strategy instead of the chain, e.g. the planner's clear)."""
+def compaction_auto_request(*, session: Session) -> CompactionRun | None:
+    """An automatic run, unless the circuit breaker is open or one is under way."""
     if selectors.breaker_open(selectors.state_of(session)):
         return None
     active = (
@@ -67,7 +64,7 @@ def compaction_auto_request(
         and session.last_seq - last.through_seq < AUTO_COOLDOWN_MESSAGES
     ):
         return None
-    run, _ = compaction_request(session=session, trigger=Trigger.AUTO, strategy=strategy)
+    run, _ = compaction_request(session=session, trigger=Trigger.AUTO)
     return run
 
 

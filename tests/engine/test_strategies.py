@@ -251,9 +251,7 @@ def test_tool_clearing_skips_trimmed_and_cleared_outputs():
 def test_summarize_keeps_last_turn_and_sets_retain_and_summary_spec000_2_7():
     msgs = agent_session(turns=3)
     fake = FakeSummarizer()
-    # The summariser's retain (spec 000 §2.7), with the task not pinned in the retain slot.
-    cfg = CompactionConfig(pin_task=False)
-    out = summarize(Window(msgs), ctx(summarizer=fake, force=True, config=cfg))
+    out = summarize(Window(msgs), ctx(summarizer=fake, force=True))
     last_turn = msgs[-8:]  # user + 3 × (call, result) + say
     assert out.window.messages == last_turn
     assert out.window.retain == "- keep src/pkg/mod0.py"
@@ -342,8 +340,7 @@ def test_summarize_without_summary_text_is_an_error():
 
 def test_summarize_missing_tags_uses_whole_text():
     fake = FakeSummarizer(text="Plain summary without tags")
-    cfg = CompactionConfig(pin_task=False)
-    out = summarize(Window(agent_session()), ctx(summarizer=fake, force=True, config=cfg))
+    out = summarize(Window(agent_session()), ctx(summarizer=fake, force=True))
     assert out.window.summary == "Plain summary without tags" and out.window.retain == ""
 
 
