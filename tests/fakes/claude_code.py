@@ -32,6 +32,8 @@ from tests.fakes.streams import ScriptedReply
 FINAL_ANSWER = "FINAL: every step ran"
 TASK = "Run the numbered Bash steps the tool asks for, then report."
 STEP_MARK = re.compile(r"STEP-(\d+)-BEGIN")
+# How Claude Code's own compaction request (its history + this text, tools offered) begins.
+COMPACT_PROMPT = "CRITICAL: Respond with TEXT ONLY. Do NOT call any tools."
 
 
 def claude_binary() -> str | None:
@@ -78,6 +80,7 @@ class BashAgent:
     steps: int = 12
     lines: int = 2500
     calls: int = 0
+    compactions: int = 0  # Claude Code's own compaction requests answered
     side_requests: list[dict[str, Any]] = field(default_factory=list)
 
     def command(self, step: int) -> str:
@@ -93,6 +96,12 @@ class BashAgent:
                 return ScriptedReply(text=f"<summary>\nThe task: {TASK}\n</summary>")
             return ScriptedReply(text="Side answer")
         done = [int(m) for text in texts for m in STEP_MARK.findall(text)]
+        if texts and texts[-1].startswith(COMPACT_PROMPT):
+            # Claude Code compacting itself: its summary carries the steps done,
+            # so the agent goes on from the right step after the restart.
+            self.compactions += 1
+            marks = " ".join(f"STEP-{k}-BEGIN" for k in sorted(set(done)))
+            return ScriptedReply(text=f"<summary>\nThe task: {TASK}\nDone: {marks}\n</summary>")
         step = max(done) + 1 if done else 0
         if step >= self.steps:
             return ScriptedReply(text=FINAL_ANSWER)
@@ -148,6 +157,7 @@ def run_claude(
             "Bash",
             "--model",
             model,
+            *(extra_args or ()),
         ],
         cwd=work,
         env=run_env,
