@@ -22,15 +22,12 @@ uvicorn worker on ``contextsvc.asgi``, on a scratch database (<name>_claude_code
 from __future__ import annotations
 
 import os
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from common import ROOT, django_on_scratch_database, free_port
+from common import django_on_scratch_database, proxy_process
 
 RUNS = int(os.environ.get("BENCH_RUNS", "3"))
 STEPS = int(os.environ.get("BENCH_STEPS", "10"))
@@ -41,35 +38,6 @@ WINDOW = int(os.environ.get("BENCH_WINDOW", "48000"))
 BUILTINS = os.environ.get("BENCH_BUILTINS", "on") != "off"
 KEY = "sk-bench-upstream"
 MODEL = "claude-fake-large"
-
-
-def proxy_process(db_url: str, upstream: str) -> tuple[int, subprocess.Popen]:
-    port = free_port()
-    env = {
-        **os.environ,
-        "DATABASE_URL": db_url,
-        "DEBUG": "false",
-        "LOG_LEVEL": "WARNING",
-        "CONTEXTSVC_UPSTREAM_ANTHROPIC_URL": upstream,
-        "CONTEXTSVC_UPSTREAM_ANTHROPIC_API_KEY": KEY,
-        "CONTEXTSVC_RATE_LIMIT": "1000000/second",
-        "CONTEXTSVC_RATE_LIMIT_MB": "1000000/second",
-        "CONTEXTSVC_MAX_CONCURRENT_PER_KEY": "0",
-    }
-    server = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "contextsvc.asgi:application"]
-        + ["-k", "uvicorn_worker.UvicornWorker", "-w", "1", "-b", f"127.0.0.1:{port}"]
-        + ["--log-level", "warning", "--timeout", "300"],
-        cwd=ROOT,
-        env=env,
-    )
-    for _ in range(300):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return port, server
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError("the proxy did not start")
 
 
 def one_run(fake, base_url: str, api_key: str, headers: dict[str, str]) -> dict[str, float]:
@@ -129,7 +97,11 @@ def main() -> None:
         " (figures taken on a shared, loaded machine)"
     )
     with FakeAnthropic(api_key=KEY) as fake:
-        port, server = proxy_process(db_url, fake.base_url)
+        port, server = proxy_process(
+            db_url,
+            CONTEXTSVC_UPSTREAM_ANTHROPIC_URL=fake.base_url,
+            CONTEXTSVC_UPSTREAM_ANTHROPIC_API_KEY=KEY,
+        )
         try:
             straight, proxied = [], []
             for n in range(RUNS):

@@ -25,24 +25,21 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import statistics
-import subprocess
-import sys
 import threading
 import time
 
 import httpx
 from common import (
-    ROOT,
+    OUT_OF_REACH,
     Http,
     Peak,
     django_on_scratch_database,
-    free_port,
     gunicorn,
     mb,
     pct,
     proc_status,
+    proxy_process,
     worker_pids,
 )
 
@@ -53,39 +50,6 @@ STREAMS = int(os.environ.get("BENCH_STREAMS", "64"))
 STREAM_SECONDS = float(os.environ.get("BENCH_STREAM_SECONDS", "10"))
 KEY = "sk-bench-upstream"
 MODEL = "claude-opus-4-5"
-# The bench drives one key as fast as it can: rates stay on (their cost is
-# measured) but far out of reach, as in common.gunicorn.
-LIMITS = {
-    "CONTEXTSVC_RATE_LIMIT": "1000000/second",
-    "CONTEXTSVC_RATE_LIMIT_MB": "1000000/second",
-    "CONTEXTSVC_MAX_CONCURRENT_PER_KEY": "0",
-}
-
-
-def proxy_process(db_url: str, upstream: str) -> tuple[int, subprocess.Popen]:
-    port = free_port()
-    env = {
-        **os.environ,
-        **LIMITS,
-        "DATABASE_URL": db_url,
-        "DEBUG": "false",
-        "LOG_LEVEL": "WARNING",
-        "CONTEXTSVC_UPSTREAM_ANTHROPIC_URL": upstream,
-    }
-    server = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "contextsvc.asgi:application"]
-        + ["-k", "uvicorn_worker.UvicornWorker", "-w", "1", "-b", f"127.0.0.1:{port}"]
-        + ["--log-level", "warning", "--timeout", "300"],
-        cwd=ROOT,
-        env=env,
-    )
-    for _ in range(300):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return port, server
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError("the proxy did not start")
 
 
 def cpu_seconds(pid: int) -> float:
@@ -220,7 +184,7 @@ class Bench:
 
 
 def main() -> None:
-    os.environ.update(LIMITS)
+    os.environ.update(OUT_OF_REACH)
     db_url = django_on_scratch_database("proxy")
     from sessions.services.keys import agent_key_create
     from tests.fakes.anthropic_server import FakeAnthropic
@@ -232,7 +196,7 @@ def main() -> None:
 
     _, agent_key = agent_key_create(name="bench")
     fake = FakeAnthropic(api_key=KEY).start()
-    port, server = proxy_process(db_url, fake.base_url)
+    port, server = proxy_process(db_url, CONTEXTSVC_UPSTREAM_ANTHROPIC_URL=fake.base_url)
     try:
         bench = Bench(agent_key, fake, port)
         worker = worker_pids(server.pid)[0]

@@ -20,15 +20,13 @@ as deployed: gunicorn with one uvicorn worker on ``contextsvc.asgi``.
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import httpx
-from common import ROOT, django_on_scratch_database, free_port, pct
+from common import OUT_OF_REACH, ROOT, django_on_scratch_database, pct, proxy_process
 
 sys.path.insert(0, str(ROOT))
 
@@ -37,37 +35,6 @@ CALLS = int(os.environ.get("BENCH_CALLS", "60"))
 CODEX_STEPS = int(os.environ.get("BENCH_CODEX_STEPS", "20"))
 KEY = "sk-bench-upstream"
 MODEL = "gpt-5.1-codex"
-LIMITS = {
-    "CONTEXTSVC_RATE_LIMIT": "1000000/second",
-    "CONTEXTSVC_RATE_LIMIT_MB": "1000000/second",
-    "CONTEXTSVC_MAX_CONCURRENT_PER_KEY": "0",
-}
-
-
-def proxy_process(db_url: str, upstream: str) -> tuple[int, subprocess.Popen]:
-    port = free_port()
-    env = {
-        **os.environ,
-        **LIMITS,
-        "DATABASE_URL": db_url,
-        "DEBUG": "false",
-        "LOG_LEVEL": "WARNING",
-        "CONTEXTSVC_UPSTREAM_OPENAI_URL": f"{upstream}/v1",
-    }
-    server = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "contextsvc.asgi:application"]
-        + ["-k", "uvicorn_worker.UvicornWorker", "-w", "1", "-b", f"127.0.0.1:{port}"]
-        + ["--log-level", "warning", "--timeout", "300"],
-        cwd=ROOT,
-        env=env,
-    )
-    for _ in range(300):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return port, server
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError("the proxy did not start")
 
 
 def first_event(url: str, body: dict, headers: dict) -> float:
@@ -140,7 +107,7 @@ def codex_task(base_url: str, fake, headers: dict) -> tuple[int, int, float]:
 
 
 def main() -> None:
-    os.environ.update(LIMITS)
+    os.environ.update(OUT_OF_REACH)
     db_url = django_on_scratch_database("responses")
     from sessions.services.keys import agent_key_create
     from sessions.services.sessions import session_create
@@ -148,7 +115,7 @@ def main() -> None:
 
     key, agent_key = agent_key_create(name="bench")
     fake = FakeResponses(api_key=KEY).start()
-    port, server = proxy_process(db_url, fake.base_url)
+    port, server = proxy_process(db_url, CONTEXTSVC_UPSTREAM_OPENAI_URL=f"{fake.base_url}/v1")
     proxy = f"http://127.0.0.1:{port}/proxy/openai/v1"
     try:
         print("(figures taken on a shared machine, under load)")

@@ -197,3 +197,42 @@ class Peak:
 
 def mb(n: float) -> str:
     return f"{n / 1e6:.1f} MB"
+
+
+# The benchmarks drive one key as fast as they can: rates stay on (their cost is
+# measured) but far out of reach; the concurrency limit is off.
+OUT_OF_REACH = {
+    "CONTEXTSVC_RATE_LIMIT": "1000000/second",
+    "CONTEXTSVC_RATE_LIMIT_MB": "1000000/second",
+    "CONTEXTSVC_MAX_CONCURRENT_PER_KEY": "0",
+}
+
+
+def proxy_process(db_url: str, **env: str) -> tuple[int, subprocess.Popen]:
+    """The proxy as deployed (gunicorn, one uvicorn worker) on a free port: (port, process).
+
+    ``env`` adds settings (the upstream URLs and keys) to the limits out of reach.
+    """
+    port = free_port()
+    full = {
+        **os.environ,
+        **OUT_OF_REACH,
+        "DATABASE_URL": db_url,
+        "DEBUG": "false",
+        "LOG_LEVEL": "WARNING",
+        **env,
+    }
+    server = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "contextsvc.asgi:application"]
+        + ["-k", "uvicorn_worker.UvicornWorker", "-w", "1", "-b", f"127.0.0.1:{port}"]
+        + ["--log-level", "warning", "--timeout", "300"],
+        cwd=ROOT,
+        env=full,
+    )
+    for _ in range(300):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return port, server
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError("the proxy did not start")
