@@ -243,7 +243,7 @@ def rebuild_after_overflow(
     if window is not None and window < session.context_window:
         session = session_update(session=session, data={"context_window": window})
     compaction_overflow(session=session, detail=json.dumps(error)[:500])
-    session = Session.objects.get(pk=prepared.session.pk)
+    session = read_session(prepared.session.pk)
     return _build(session, dialect, converted, prepared.synced, prepared.runnable)
 
 

@@ -176,3 +176,17 @@ def arguments_to_text(arguments: dict[str, Any]) -> str:
 def without_none(value: dict[str, Any]) -> dict[str, Any]:
     """A dict without its ``None`` values: SDKs dump unset optional fields as null."""
     return {k: v for k, v in value.items() if v is not None}
+
+
+def function_tool(name: str, description: Any, parameters: Any) -> ToolDef:
+    """An OpenAI function tool (Chat Completions or Responses) as the service's ``ToolDef``.
+
+    An absent schema is the empty object schema (the APIs accept a function
+    without ``parameters``).
+    """
+    return ToolDef(
+        name=name,
+        description=description or "",
+        input_schema=parameters or {"type": "object", "properties": {}},
+        category="mcp",
+    )

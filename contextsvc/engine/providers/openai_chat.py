@@ -45,12 +45,12 @@ from .common import (
     arguments_to_text,
     as_int,
     attach_meta,
+    function_tool,
     take_meta,
     without_none,
 )
 
 INSTRUCTION_ROLES = ("system", "developer")
-_EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
 _KNOWN = {
     "user": {"role", "content", "name"},
     "assistant": {"role", "content", "name", "tool_calls", "reasoning_content"},
@@ -148,14 +148,7 @@ def tools_to_defs(
                 f"Missing required parameter: 'tools[{i}].function.name'.", f"tools.{i}"
             )
         name = function["name"]
-        defs.append(
-            ToolDef(
-                name=name,
-                description=function.get("description") or "",
-                input_schema=function.get("parameters") or dict(_EMPTY_SCHEMA),
-                category="mcp",
-            )
-        )
+        defs.append(function_tool(name, function.get("description"), function.get("parameters")))
         extra = {
             k: v for k, v in function.items() if k not in ("name", "description", "parameters")
         }

@@ -57,7 +57,6 @@ TURN_ITEMS = (
     "mcp_list_tools",
     "mcp_approval_request",
 )
-_EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
 _TEXT_TYPES = ("input_text", "output_text", "text")
 
 

@@ -12,9 +12,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..messages import ToolDef
-from .common import ConversionError
-
-_EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
+from .common import ConversionError, function_tool
 
 
 def tools_to_defs(
@@ -32,14 +30,7 @@ def tools_to_defs(
             continue
         if not isinstance(tool.get("name"), str):
             raise ConversionError(f"Missing required parameter: 'tools[{i}].name'.", f"tools.{i}")
-        defs.append(
-            ToolDef(
-                name=tool["name"],
-                description=tool.get("description") or "",
-                input_schema=tool.get("parameters") or dict(_EMPTY_SCHEMA),
-                category="mcp",
-            )
-        )
+        defs.append(function_tool(tool["name"], tool.get("description"), tool.get("parameters")))
         extra = {
             k: v for k, v in tool.items() if k not in ("type", "name", "description", "parameters")
         }
