@@ -181,3 +181,32 @@ def test_compaction_after_a_retract_sees_only_live_messages(alice, turned):
     assert session.conversation_tokens == sum(m.token_count for m in live)
     resume = alice.get(f"sessions/{turned}/snapshot").json()
     assert all(m["seq"] < 5 for m in resume["messages"])
+
+
+def test_retracting_after_a_compaction_leaves_the_snapshot_resume_without_them(alice, make_session):
+    sid = make_session(id="snap", context_window=12_000, max_output_tokens=1_000)["id"]
+    for t in range(4):
+        _post(
+            alice,
+            sid,
+            [
+                {"role": "user", "content": f"turn {t}: " + "explain the module " * 120},
+                *tool_turn(f"s{t}", "line of output\n" * 150),
+                {"role": "assistant", "content": "done " * 100},
+            ],
+        )
+    run = alice.post(
+        f"sessions/{sid}/compact",
+        {"wait": True, "strategy": "drop_oldest_turns", "retain_last_turns": 1},
+    )
+    assert run.status_code == 200 and run.json()["changed"] is True, run.content
+    resume = alice.get(f"sessions/{sid}/snapshot").json()
+    kept = [m["seq"] for m in resume["messages"]]
+    assert resume["snapshot"] is not None and kept and kept[-1] == 16
+    # The last turn, kept by the snapshot, is retracted: resume and context drop it.
+    response = _retract(alice, sid, {"from_seq": kept[0]})
+    assert response.status_code == 200, response.content
+    assert alice.get(f"sessions/{sid}/snapshot").json()["messages"] == []
+    session = Session.objects.get(external_id=sid)
+    assert session.live_message_count == 0 and session.conversation_tokens == 0
+    assert alice.get(f"sessions/{sid}/context", format="raw").json()["messages"] == []
