@@ -19,7 +19,8 @@ class AsyncClient:
 
     ``AsyncClient("http://127.0.0.1:8000", "cx_…")``; use as an async context
     manager or call :meth:`aclose`. ``http_client`` lets you bring your own
-    ``httpx.AsyncClient`` (its base URL and headers are then yours to set).
+    ``httpx.AsyncClient`` (its base URL and headers are then yours to set); ``transport`` an httpx
+    transport under the client's own.
     """
 
     def __init__(
@@ -31,10 +32,14 @@ class AsyncClient:
         retry: RetryPolicy | None = None,
         headers: Mapping[str, str] | None = None,
         http_client: httpx.AsyncClient | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.retry = retry or RetryPolicy()
         self._http = http_client or httpx.AsyncClient(
-            base_url=api_base(base_url), headers=auth_headers(api_key, headers), timeout=timeout
+            base_url=api_base(base_url),
+            headers=auth_headers(api_key, headers),
+            timeout=timeout,
+            transport=transport,
         )
 
     async def __aenter__(self) -> AsyncClient:

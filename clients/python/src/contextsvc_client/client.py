@@ -30,7 +30,8 @@ class Client:
 
     ``Client("http://127.0.0.1:8000", "cx_…")``; use as a context manager or
     call :meth:`close`. ``http_client`` lets you bring your own
-    ``httpx.Client`` (its base URL and headers are then yours to set).
+    ``httpx.Client`` (its base URL and headers are then yours to set); ``transport`` an httpx
+    transport under the client's own.
     """
 
     def __init__(
@@ -42,10 +43,14 @@ class Client:
         retry: RetryPolicy | None = None,
         headers: Mapping[str, str] | None = None,
         http_client: httpx.Client | None = None,
+        transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.retry = retry or RetryPolicy()
         self._http = http_client or httpx.Client(
-            base_url=api_base(base_url), headers=auth_headers(api_key, headers), timeout=timeout
+            base_url=api_base(base_url),
+            headers=auth_headers(api_key, headers),
+            timeout=timeout,
+            transport=transport,
         )
 
     def __enter__(self) -> Client:
