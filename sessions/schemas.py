@@ -326,6 +326,14 @@ class AppendIn(In):
     messages: list[MessageIn]
 
 
+class RetractIn(In):
+    """Exactly one of ``last`` (the last N live messages) or ``from_seq`` (every live
+    message from that seq on); the service names the field when both or neither come."""
+
+    last: int | None = Field(None, ge=1, le=MAX_TURNS)
+    from_seq: int | None = Field(None, ge=1, le=MAX_SEQ)
+
+
 class UsageIn(In):
     # Each at most MAX_TOKENS, so their sum (total_tokens) fits its column.
     input_tokens: int = Field(0, ge=0, le=MAX_TOKENS)

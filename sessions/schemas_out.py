@@ -159,6 +159,21 @@ class AppendOut(Out):
     budget: BudgetOut
 
 
+class RetractedOut(Out):
+    seq: int
+    role: Literal["user", "assistant", "tool", "system"]
+    token_count: int
+
+
+class RetractOut(Out):
+    session_id: str
+    retracted: list[RetractedOut] = Field(
+        ..., description="The messages taken out of the live window now (empty on a repeat)"
+    )
+    live_message_count: int
+    budget: BudgetOut
+
+
 class UsageOut(Out):
     total_tokens: int
     estimated_tokens: int

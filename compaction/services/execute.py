@@ -17,6 +17,7 @@ from django.utils import timezone
 from contextsvc.engine.errors import EngineValidationError
 from contextsvc.engine.summarize import Summarizer, SummarizerError
 from contextsvc.errors import ServiceError
+from sessions.models import Session
 
 from .. import leases
 from ..models import CompactionRun
@@ -88,7 +89,7 @@ def compaction_execute(
 
 def _execute_claimed(
     run: CompactionRun, attempt: int, *, can_retry: bool, summarizer: Summarizer | None
-) -> CompactionRun:
+) -> CompactionRun | None:
     started = time.perf_counter()
     cpu_started = time.thread_time()
     try:
@@ -116,6 +117,11 @@ def _execute_claimed(
             raise RetryableCompactionError(str(exc)) from exc
         compaction_mark_failed(run, attempt, "SERVICE_UNAVAILABLE", f"database: {exc}", started)
         raise
+    except (CompactionRun.DoesNotExist, Session.DoesNotExist):
+        # The session was deleted under the run (its rows with it): nothing to
+        # write, and nothing may be written — a save would bring it back.
+        logger.info("compaction run %s: its session was deleted, stopping", run.pk)
+        return None
     except Exception as exc:
         compaction_mark_failed(
             run, attempt, "INTERNAL_ERROR", f"{type(exc).__name__}: {exc}", started

@@ -113,7 +113,9 @@ def _answered_call_ids(session_pk: int, ids: list[str]) -> list[str]:
             cursor.execute(
                 f"SELECT {column} FROM {meta.db_table}"
                 f" WHERE {meta.get_field('session').column} = %s"
-                f" AND {column} IN ({', '.join(['%s'] * len(chunk))}) LIMIT 1",
+                f" AND {column} IN ({', '.join(['%s'] * len(chunk))})"
+                # A retracted result answers nothing: a retried turn may post it again.
+                f" AND {meta.get_field('retracted_at').column} IS NULL LIMIT 1",
                 [session_pk, *chunk],
             )
             found = [row[0] for row in cursor.fetchall()]

@@ -40,7 +40,10 @@ def session_record_usage(
     if through < session.last_seq:
         later = (
             Message.objects.filter(
-                session=session, seq__gt=through, seq__gte=session.window_start_seq
+                session=session,
+                seq__gt=through,
+                seq__gte=session.window_start_seq,
+                retracted_at__isnull=True,
             ).aggregate(t=Sum("token_count"))["t"]
             or 0
         )
