@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 from django.db import transaction
 from django.http import HttpResponse
@@ -52,6 +52,7 @@ from .services.inputs import (
     ToolData,
     UsageData,
 )
+from .services.native import native_messages
 from .services.retract import retract_fingerprint, session_retract_messages
 from .services.sessions import session_create, session_set_sections, session_update
 from .services.tools import session_set_tools
@@ -133,16 +134,29 @@ def put_tools(request: ApiRequest, sid: str, payload: list[ToolDefIn]) -> dict[s
     }
 
 
+class AppendQuery(Schema):
+    format: Literal["anthropic", "openai", "responses"] | None = Field(
+        None,
+        description="Post messages as the agent holds them for this provider (default: "
+        "the service's own shape): Anthropic Messages, OpenAI Chat Completions messages, "
+        "or OpenAI Responses input items",
+    )
+
+
 @router.post("/sessions/{sid}/messages", response={200: AppendOut, 409: ErrorOut})
 def post_messages(
     request: ApiRequest,
     sid: str,
     payload: AppendIn,
+    q: Query[AppendQuery],
     idempotency_key: str | None = Header(None, alias="Idempotency-Key", max_length=200),
 ) -> HttpResponse:
     nul.reject_in_text(idempotency_key, "Idempotency-Key")
     session = _session(request, sid)
-    messages = cast(list[MessageData], [m.model_dump() for m in payload.messages])
+    if q.format is not None:
+        messages = native_messages(q.format, payload.messages)
+    else:
+        messages = cast(list[MessageData], [m.model_dump() for m in payload.messages])
     # Pre-rendered like the context: the hot path skips re-validating its own
     # answer against AppendOut (~55 µs); the contract tests hold it to the schema.
     return json_response(
