@@ -1,7 +1,7 @@
 """The service as the client meets it: a real gunicorn (tests/live_server.py), one per test run.
 
 On PostgreSQL the server shares the suite's test database (its rows are
-committed: ``transactional_db``), and each test gets a fresh agent key there.
+committed: the tests are marked ``LIVE_DB``), and each test gets a fresh agent key there.
 On SQLite the suite's test database lives in memory, out of the server's
 reach: the server gets a SQLite file of its own, migrated and given a key by
 ``manage.py`` before it starts.
@@ -24,6 +24,10 @@ from django.db import connection
 
 from sessions.services.keys import agent_key_create
 from tests.live_server import ROOT, database_url, gunicorn
+
+# Committed rows the server can read; the mark also makes pytest-django set the test
+# database up (it only does so for tests that declare one).
+LIVE_DB = pytest.mark.django_db(transaction=True)
 
 
 @dataclass(frozen=True)
@@ -96,10 +100,9 @@ def _live_server(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterat
 
 
 @pytest.fixture
-def live_service(request, _live_server) -> LiveService:
+def live_service(_live_server) -> LiveService:
     """The running service and a key for it (a new key per test on PostgreSQL)."""
     if _live_server.sqlite_key is not None:
         return LiveService(_live_server.url, _live_server.sqlite_key, _live_server.log)
-    request.getfixturevalue("transactional_db")
     _, raw = agent_key_create(name="client-tests")
     return LiveService(_live_server.url, raw, _live_server.log)

@@ -24,8 +24,11 @@ from contextsvc_client import (
     ValidationError,
 )
 
+from tests.clients.conftest import LIVE_DB
 from tests.conftest import tool_turn
 from tests.live_server import free_port
+
+pytestmark = [LIVE_DB]
 
 FAST = RetryPolicy(max_retries=3, backoff=0.01, max_backoff=0.05)
 WINDOW = {"context_window": 32_000, "max_output_tokens": 4_096, "buffer_tokens": 2_048}
