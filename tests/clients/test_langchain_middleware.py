@@ -81,7 +81,9 @@ def test_the_model_receives_the_managed_context(live_service):
                     tool_calls=[{"id": "call_1", "name": "build_log", "args": {"target": "app"}}],
                     usage_metadata=_usage(700, 20),
                 ),
-                AIMessage(content="The build compiled 3000 modules.", usage_metadata=_usage(900, 12)),
+                AIMessage(
+                    content="The build compiled 3000 modules.", usage_metadata=_usage(900, 12)
+                ),
             ]
         )
         agent = create_agent(
