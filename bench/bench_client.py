@@ -19,7 +19,6 @@ from collections.abc import Awaitable, Callable
 
 import httpx
 from common import django_on_scratch_database, drop_database, gunicorn, pct
-
 from contextsvc_client import AsyncClient, Client
 
 N = 600  # calls per kind and per side

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from contextsvc_client import Client
+from contextsvc_client.langchain import ContextsvcMiddleware
 from langchain.agents import create_agent
 from langchain_core.language_models.chat_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
@@ -18,8 +20,6 @@ from langchain_core.tools import tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import Field
 
-from contextsvc_client import Client
-from contextsvc_client.langchain import ContextsvcMiddleware
 from tests.clients.conftest import LIVE_DB
 from tests.conftest import tool_turn
 
