@@ -34,6 +34,7 @@ from .schemas_out import (
     BudgetDetailOut,
     BuiltinToolResultOut,
     BuiltinToolsOut,
+    DeletedOut,
     RetractOut,
     SectionsOut,
     SessionListOut,
@@ -110,11 +111,11 @@ def patch_session(request: ApiRequest, sid: str, payload: SessionPatchIn) -> dic
         return selectors.session_to_dict(session)
 
 
-@router.delete("/sessions/{sid}", response={204: None})
-def delete_session(request: ApiRequest, sid: str) -> Status:
+@router.delete("/sessions/{sid}", response=DeletedOut)
+def delete_session(request: ApiRequest, sid: str) -> dict[str, Any]:
     """Delete the session with its transcript, outputs, snapshots, runs and proxy state."""
     session_delete(session=_session(request, sid))
-    return Status(204, None)
+    return {"id": sid, "deleted": True}
 
 
 @router.put("/sessions/{sid}/system", response=SectionsOut)

@@ -62,8 +62,8 @@ def test_delete_removes_the_session_and_all_its_rows(alice, make_session):
     before = _counts(pk)
     assert before["messages"] and before["outputs"] and before["chunks"] and before["runs"]
     response = alice.request("DELETE", f"sessions/{sid}")
-    assert response.status_code == 204, response.content
-    assert response.content == b""
+    assert response.status_code == 200, response.content
+    assert response.json() == {"id": sid, "deleted": True}
     assert set(_counts(pk).values()) == {0}
     assert not Session.objects.filter(pk=pk).exists()
     assert alice.get(f"sessions/{sid}").status_code == 404
@@ -100,7 +100,7 @@ def test_a_running_compaction_does_not_bring_a_deleted_session_back(alice, make_
         session=session, trigger="manual", strategy="drop_oldest_turns", enqueue=False
     )
     # The delete lands while the run is queued; the executor then finds nothing.
-    assert alice.request("DELETE", f"sessions/{sid}").status_code == 204
+    assert alice.request("DELETE", f"sessions/{sid}").status_code == 200
     assert compaction_execute(run_id=run.pk) is None
     assert not Session.objects.filter(external_id=sid).exists()
     assert not Snapshot.objects.filter(session_id=session.pk).exists()

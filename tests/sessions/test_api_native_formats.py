@@ -111,7 +111,11 @@ def _post(alice, sid, fmt, messages, **kw):
 @pytest.mark.parametrize(
     "fmt, messages, stored",
     [
-        ("anthropic", ANTHROPIC, ["user", "assistant", "tool", "user", "assistant", "tool", "assistant"]),
+        (
+            "anthropic",
+            ANTHROPIC,
+            ["user", "assistant", "tool", "user", "assistant", "tool", "assistant"],
+        ),
         ("openai", OPENAI, ["user", "assistant", "tool", "assistant", "user"]),
         ("responses", RESPONSES, ["user", "assistant", "tool", "assistant"]),
     ],
@@ -137,7 +141,12 @@ def test_openai_round_trip_through_the_context(alice, make_session):
     sid = _session(alice, make_session, "rt-o")
     assert _post(alice, sid, "openai", OPENAI).status_code == 200
     body = alice.get(f"sessions/{sid}/context", format="openai").json()
-    assert [m for m in body["messages"] if m["role"] != "system"] == OPENAI
+    # reasoning_content is kept (the transcript's reasoning) but never sent back:
+    # OpenAI and DeepSeek refuse it in a request.
+    expected = [{k: v for k, v in m.items() if k != "reasoning_content"} for m in OPENAI]
+    assert [m for m in body["messages"] if m["role"] != "system"] == expected
+    raw = alice.get(f"sessions/{sid}/context", format="raw").json()
+    assert raw["messages"][3]["reasoning"] == "counted"
 
 
 def test_responses_round_trip_through_the_context(alice, make_session):
@@ -166,7 +175,15 @@ def _without_cache_control(messages):
     [
         (
             "anthropic",
-            [{"role": "user", "content": [{"type": "text", "text": "hi"}, {"type": "tool_result", "tool_use_id": "x", "content": "y"}]}],
+            [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": "hi"},
+                        {"type": "tool_result", "tool_use_id": "x", "content": "y"},
+                    ],
+                }
+            ],
             "messages.0.content.1",
             "must come first",
         ),
@@ -174,7 +191,12 @@ def _without_cache_control(messages):
         ("anthropic", [{"role": "user", "content": 5}], "messages.0.content", "string or list"),
         (
             "anthropic",
-            [{"role": "user", "content": [{"type": "tool_use", "id": "t", "name": "bash", "input": {}}]}],
+            [
+                {
+                    "role": "user",
+                    "content": [{"type": "tool_use", "id": "t", "name": "bash", "input": {}}],
+                }
+            ],
             "messages.0.content.0",
             "only allowed in assistant",
         ),
@@ -182,11 +204,21 @@ def _without_cache_control(messages):
         ("openai", [{"role": "wizard", "content": "x"}], "messages.0.role", "Supported values"),
         (
             "openai",
-            [{"role": "assistant", "tool_calls": [{"id": "c", "type": "function", "function": {}}]}],
+            [
+                {
+                    "role": "assistant",
+                    "tool_calls": [{"id": "c", "type": "function", "function": {}}],
+                }
+            ],
             "messages.0.tool_calls.0",
             "function.name",
         ),
-        ("responses", [{"type": "function_call_output", "output": "x"}], "messages.0.call_id", "call_id"),
+        (
+            "responses",
+            [{"type": "function_call_output", "output": "x"}],
+            "messages.0.call_id",
+            "call_id",
+        ),
         ("responses", [{"type": "frobnicate"}], "messages.0.type", "Not a Responses input item"),
         ("responses", [{"role": "tool", "content": "x"}], "messages.0.role", "Supported values"),
         ("responses", ["just text"], "messages.0", "expected an object"),
@@ -196,7 +228,11 @@ def test_bad_native_message_is_422_naming_field_and_rule(
     alice, make_session, fmt, messages, field, rule
 ):
     sid = make_session(id="bad")["id"]
-    ok = {"openai": {"role": "user", "content": "fine"}, "anthropic": {"role": "user", "content": "fine"}, "responses": {"role": "user", "content": "fine"}}[fmt]
+    ok = {
+        "openai": {"role": "user", "content": "fine"},
+        "anthropic": {"role": "user", "content": "fine"},
+        "responses": {"role": "user", "content": "fine"},
+    }[fmt]
     # A valid message first: nothing of the batch may be stored.
     shifted = [ok, *messages]
     response = _post(alice, sid, fmt, shifted)
@@ -217,7 +253,10 @@ def test_unknown_result_in_a_native_batch_names_the_native_message(alice, make_s
         "anthropic",
         [
             {"role": "user", "content": "go"},
-            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "nope", "content": "x"}]},
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": "nope", "content": "x"}],
+            },
         ],
     )
     assert response.status_code == 422

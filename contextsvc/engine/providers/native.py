@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import anthropic, openai_chat, openai_responses
-from .common import ConversionError
+from .common import META, ConversionError
 
 FORMATS: tuple[str, ...] = ("anthropic", "openai", "responses")
 
@@ -76,6 +76,17 @@ def _anthropic_starts(messages: Sequence[dict[str, Any]]) -> list[int]:
     return starts
 
 
+def _mark_string(message: dict[str, Any]) -> dict[str, Any]:
+    """An Anthropic user / assistant message posted with a string: marked so the
+    build gives a string back (a plain string of the service's shape goes out as a block)."""
+    if message["role"] in ("user", "assistant") and isinstance(message.get("content"), str):
+        return {
+            **message,
+            "content": [{"type": "text", "text": message["content"], META: {"string": True}}],
+        }
+    return message
+
+
 def _check_items(items: Sequence[Any]) -> None:
     for i, item in enumerate(items):
         if not isinstance(item, dict):
@@ -95,7 +106,7 @@ def to_transcript(fmt: str, messages: Any) -> tuple[list[dict[str, Any]], list[i
         raise NativeFormatError(fmt, "Input should be a valid list", "messages")
     try:
         if fmt == "anthropic":
-            out = anthropic.messages_to_transcript(messages)
+            out = [_mark_string(m) for m in anthropic.messages_to_transcript(messages)]
             return out, _anthropic_starts(messages)
         if fmt == "openai":
             return openai_chat.messages_to_transcript(messages), list(range(len(messages)))
