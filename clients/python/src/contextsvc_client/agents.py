@@ -145,7 +145,7 @@ class ContextsvcSession:
 
     async def clear_session(self, *, wrapper: Any = None) -> None:
         try:
-            data = (await self.service.refresh()) if not self.service.data else self.service.data
+            data = await self.service.refresh()
         except NotFoundError:
             return
         await self.service.delete()
