@@ -13,6 +13,7 @@ the client process, so the figures are this process's CPU time per call
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -47,9 +48,9 @@ def _report(kind: str, raw: list[tuple[float, float]], ours: list[tuple[float, f
     raw_p50 = pct([w for _, w in raw], 0.5) * 1e3
     our_p50 = pct([w for _, w in ours], 0.5) * 1e3
     print(
-        f"{kind:<22} client CPU/call: httpx {raw_cpu:.3f} ms, contextsvc_client {our_cpu:.3f} ms "
-        f"(+{our_cpu - raw_cpu:.3f} ms) | wall p50: {raw_p50:.2f} vs {our_p50:.2f} ms "
-        f"(+{our_p50 - raw_p50:.2f} ms)"
+        f"{kind:<26} client CPU/call: httpx {raw_cpu:.3f} ms, contextsvc_client {our_cpu:.3f} ms "
+        f"({our_cpu - raw_cpu:+.3f} ms) | wall p50: {raw_p50:.2f} vs {our_p50:.2f} ms "
+        f"({our_p50 - raw_p50:+.2f} ms)"
     )
 
 
@@ -108,6 +109,7 @@ async def _async(base: str, key: str) -> None:
 
 
 def main() -> None:
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request otherwise
     db_url = django_on_scratch_database("_bench_client")
     # Only importable once Django is set up on the scratch database.
     from sessions.services.keys import agent_key_create
