@@ -8,6 +8,7 @@ service: messages, usage, and a large tool output through the output store.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from contextsvc_client import Client
@@ -135,3 +136,31 @@ def test_a_second_invocation_posts_only_what_is_new(live_service):
         assert contents == ["hi", "Hello.", "still there?", "Still here."]
         # Without a system prompt the service sends none; the second call saw the whole window.
         assert [m.content for m in model.seen[1]] == ["hi", "Hello.", "still there?"]
+
+
+def test_the_async_agent_goes_through_the_same_hooks(live_service):
+    with Client(live_service.url, live_service.key) as client:
+        session = client.create_session("gpt-4o", provider="openai", **WINDOW)
+        model = ScriptedChat(
+            replies=[
+                AIMessage(
+                    content="",
+                    tool_calls=[{"id": "call_w", "name": "weather", "args": {"city": "Oslo"}}],
+                    usage_metadata=_usage(300, 9),
+                ),
+                AIMessage(content="Sunny in Oslo.", usage_metadata=_usage(340, 5)),
+            ]
+        )
+        agent = create_agent(model, tools=[weather], middleware=[ContextsvcMiddleware(session)])
+        result = asyncio.run(agent.ainvoke({"messages": [{"role": "user", "content": "Oslo?"}]}))
+
+        assert result["messages"][-1].content == "Sunny in Oslo."
+        raw = session.context("raw")["messages"]
+        assert [(m["role"], m["content"]) for m in raw] == [
+            ("user", "Oslo?"),
+            ("assistant", ""),
+            ("tool", "sunny"),
+            ("assistant", "Sunny in Oslo."),
+        ]
+        assert [m.content for m in model.seen[1]][-1] == "sunny"
+        assert len(session.budget()["usage_reports"]) == 2
