@@ -9,6 +9,7 @@ service's errors as typed exceptions with their code.
 from __future__ import annotations
 
 import asyncio
+import io
 import time
 
 import httpx
@@ -114,6 +115,21 @@ def test_a_session_round_trip_through_every_operation(live_service):
         assert again.data["id"] == session.id
         listed = client.list_sessions(agent="client-test")
         assert session.id in [s["id"] for s in listed["items"]]
+
+
+def test_upload_output_streams_a_file_or_chunks(live_service):
+    lines = [f"{i:07d} {'x' * 60}\n".encode() for i in range(1, 50_001)]  # ~3.4 MB
+    whole = b"".join(lines)
+    with Client(live_service.url, live_service.key) as client:
+        session = client.create_session("claude-sonnet-4-5", **WINDOW)
+        from_file = session.upload_output(io.BytesIO(whole), tool_name="build")
+        chunks = (b"".join(lines[i : i + 1000]) for i in range(0, len(lines), 1000))
+        from_chunks = session.upload_output(chunks, tool_name="build")  # chunked, no length
+        assert from_file["line_count"] == 50_000 and from_file["byte_size"] == len(whole)
+        # The same bytes: stored once, whichever way they came.
+        assert from_chunks["deduplicated"] and from_chunks["ref"] == from_file["ref"]
+        last = session.read_ref(from_file["ref"], offset=50_000, limit=1)
+        assert "0050000" in last["text"] and not last["has_more"]
 
 
 def test_retract_takes_the_last_messages_out_of_the_window(live_service):

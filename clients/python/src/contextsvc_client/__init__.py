@@ -7,7 +7,7 @@ Framework adapters live in submodules that need their framework installed:
 
 from __future__ import annotations
 
-from ._core import NO_RETRIES, Call, ContextFormat, Json, MessageFormat, RetryPolicy
+from ._core import NO_RETRIES, Call, ContextFormat, Json, MessageFormat, RetryPolicy, UploadData
 from .aio import AsyncClient, AsyncSession
 from .client import Client, Session
 from .errors import (
@@ -41,5 +41,6 @@ __all__ = [
     "ServiceUnavailableError",
     "Session",
     "UnauthorizedError",
+    "UploadData",
     "ValidationError",
 ]

@@ -12,14 +12,16 @@ import json
 import random
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import IO, Any, Literal
 from urllib.parse import quote
 
 import httpx
 
 Json = dict[str, Any]
+# A tool output to upload: whole (bytes, text), or streamed (a binary file, chunks).
+UploadData = bytes | str | IO[bytes] | Iterable[bytes] | AsyncIterable[bytes]
 MessageFormat = Literal["anthropic", "openai", "responses"]
 ContextFormat = Literal["anthropic", "openai", "responses", "raw"]
 
@@ -73,10 +75,12 @@ class Call:
     path: str
     params: Mapping[str, Any] | None = None
     json: Any = None
-    content: bytes | None = None
+    content: Any = None  # bytes, or a stream httpx reads once
     headers: dict[str, str] = field(default_factory=dict)
     # Safe to send again when the answer was lost (the request may have been applied).
     idempotent: bool = True
+    # A streamed body cannot be sent twice: no retry of any kind.
+    retryable: bool = True
     # Parse the body as JSON (False: a 204 or raw bytes).
     returns_json: bool = True
 
@@ -204,13 +208,17 @@ def snapshot(sid: str) -> Call:
 # --- tool outputs ---------------------------------------------------------------------
 
 
-def upload_output(sid: str, data: bytes | str, *, tool_name: str) -> Call:
+def upload_output(sid: str, data: UploadData, *, tool_name: str) -> Call:
     # Stored by content hash: a repeat answers 200 with the same ref.
-    body = data.encode() if isinstance(data, str) else bytes(data)
     headers = {"Content-Type": "application/octet-stream"}
     if tool_name:
         headers["X-Tool-Name"] = tool_name
-    return Call("PUT", f"/sessions/{_sid(sid)}/outputs", content=body, headers=headers)
+    path = f"/sessions/{_sid(sid)}/outputs"
+    if isinstance(data, str | bytes | bytearray | memoryview):
+        body = data.encode() if isinstance(data, str) else bytes(data)
+        return Call("PUT", path, content=body, headers=headers)
+    # Streamed as it is read (chunked), never held whole; so it goes once.
+    return Call("PUT", path, content=data, headers=headers, retryable=False)
 
 
 def read_ref(ref: str, *, offset: int, limit: int, max_line_length: int | None) -> Call:

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 
 from . import _core
-from ._core import Call, ContextFormat, Json, MessageFormat, RetryPolicy
+from ._core import Call, ContextFormat, Json, MessageFormat, RetryPolicy, UploadData
 from .client import DEFAULT_TIMEOUT, api_base, auth_headers
 from .errors import ConnectionFailedError, error_from_response
 
@@ -58,13 +58,21 @@ class AsyncClient:
             try:
                 response = await self._http.request(call.method, call.path, **call.request_kwargs())
             except httpx.TransportError as exc:
-                if attempt >= self.retry.max_retries or not _core.may_retry(call, exc):
+                if (
+                    not call.retryable
+                    or attempt >= self.retry.max_retries
+                    or not _core.may_retry(call, exc)
+                ):
                     raise ConnectionFailedError(f"{call.method} {call.path}: {exc!r}") from exc
                 await asyncio.sleep(self.retry.delay(attempt))
                 attempt += 1
                 continue
             status = response.status_code
-            if status in _core.RETRY_STATUSES and attempt < self.retry.max_retries:
+            if (
+                status in _core.RETRY_STATUSES
+                and call.retryable
+                and attempt < self.retry.max_retries
+            ):
                 await asyncio.sleep(self.retry.delay(attempt, response))
                 attempt += 1
                 continue
@@ -259,8 +267,13 @@ class AsyncSession:
         """Resume data: the newest snapshot and the messages after it."""
         return await self.client.send(_core.snapshot(self.id))
 
-    async def upload_output(self, data: bytes | str, *, tool_name: str = "") -> Json:
-        """Store a large tool output; a tool message then carries its ``ref`` as ``output_ref``."""
+    async def upload_output(self, data: UploadData, *, tool_name: str = "") -> Json:
+        """Store a large tool output; a tool message then carries its ``ref`` as ``output_ref``.
+
+        ``data``: bytes or text (retried like any call), or a binary file or
+        an iterable of byte chunks (an async iterable for the async client),
+        streamed as read and so sent once.
+        """
         return await self.client.send(_core.upload_output(self.id, data, tool_name=tool_name))
 
     async def read_ref(

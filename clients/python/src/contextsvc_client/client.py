@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 
 from . import _core
-from ._core import Call, ContextFormat, Json, MessageFormat, RetryPolicy
+from ._core import Call, ContextFormat, Json, MessageFormat, RetryPolicy, UploadData
 from .errors import ConnectionFailedError, error_from_response
 
 DEFAULT_TIMEOUT = 60.0
@@ -69,13 +69,21 @@ class Client:
             try:
                 response = self._http.request(call.method, call.path, **call.request_kwargs())
             except httpx.TransportError as exc:
-                if attempt >= self.retry.max_retries or not _core.may_retry(call, exc):
+                if (
+                    not call.retryable
+                    or attempt >= self.retry.max_retries
+                    or not _core.may_retry(call, exc)
+                ):
                     raise ConnectionFailedError(f"{call.method} {call.path}: {exc!r}") from exc
                 time.sleep(self.retry.delay(attempt))
                 attempt += 1
                 continue
             status = response.status_code
-            if status in _core.RETRY_STATUSES and attempt < self.retry.max_retries:
+            if (
+                status in _core.RETRY_STATUSES
+                and call.retryable
+                and attempt < self.retry.max_retries
+            ):
                 time.sleep(self.retry.delay(attempt, response))
                 attempt += 1
                 continue
@@ -268,8 +276,13 @@ class Session:
         """Resume data: the newest snapshot and the messages after it."""
         return self.client.send(_core.snapshot(self.id))
 
-    def upload_output(self, data: bytes | str, *, tool_name: str = "") -> Json:
-        """Store a large tool output; a tool message then carries its ``ref`` as ``output_ref``."""
+    def upload_output(self, data: UploadData, *, tool_name: str = "") -> Json:
+        """Store a large tool output; a tool message then carries its ``ref`` as ``output_ref``.
+
+        ``data``: bytes or text (retried like any call), or a binary file or
+        an iterable of byte chunks (an async iterable for the async client),
+        streamed as read and so sent once.
+        """
         return self.client.send(_core.upload_output(self.id, data, tool_name=tool_name))
 
     def read_ref(
