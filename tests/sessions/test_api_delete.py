@@ -59,8 +59,9 @@ def test_delete_removes_the_session_and_all_its_rows(alice, make_session):
     _fill(alice, kept)
     pk = Session.objects.get(external_id=sid).pk
     ClientView.objects.create(session_id=pk)
+    StoredResponse.objects.create(session_id=pk, response_id="resp_1", response={"id": "resp_1"})
     before = _counts(pk)
-    assert before["messages"] and before["outputs"] and before["chunks"] and before["runs"]
+    assert all(before.values()), before
     response = alice.request("DELETE", f"sessions/{sid}")
     assert response.status_code == 200, response.content
     assert response.json() == {"id": sid, "deleted": True}
