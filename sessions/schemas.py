@@ -82,6 +82,13 @@ class CompactionPolicy(In):
     exclude_tools: list[str] = Field([], max_length=1000)
     clear_at_least: int = Field(0, ge=0, le=MAX_TOKENS)
     clear_tool_inputs: bool = False
+    # spec 002 §6 / Anthropic clear_tool_uses: the size below which a result
+    # stays, the "clear the oldest half" alternative, the adaptive keep count.
+    clear_min_bytes: int = Field(1024, ge=0, le=MAX_TOKENS)
+    clear_mode: Literal["keep_recent", "oldest_half"] = "keep_recent"
+    adaptive_keep: bool = False
+    error_keep_factor: int = Field(2, ge=1, le=100)
+    dense_tool_uses: int = Field(8, ge=1, le=MAX_TURNS)
 
     @field_validator("summary_directives", "retain_directives", "exclude_tools")
     @classmethod

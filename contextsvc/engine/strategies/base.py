@@ -74,6 +74,8 @@ class Window:
 
 # --- configuration -------------------------------------------------------------------
 
+CLEAR_MODES: tuple[str, ...] = ("keep_recent", "oldest_half")
+
 
 def check_nonneg_int(value: Any, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -92,6 +94,15 @@ class CompactionConfig:
     exclude_tools: frozenset[str] = frozenset()
     clear_at_least: int = 0
     clear_tool_inputs: bool = False
+    # spec 002 §6 / clear_tool_uses: results under this many bytes are not
+    # worth clearing (the note and the broken cache prefix cost more).
+    clear_min_bytes: int = 1024
+    # "keep_recent" (keep the ``keep_tool_uses`` newest) or "oldest_half".
+    clear_mode: str = "keep_recent"
+    # Keep more results in error-heavy or tool-dense stretches; errors longer.
+    adaptive_keep: bool = False
+    error_keep_factor: int = 2
+    dense_tool_uses: int = 8
     preserve_top: int = 5
     preserve_bottom: int = 5
     sandwich_threshold: float = 0.7
@@ -106,10 +117,18 @@ class CompactionConfig:
             "retain_last_turns",
             "keep_tool_uses",
             "clear_at_least",
+            "clear_min_bytes",
             "preserve_top",
             "preserve_bottom",
         ):
             check_nonneg_int(getattr(self, name), name)
+        if self.clear_mode not in CLEAR_MODES:
+            raise EngineValidationError(
+                f"clear_mode must be one of {', '.join(CLEAR_MODES)}", field="clear_mode"
+            )
+        for name in ("error_keep_factor", "dense_tool_uses"):
+            if check_nonneg_int(getattr(self, name), name) < 1:
+                raise EngineValidationError(f"{name} must be at least 1", field=name)
         if not 0 < self.sandwich_threshold <= 1:
             raise EngineValidationError(
                 "sandwich_threshold must be in (0, 1]", field="sandwich_threshold"
@@ -148,6 +167,11 @@ class CompactionConfig:
             exclude_tools=frozenset(p.get("exclude_tools") or ()),
             clear_at_least=p.get("clear_at_least", 0),
             clear_tool_inputs=bool(p.get("clear_tool_inputs", False)),
+            clear_min_bytes=p.get("clear_min_bytes", 1024),
+            clear_mode=p.get("clear_mode") or "keep_recent",
+            adaptive_keep=bool(p.get("adaptive_keep", False)),
+            error_keep_factor=p.get("error_keep_factor", 2),
+            dense_tool_uses=p.get("dense_tool_uses", 8),
             preserve_top=p.get("preserve_top", 5),
             preserve_bottom=p.get("preserve_bottom", 5),
             sandwich_threshold=p.get("sandwich_threshold", 0.7),
