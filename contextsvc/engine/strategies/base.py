@@ -215,6 +215,10 @@ class StrategyContext:
     reason: str = "budget"
     # spec 004 max_context_tokens for the sandwich threshold (None: the target).
     max_context_tokens: int | None = None
+    # The hard limit for the window (what the provider accepts, by our count):
+    # cutting inside the newest turn only aims here, never at the lower target.
+    # None: ``max_context_tokens``.
+    limit_tokens: int | None = None
     sandwich_state: ContextState | None = None
     # The whole transcript (seq order) for the sandwich; None: the window's messages.
     transcript: Callable[[], list[Message]] | None = None
