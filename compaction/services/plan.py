@@ -138,6 +138,9 @@ def compute_plan(run: CompactionRun, summarizer: Summarizer | None) -> Compactio
         reason="overflow" if run.trigger == Trigger.EMERGENCY else "budget",
         max_context_tokens=max(1, effective - fixed),
         limit_tokens=limit_tokens(session, state),
+        # spec 004: forcing the sandwich alone on a conversation too short to
+        # compress is an error the caller sees (409), not a silent no-op.
+        strict=run.forced and chain == ("sandwich",),
         sandwich_state=sandwich_state,
         transcript=(
             (lambda: selectors.transcript_messages(session, through_seq=through))

@@ -106,6 +106,10 @@ class CompactionConfig:
     preserve_top: int = 5
     preserve_bottom: int = 5
     sandwich_threshold: float = 0.7
+    # spec 004: the middle must hold at least this many messages to be compressed.
+    sandwich_min_middle: int = 1
+    # spec 004's prompt asks to preserve four kinds of content: ask for them as sections.
+    sandwich_sections: bool = True
     summary_max_tokens: int = 4096
     # Cap on what is sent to the summariser (None: no cap).
     summary_input_tokens: int | None = None
@@ -120,6 +124,7 @@ class CompactionConfig:
             "clear_min_bytes",
             "preserve_top",
             "preserve_bottom",
+            "sandwich_min_middle",
         ):
             check_nonneg_int(getattr(self, name), name)
         if self.clear_mode not in CLEAR_MODES:
@@ -175,6 +180,8 @@ class CompactionConfig:
             preserve_top=p.get("preserve_top", 5),
             preserve_bottom=p.get("preserve_bottom", 5),
             sandwich_threshold=p.get("sandwich_threshold", 0.7),
+            sandwich_min_middle=p.get("sandwich_min_middle", 1),
+            sandwich_sections=bool(p.get("sandwich_sections", True)),
             summary_max_tokens=p.get("summary_max_tokens", 4096),
             summary_input_tokens=summary_input_tokens,
             # spec 000 §2.6.2: compaction.model wins over the caller's model.
@@ -219,6 +226,9 @@ class StrategyContext:
     # cutting inside the newest turn only aims here, never at the lower target.
     # None: ``max_context_tokens``.
     limit_tokens: int | None = None
+    # A forced run of the sandwich alone: a conversation too short to compress
+    # is an error (CompressionNotNeededError), not a silent no-op.
+    strict: bool = False
     sandwich_state: ContextState | None = None
     # The whole transcript (seq order) for the sandwich; None: the window's messages.
     transcript: Callable[[], list[Message]] | None = None
