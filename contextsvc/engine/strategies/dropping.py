@@ -210,9 +210,18 @@ def drop_oldest_turns(window: Window, ctx: StrategyContext) -> StrategyOutcome:
         return make_outcome("drop_oldest_turns", window, None, ctx, {"skipped": "no messages"})
     limit = ctx.limit_tokens if ctx.limit_tokens is not None else ctx.max_context_tokens
     goal = ctx.target_tokens if ctx.target_tokens > 0 else limit
-    # What the summary with the note will cost, reserved up front.
-    draft = compression_note(messages=0, turns=0, tokens=0, reason=ctx.reason, fallback=True)
-    spare = counter.messages(Window([], window.retain, f"{window.summary}\n\n{draft}").preamble())
+    # What the summary with the note (and a retain carrying the task's header,
+    # should the task be lifted into it) will cost, reserved up front.
+    draft = compression_note(  # the longest the note can be: every part, large figures
+        messages=199_999,
+        turns=99_999,
+        tokens=99_999_999,
+        reason=ctx.reason,
+        fallback=True,
+        inner=99_999,
+    )
+    lifted = lift_task(window.retain, Message(role="user", content="", seq=10**9))
+    spare = counter.messages(Window([], lifted, f"{window.summary}\n\n{draft}").preamble())
     before = counter.messages(msgs)
     cut = _turn_cut(msgs, goal, spare, ctx)
     fallback = cut == 0
