@@ -9,6 +9,7 @@ import re
 import pytest
 
 from sessions.models import Message, Session
+from tests.conftest import tool_turn
 
 from .conftest import turn
 
@@ -175,3 +176,56 @@ def test_cx_t7_sandwich_summary_in_the_system_role_api(alice, session_factory, p
         assert re.match(r"\[Earlier conversation summary: .+\]$", system_msgs[0]["content"], re.S)
     else:
         assert not in_system and not system_msgs and len(user_summary) == 1
+
+
+# --- spec 003 turn boundaries ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("strategy", ["drop_oldest_turns", "summarize"])
+def test_spec003_turn_boundaries_api_compaction_cuts_only_at_a_turn_start(
+    alice, session_factory, strategy
+):
+    # Turns of uneven length: halving the turn count or keeping the last turn
+    # must still land on a user message, never before an assistant message
+    # in the middle of a turn.
+    session = session_factory(0)
+    sid = session.external_id
+    for t, calls in enumerate([1, 4, 2, 3]):
+        response = alice.post(f"sessions/{sid}/messages", {"messages": turn(t, calls=calls)})
+        assert response.status_code == 200
+    response = compact(alice, sid, strategy)
+    assert response.status_code == 200, response.content
+    assert response.json()["changed"]
+    session.refresh_from_db()
+    first = Message.objects.get(session=session, seq=session.window_start_seq)
+    assert first.role == "user", (strategy, first.role, first.seq)
+    raw = alice.get(f"sessions/{sid}/context?format=raw").json()
+    assert raw["messages"][0]["role"] == "user"
+
+
+@pytest.mark.parametrize(
+    "adaptive,expected",
+    [
+        (False, ["cleared", "cleared", "cleared", "full", "full"]),
+        (True, ["cleared", "full", "full", "full", "full"]),
+    ],
+)
+def test_spec002_6_clearing_api_adaptive_keep_keeps_an_error_heavy_stretch(
+    alice, session_factory, adaptive, expected
+):
+    # 5 results in 5 turns, the 4 newest failing: an error-heavy stretch (the
+    # agent is debugging) doubles the keep count from 2 to 4 (adaptive_keep).
+    policy = {"keep_tool_uses": 2, "adaptive_keep": adaptive, "error_keep_factor": 1}
+    session = session_factory(0, policy={"compaction": policy})
+    sid = session.external_id
+    for k in range(5):
+        output = ("Error: build failed\n" if k else "build ok\n") + "detail line\n" * 120
+        msgs = [{"role": "user", "content": f"try {k}"}, *tool_turn(f"c{k}", output)]
+        assert alice.post(f"sessions/{sid}/messages", {"messages": msgs}).status_code == 200
+    assert compact(alice, sid, "tool_clearing").status_code == 200
+    states = list(
+        Message.objects.filter(session=session, role="tool")
+        .order_by("seq")
+        .values_list("view_state", flat=True)
+    )
+    assert states == expected
