@@ -86,10 +86,22 @@ class CompactionPolicy(In):
     preserve_top: int = Field(5, ge=0, le=MAX_TURNS)
     preserve_bottom: int = Field(5, ge=0, le=MAX_TURNS)
     sandwich_threshold: float = Field(0.7, gt=0, le=1)
+    # spec 004: the smallest middle worth compressing, the summary's sections,
+    # and where the summary goes (auto: system for the sandwich, else user).
+    sandwich_min_middle: int = Field(1, ge=1, le=MAX_TURNS)
+    sandwich_sections: bool = True
+    summary_role: Literal["auto", "user", "system"] = "auto"
     keep_tool_uses: int = Field(3, ge=0, le=MAX_TURNS)
     exclude_tools: list[str] = Field([], max_length=1000)
     clear_at_least: int = Field(0, ge=0, le=MAX_TOKENS)
     clear_tool_inputs: bool = False
+    # spec 002 §6 / Anthropic clear_tool_uses: the size below which a result
+    # stays, the "clear the oldest half" alternative, the adaptive keep count.
+    clear_min_bytes: int = Field(1024, ge=0, le=MAX_TOKENS)
+    clear_mode: Literal["keep_recent", "oldest_half"] = "keep_recent"
+    adaptive_keep: bool = False
+    error_keep_factor: int = Field(2, ge=1, le=100)
+    dense_tool_uses: int = Field(8, ge=1, le=MAX_TURNS)
 
     @field_validator("summary_directives", "retain_directives", "exclude_tools")
     @classmethod

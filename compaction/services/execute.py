@@ -15,7 +15,7 @@ from django.db import DatabaseError, transaction
 from django.utils import timezone
 
 from contextsvc import telemetry
-from contextsvc.engine.errors import EngineValidationError
+from contextsvc.engine.errors import CompressionNotNeededError, EngineValidationError
 from contextsvc.engine.summarize import Summarizer, SummarizerError
 from contextsvc.errors import ServiceError
 from sessions.models import Session
@@ -148,6 +148,8 @@ def _execute_claimed(
             compaction_release(run, attempt, "SERVICE_UNAVAILABLE", str(exc))
             raise RetryableCompactionError(str(exc)) from exc
         return compaction_mark_failed(run, attempt, "SERVICE_UNAVAILABLE", str(exc), started)
+    except CompressionNotNeededError as exc:
+        return compaction_mark_failed(run, attempt, exc.code, exc.message, started)
     except EngineValidationError as exc:
         return compaction_mark_failed(run, attempt, "VALIDATION_ERROR", exc.message, started)
     except ServiceError as exc:

@@ -34,7 +34,7 @@ from sessions.models import Session
 
 from .. import selectors, summarizers
 from ..models import CompactionRun
-from .policy import compaction_policy, resolve_chain, target_tokens
+from .policy import compaction_policy, limit_tokens, resolve_chain, target_tokens
 from .window import view_key
 
 Trigger = CompactionRun.Trigger
@@ -138,6 +138,10 @@ def compute_plan(run: CompactionRun, summarizer: Summarizer | None) -> Compactio
         force=run.forced,
         reason="overflow" if run.trigger == Trigger.EMERGENCY else "budget",
         max_context_tokens=max(1, effective - fixed),
+        limit_tokens=limit_tokens(session, state),
+        # spec 004: forcing the sandwich alone on a conversation too short to
+        # compress is an error the caller sees (409), not a silent no-op.
+        strict=run.forced and chain == ("sandwich",),
         sandwich_state=sandwich_state,
         transcript=(
             (lambda: selectors.transcript_messages(session, through_seq=through))

@@ -33,6 +33,7 @@ from .messages import Message, PromptSection, ToolDef
 from .prompt import MAX_BREAKPOINTS, CachePlan, plain_concatenation, split_sections
 from .providers.history import anthropic_content, openai_message
 from .providers.openai_responses_build import responses_body
+from .summary_placement import system_summary_text
 from .wellformed import well_formed
 
 FORMATS: tuple[str, ...] = ("anthropic", "openai", "raw", "responses")
@@ -65,6 +66,8 @@ class ContextParts:
     plain: bool = False
     # The model takes ``system`` messages inside ``messages`` (module doc).
     mid_system: bool = True
+    # "user" (spec 000 §2.7) or "system" (spec 003/004; ``engine.summary_placement``).
+    summary_role: str = "user"
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -81,11 +84,11 @@ def build_request(fmt: str, parts: ContextParts) -> dict[str, Any]:
 
 
 def preamble_messages(parts: ContextParts) -> list[Message]:
-    """Retain first, then summary, as user messages (spec 000 §2.7)."""
+    """Retain first, then summary, as user messages (spec 000 §2.7), unless system-role."""
     out: list[Message] = []
     if parts.retain:
         out.append(Message(role="user", content=f"{RETAIN_HEADER}\n{parts.retain}"))
-    if parts.summary:
+    if parts.summary and parts.summary_role != "system":
         out.append(Message(role="user", content=f"{SUMMARY_HEADER}\n{parts.summary}"))
     return out
 
@@ -189,6 +192,9 @@ def _anthropic(parts: ContextParts) -> dict[str, Any]:
         if plan is not None and i in plan.system:
             block["cache_control"] = plan.cache_control()
         system.append(block)
+    if summary := system_summary_text(parts.summary_role, parts.summary):
+        # After the sections' breakpoints: it changes only when a compaction does.
+        system.append({"type": "text", "text": summary})
     if lay.tail:
         tail = [{"type": "text", "text": text} for text in lay.tail]
         if messages and messages[-1]["role"] == "user":
@@ -246,6 +252,8 @@ def _openai(parts: ContextParts) -> dict[str, Any]:
     system_text = "\n\n".join(system_texts)
     if system_text:
         messages.append({"role": "system", "content": system_text})
+    if summary := system_summary_text(parts.summary_role, parts.summary):
+        messages.append({"role": "system", "content": summary})
     messages.extend(history)
     if tail_text:
         # Same order as anthropic: the changing text after the history, so
@@ -281,7 +289,8 @@ def _responses(parts: ContextParts) -> dict[str, Any]:
     lay = layout(parts)
     return responses_body(
         history=sent_history(parts),
-        system=[s.content for s in lay.system],
+        system=[s.content for s in lay.system]
+        + [t for t in [system_summary_text(parts.summary_role, parts.summary)] if t],
         tail=lay.tail,
         final_instruction=parts.final_instruction,
         model=parts.model,
@@ -326,6 +335,7 @@ def _raw(parts: ContextParts) -> dict[str, Any]:
         "cache_breakpoints": plan.to_dict() if plan is not None else None,
         "retain": parts.retain,
         "summary": parts.summary,
+        "summary_role": parts.summary_role,
         "messages": [message_to_dict(m) for m in parts.messages],
         "final_instruction": parts.final_instruction,
         "tools": [
