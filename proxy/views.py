@@ -69,7 +69,7 @@ async def proxy_call(
         return provider_error(dialect, 405, f"Method {request.method} not allowed")
     try:
         body = _body(request)
-        converted = dialect.convert(body)
+        converted = dialect.envelope(body)
     except ConversionError as exc:
         return provider_error(dialect, 400, str(exc))
     headers = request.headers

@@ -28,6 +28,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+import orjson
+
 _DROPPED = frozenset({"cache_control"})
 
 
@@ -89,6 +91,92 @@ def chain_hashes(fingerprints: Sequence[str]) -> list[str]:
         previous = chain_next(previous, fingerprint)
         out.append(previous)
     return out
+
+
+def json_digests(messages: Sequence[dict[str, Any]], known: int) -> tuple[str, str] | None:
+    """(digest of ``messages[:known]``, digest of all of them) as JSON text, or None.
+
+    The digest of a list is the blake2b of its compact JSON (orjson, the
+    client's key order kept), so equal digests mean messages equal exactly as
+    sent: the client's previous request had the same first ``known`` messages,
+    and their chain is the one computed then (``ClientChains``). One
+    serialisation and one hash pass give both: the JSON of a list prefix is
+    the JSON of the whole up to the comma before element ``known``. None when
+    the messages have no JSON text (an integer past 64 bits): the caller
+    fingerprints them all.
+    """
+    try:
+        whole = orjson.dumps(list(messages))
+        tail = orjson.dumps(list(messages[known:])) if 0 < known < len(messages) else b""
+    except (orjson.JSONEncodeError, TypeError):
+        return None
+    digest = hashlib.blake2b(digest_size=20)
+    if known <= 0:
+        prefix = hashlib.blake2b(b"[]", digest_size=20).hexdigest()
+        digest.update(whole)
+        return prefix, digest.hexdigest()
+    if known >= len(messages):
+        digest.update(whole)
+        full = digest.hexdigest()
+        return (full if known == len(messages) else ""), full
+    cut = len(whole) - len(tail)  # the comma before element ``known``
+    view = memoryview(whole)
+    digest.update(view[:cut])
+    head = digest.copy()
+    head.update(b"]")
+    digest.update(view[cut:])
+    return head.hexdigest(), digest.hexdigest()
+
+
+class ClientChains:
+    """The chain hashes of a client's history, computed only past a known prefix.
+
+    ``base`` leading messages are known to have the chain ``base_chain``
+    (``json_digests`` matched them with the previous request): the chains
+    after them are computed at once, the ones before only if asked for (a
+    divergence, rare), by fingerprinting everything. ``at(n)`` is the chain
+    of the first ``n`` messages (``""`` for none), ``after(i)`` the chains
+    after each message from index ``i`` on.
+    """
+
+    def __init__(
+        self, messages: Sequence[dict[str, Any]], base: int = 0, base_chain: str = ""
+    ) -> None:
+        self.messages = messages
+        self.base = base if 0 < base <= len(messages) else 0
+        self.base_chain = base_chain if self.base else ""
+        self._tail: list[str] = []
+        previous = self.base_chain
+        for message in messages[self.base :]:
+            previous = chain_next(previous, message_fingerprint(message))
+            self._tail.append(previous)
+        self._full: list[str] | None = None if self.base else self._tail
+        self.digest = ""  # ``json_digests`` of all the messages, when the caller took it
+
+    def __len__(self) -> int:
+        return len(self.messages)
+
+    def full(self) -> list[str]:
+        if self._full is None:
+            self._full = chain_hashes(fingerprints(self.messages))
+        return self._full
+
+    def at(self, n: int) -> str:
+        if n <= 0:
+            return ""
+        if n == self.base:
+            return self.base_chain
+        if n > self.base:
+            return self._tail[n - self.base - 1]
+        return self.full()[n - 1]
+
+    def after(self, start: int) -> list[str]:
+        if start >= self.base:
+            return self._tail[start - self.base :]
+        return self.full()[start:]
+
+    def last(self) -> str:
+        return self.at(len(self.messages))
 
 
 def common_prefix(previous: Sequence[str], current: Sequence[str]) -> int:
