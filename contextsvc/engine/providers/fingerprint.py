@@ -96,7 +96,7 @@ def chain_hashes(fingerprints: Sequence[str]) -> list[str]:
 def json_digests(messages: Sequence[dict[str, Any]], known: int) -> tuple[str, str] | None:
     """(digest of ``messages[:known]``, digest of all of them) as JSON text, or None.
 
-    The digest of a list is the blake2b of its compact JSON (orjson, the
+    The digest of a list is the sha256 of its compact JSON (orjson, the
     client's key order kept), so equal digests mean messages equal exactly as
     sent: the client's previous request had the same first ``known`` messages,
     and their chain is the one computed then (``ClientChains``). One
@@ -110,22 +110,24 @@ def json_digests(messages: Sequence[dict[str, Any]], known: int) -> tuple[str, s
         tail = orjson.dumps(list(messages[known:])) if 0 < known < len(messages) else b""
     except (orjson.JSONEncodeError, TypeError):
         return None
-    digest = hashlib.blake2b(digest_size=20)
+    digest = hashlib.sha256()
     if known <= 0:
-        prefix = hashlib.blake2b(b"[]", digest_size=20).hexdigest()
         digest.update(whole)
-        return prefix, digest.hexdigest()
+        return _short(hashlib.sha256(b"[]")), _short(digest)
     if known >= len(messages):
         digest.update(whole)
-        full = digest.hexdigest()
-        return (full if known == len(messages) else ""), full
+        return (_short(digest) if known == len(messages) else ""), _short(digest)
     cut = len(whole) - len(tail)  # the comma before element ``known``
     view = memoryview(whole)
     digest.update(view[:cut])
     head = digest.copy()
     head.update(b"]")
     digest.update(view[cut:])
-    return head.hexdigest(), digest.hexdigest()
+    return _short(head), _short(digest)
+
+
+def _short(digest: Any) -> str:
+    return digest.hexdigest()[:40]
 
 
 class ClientChains:
