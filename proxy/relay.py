@@ -120,6 +120,7 @@ async def forward(call: Call) -> HttpResponse | StreamingHttpResponse:
             runnable=call.prepared.runnable,
             last_round=rounds >= MAX_ROUNDS,
             final_tool=call.prepared.final_tool,
+            synced=call.prepared.synced,
         )
         if recorded.again:
             call.prepared = await sync_to_async(rebuild)(
@@ -238,6 +239,7 @@ async def _relay(response: httpx.Response, call: Call) -> AsyncIterator[bytes]:
                 runnable=call.prepared.runnable,
                 last_round=rounds >= MAX_ROUNDS or reply.incomplete,
                 final_tool=call.prepared.final_tool,
+                synced=call.prepared.synced,
             )
             stored = True
             tail = relay.end_round(again=False) if relay is not None and not recorded.again else b""

@@ -324,6 +324,7 @@ def session_record_reply(
     runnable: frozenset[str] = frozenset(),
     last_round: bool = False,
     final_tool: str | None = None,
+    synced: Synced | None = None,
 ) -> Recorded:
     """Append the assistant's answer (marked if incomplete) and its usage; run its built-in calls.
 
@@ -365,7 +366,9 @@ def session_record_reply(
                 usage=reply.usage,
             )
             echoed = dialect.client_message(seen, shown)
-            client_view_add_reply(session=session, fingerprint=message_fingerprint(echoed))
+            client_view_add_reply(
+                session=session, fingerprint=message_fingerprint(echoed), synced=synced
+            )
     return Recorded(again=again, shown=shown)
 
 

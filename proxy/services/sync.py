@@ -33,6 +33,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 
 from compaction.services.window import set_window
 from contextsvc.engine.providers.fingerprint import ClientChains, chain_next
@@ -58,6 +59,9 @@ class Synced:
 
     appended: int
     diverged: bool
+    # The view after the sync (its length and chain), for the reply's one-statement update.
+    count: int = -1
+    chain: str = ""
 
 
 def _rename(messages: list[dict[str, Any]], renamed: dict[str, str]) -> list[dict[str, Any]]:
@@ -208,11 +212,30 @@ def session_sync_client_view(
                 _append(session, new)
         view.renamed = renamed
         _write_view(view, plan.chains, match.same)
-    return Synced(appended=len(new), diverged=plan.diverged)
+    return Synced(len(new), plan.diverged, view.count, view.chain)
 
 
-def client_view_add_reply(*, session: Session, fingerprint: str) -> None:
-    """Record the reply the client got, as the next message of its view (one row, no entry)."""
+def client_view_add_reply(
+    *, session: Session, fingerprint: str, synced: Synced | None = None
+) -> None:
+    """Record the reply the client got, as the next message of its view (one row, no entry).
+
+    With ``synced`` (the call's sync) it is one conditional UPDATE: the view
+    must still be the one that sync wrote; otherwise (a concurrent call) the
+    row is locked and read.
+    """
+    if synced is not None and synced.count >= 0:
+        done = ClientView.objects.filter(
+            session=session, count=synced.count, chain=synced.chain, reply_at=None
+        ).update(
+            reply_at=synced.count,
+            reply_chain=synced.chain,
+            chain=chain_next(synced.chain, fingerprint),
+            count=synced.count + 1,
+            updated_at=timezone.now(),
+        )
+        if done:
+            return
     with transaction.atomic():
         view, _ = ClientView.objects.select_for_update().get_or_create(session=session)
         view.reply_at = view.count
