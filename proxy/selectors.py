@@ -6,10 +6,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from contextsvc.engine.providers.fingerprint import ClientChains, common_prefix, json_digests
+from contextsvc.engine.providers.fingerprint import ClientChains, common_prefix
 from sessions.extensions import CLIENT_COMPACTION, WindowEvent
 from sessions.models import Session
 
+from .json_prefix import json_digests
 from .models import ClientCompaction, ClientView, ClientViewEntry
 
 

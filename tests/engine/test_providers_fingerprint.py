@@ -10,7 +10,6 @@ from contextsvc.engine.providers.fingerprint import (
     common_prefix,
     conversation_key,
     fingerprints,
-    json_digests,
     message_fingerprint,
 )
 
@@ -102,18 +101,6 @@ def test_chain_hashes_equal_exactly_where_the_views_share_a_prefix():
     edited = chain_hashes(fingerprints([{"role": "user", "content": "Fix b.py"}, *HISTORY[1:]]))
     assert all(a != b for a, b in zip(before, edited, strict=True))  # a change carries forward
     assert before[-1] == chain_next(before[-2], message_fingerprint(HISTORY[-1]))
-
-
-def test_json_digests_name_a_prefix_as_sent_and_the_whole_in_one_pass():
-    grown = [*HISTORY, {"role": "assistant", "content": "Fixed."}]
-    _, whole = json_digests(HISTORY, len(HISTORY))
-    prefix, grown_whole = json_digests(grown, len(HISTORY))
-    assert prefix == whole != grown_whole  # the prefix of the grown list is the old list
-    for known in range(len(grown) + 1):  # the cut at every place reads the same as alone
-        assert json_digests(grown, known)[0] == json_digests(grown[:known], known)[1]
-    reordered = [{"content": "Fix app.py", "role": "user"}, *HISTORY[1:], grown[-1]]
-    assert json_digests(reordered, len(HISTORY))[0] != whole  # as sent, not as meant
-    assert json_digests([{"n": 2**70}], 1) is None  # no JSON text: fingerprint everything
 
 
 def test_client_chains_past_a_known_prefix_equal_the_full_chains():

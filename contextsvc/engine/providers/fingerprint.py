@@ -28,8 +28,6 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-import orjson
-
 _DROPPED = frozenset({"cache_control"})
 
 
@@ -93,48 +91,11 @@ def chain_hashes(fingerprints: Sequence[str]) -> list[str]:
     return out
 
 
-def json_digests(messages: Sequence[dict[str, Any]], known: int) -> tuple[str, str] | None:
-    """(digest of ``messages[:known]``, digest of all of them) as JSON text, or None.
-
-    The digest of a list is the sha256 of its compact JSON (orjson, the
-    client's key order kept), so equal digests mean messages equal exactly as
-    sent: the client's previous request had the same first ``known`` messages,
-    and their chain is the one computed then (``ClientChains``). One
-    serialisation and one hash pass give both: the JSON of a list prefix is
-    the JSON of the whole up to the comma before element ``known``. None when
-    the messages have no JSON text (an integer past 64 bits): the caller
-    fingerprints them all.
-    """
-    try:
-        whole = orjson.dumps(list(messages))
-        tail = orjson.dumps(list(messages[known:])) if 0 < known < len(messages) else b""
-    except (orjson.JSONEncodeError, TypeError):
-        return None
-    digest = hashlib.sha256()
-    if known <= 0:
-        digest.update(whole)
-        return _short(hashlib.sha256(b"[]")), _short(digest)
-    if known >= len(messages):
-        digest.update(whole)
-        return (_short(digest) if known == len(messages) else ""), _short(digest)
-    cut = len(whole) - len(tail)  # the comma before element ``known``
-    view = memoryview(whole)
-    digest.update(view[:cut])
-    head = digest.copy()
-    head.update(b"]")
-    digest.update(view[cut:])
-    return _short(head), _short(digest)
-
-
-def _short(digest: Any) -> str:
-    return digest.hexdigest()[:40]
-
-
 class ClientChains:
     """The chain hashes of a client's history, computed only past a known prefix.
 
     ``base`` leading messages are known to have the chain ``base_chain``
-    (``json_digests`` matched them with the previous request): the chains
+    (the proxy matched them, as JSON, with the client's previous request): the chains
     after them are computed at once, the ones before only if asked for (a
     divergence, rare), by fingerprinting everything. ``at(n)`` is the chain
     of the first ``n`` messages (``""`` for none), ``after(i)`` the chains
@@ -153,7 +114,7 @@ class ClientChains:
             previous = chain_next(previous, message_fingerprint(message))
             self._tail.append(previous)
         self._full: list[str] | None = None if self.base else self._tail
-        self.digest = ""  # ``json_digests`` of all the messages, when the caller took it
+        self.digest = ""  # the digest of all the messages as sent, when the caller took it
 
     def __len__(self) -> int:
         return len(self.messages)
