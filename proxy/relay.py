@@ -129,6 +129,7 @@ async def forward(call: Call) -> HttpResponse | StreamingHttpResponse:
             last_round=rounds >= MAX_ROUNDS,
             final_tool=call.prepared.final_tool,
             started_ns=call.started_ns,
+            synced=call.prepared.synced,
         )
         if recorded.again:
             call.prepared = await sync_to_async(rebuild)(
@@ -248,6 +249,7 @@ async def _relay(response: httpx.Response, call: Call) -> AsyncIterator[bytes]:
                 last_round=rounds >= MAX_ROUNDS or reply.incomplete,
                 final_tool=call.prepared.final_tool,
                 started_ns=call.started_ns,
+                synced=call.prepared.synced,
             )
             stored = True
             tail = relay.end_round(again=False) if relay is not None and not recorded.again else b""
