@@ -14,7 +14,13 @@ from typing import Any
 
 from django.conf import settings
 
-from contextsvc.engine.budget import ContextBudget, Limits, Thresholds, resolve_limits
+from contextsvc.engine.budget import (
+    ContextBudget,
+    Limits,
+    Thresholds,
+    resolve_limits,
+    split_model_id,
+)
 from contextsvc.engine.guard import GuardCounters, GuardResult, Target, evaluate_guard
 from contextsvc.engine.output_trim import tool_output_budget, trim_target
 from contextsvc.engine.output_views import resolve_view_config
@@ -29,8 +35,10 @@ def profile_limits(provider: str, model: str) -> tuple[dict | None, dict | None]
     """(model profile, provider profile) as limit dicts, for resolve_limits.
 
     A dated model id ("claude-sonnet-4-5-20250929") matches its family row by
-    the longest profile name it starts with.
+    the longest profile name it starts with; a provider prefix
+    ("anthropic/claude-…") is not part of the name (``split_model_id``).
     """
+    model = split_model_id(model)[1]
     rows = list(ModelProfile.objects.filter(provider=provider))
     provider_row = next((p for p in rows if p.model == ""), None)
     candidates = [p for p in rows if p.model and model.startswith(p.model)]
@@ -42,7 +50,10 @@ def profile_limits(provider: str, model: str) -> tuple[dict | None, dict | None]
 
 
 def infer_provider(model: str) -> str:
-    lowered = model.lower()
+    prefix, bare = split_model_id(model)
+    if prefix:
+        return prefix
+    lowered = bare.lower()
     if lowered.startswith("claude"):
         return "anthropic"
     if lowered.startswith(("gpt", "o1", "o3", "o4", "chatgpt")):

@@ -7,6 +7,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from contextsvc.engine import deferral, prompt
+from contextsvc.engine.budget import split_model_id
 from contextsvc.engine.tokens import Tokenizer
 from contextsvc.lru import BoundedLRU
 from sessions import accounting
@@ -100,6 +101,7 @@ def cache_profile(session: Session) -> CacheProfile:
 
 
 def _load_profile(provider: str, model: str) -> CacheProfile:
+    model = split_model_id(model)[1]
     rows = list(
         ModelProfile.objects.filter(provider=provider).only(
             "model", "min_cacheable_tokens", "prices", "mid_system_messages"
