@@ -333,7 +333,7 @@ def test_offset_beyond_the_end_is_an_empty_slice(alice, ref):
     assert (body["text"], body["total_lines"], body["has_more"]) == ("", 3000, False)
 
 
-@pytest.mark.parametrize("query", [{"limit": 0}, {"limit": -1}, {"offset": -2}])
+@pytest.mark.parametrize("query", [{"limit": -1}, {"offset": -2}, {"char_offset": -1}])
 def test_bad_slice_query_is_422(alice, ref, query):
     response = alice.get(f"refs/{ref}", **query)
     assert response.status_code == 422
@@ -416,7 +416,13 @@ def test_builtin_read_cuts_long_lines_like_a_read_tool(alice, make_session):
 
 @pytest.mark.parametrize(
     "arguments",
-    [{}, {"ref_id": "x", "limit": 0}, {"ref_id": "x", "bogus": 1}, {"ref_id": "x", "offset": -1}],
+    [
+        {},
+        {"ref_id": "x", "limit": -1},
+        {"ref_id": "x", "bogus": 1},
+        {"ref_id": "x", "offset": -1},
+        {"ref_id": "x", "char_offset": -1},
+    ],
 )
 def test_builtin_tool_bad_arguments_are_422(alice, make_session, arguments):
     sid = make_session()["id"]
