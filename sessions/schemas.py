@@ -32,6 +32,7 @@ MAX_LIST_ITEMS = 100  # directives, chain names, extra targets, excluded tools
 # the renderer (orjson) stops at 255 levels, which would make a 500 of every
 # later context call.
 MAX_JSON_DEPTH = 64
+MAX_SEARCH_HINT_CHARS = 1_000  # a tool's tool_search keywords
 
 
 def check_depth(value: Any) -> Any:
@@ -192,6 +193,9 @@ class PolicyIn(In):
     targets: list[TargetIn] | None = Field(None, max_length=MAX_LIST_ITEMS)
     final_report_tool: str | None = Field(None, pattern=TOOL_NAME_PATTERN)
     tool_deferral_threshold: float | None = Field(None, gt=0, le=1)
+    # spec 002 §5 note: "list" (the deferred tools under "## Available Tools",
+    # each with its first sentence) or "count" (the one-line note alone).
+    tool_deferral_note: Literal["list", "count"] | None = None
     prompt_cache: PromptCachePolicy | None = None
     proxy: ProxyPolicy | None = None
 
@@ -253,6 +257,9 @@ class ToolDefIn(In):
         default_factory=lambda: {"type": "object", "properties": {}}
     )
     category: Literal["builtin", "mcp", "skill"] = "mcp"
+    # Keywords tool_search matches (spec 002 §5): what the tool is for in the
+    # words a model would search with; never sent to the model.
+    search_hint: str = Field("", max_length=MAX_SEARCH_HINT_CHARS)
 
     _shallow_schema = field_validator("input_schema")(check_depth)
 

@@ -40,6 +40,12 @@ def deferral_threshold(session: Session) -> float:
     return deferral.DEFAULT_DEFERRAL_THRESHOLD if value is None else value
 
 
+def deferral_note_style(session: Session) -> str:
+    """``policy.tool_deferral_note``: ``list`` (default) or ``count`` (spec 002 §5's one line)."""
+    value = (session.policy or {}).get("tool_deferral_note")
+    return deferral.DEFAULT_NOTE_STYLE if value is None else value
+
+
 # A deferral limit no tool list reaches: nothing is deferred.
 NO_DEFERRAL_LIMIT = 2**62
 

@@ -29,7 +29,13 @@ def search_tool_tokens(tokenizer_name: str) -> int:
 
 def tool_digest(tool: ToolDef) -> str:
     return caching.block_key(
-        tool.name, tool.description, compact_json(tool.input_schema), tool.category
+        tool.name,
+        tool.description,
+        compact_json(tool.input_schema),
+        tool.category,
+        # The hint is searched, so a new one must rebuild the search index
+        # (no hint: the digest stays what it was before hints existed).
+        *((tool.search_hint,) if tool.search_hint else ()),
     ).hex()
 
 
