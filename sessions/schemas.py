@@ -165,6 +165,9 @@ class PromptCachePolicy(In):
     max_breakpoints: int = Field(4, ge=1, le=4)
     # Overrides the model profile's minimum cacheable prefix.
     min_cacheable_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS)
+    # spec 002 §4: within a kind, cacheable sections before the others; false
+    # keeps the agent's order within a kind.
+    cacheable_first: bool = True
 
 
 class TargetIn(In):

@@ -24,6 +24,7 @@ class CachePolicy:
     mark_tools: bool = True
     max_breakpoints: int = prompt.MAX_BREAKPOINTS
     min_cacheable_tokens: int | None = None
+    cacheable_first: bool = True
 
 
 _CACHE_POLICY_FIELDS = {f.name for f in fields(CachePolicy)}
