@@ -95,6 +95,16 @@ def final_tool_name(session: Session) -> str:
     return (session.policy or {}).get("final_report_tool") or settings.CONTEXTSVC_FINAL_REPORT_TOOL
 
 
+def uncounted_tools(session: Session) -> frozenset[str]:
+    """Tools left out of the schema tokens (spec 001): the final-report and task-status
+    tools, unless ``policy.count_report_tools`` counts them like any other."""
+    policy = session.policy or {}
+    if policy.get("count_report_tools"):
+        return frozenset()
+    status_tool = policy.get("task_status_tool") or settings.CONTEXTSVC_TASK_STATUS_TOOL
+    return frozenset({final_tool_name(session), status_tool})
+
+
 def targets_of(session: Session) -> list[Target]:
     targets = [
         Target(provider=session.provider or "", model=session.model, limits=limits_of(session))

@@ -195,6 +195,13 @@ class PolicyIn(In):
     # Further provider targets the agent may fall back to (spec 001 ok/skip/final).
     targets: list[TargetIn] | None = Field(None, max_length=MAX_LIST_ITEMS)
     final_report_tool: str | None = Field(None, pattern=TOOL_NAME_PATTERN)
+    # spec 001: the task-status tool, left out of the schema tokens with the
+    # final-report tool unless count_report_tools.
+    task_status_tool: str | None = Field(None, pattern=TOOL_NAME_PATTERN)
+    count_report_tools: bool | None = None
+    # spec 001 as written: once an output is refused (toolBudgetExceeded), every
+    # later one is too. Default false: each output is judged on its own size.
+    tool_budget_sticky: bool | None = None
     tool_deferral_threshold: float | None = Field(None, gt=0, le=1)
     # spec 002 §5 note: "list" (the deferred tools under "## Available Tools",
     # each with its first sentence) or "count" (the one-line note alone).

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -146,6 +146,14 @@ def deferral_limit(effective_window: int, threshold: float) -> int:
     return floor_ratio(threshold, effective_window)
 
 
+def counted(tool_tokens: Mapping[str, int], uncounted: Collection[str]) -> Mapping[str, int]:
+    """``tool_tokens`` with the uncounted tools at 0 (spec 001: the final-report and
+    task-status tools are the agent's own machinery, not schema tokens)."""
+    if not uncounted:
+        return tool_tokens
+    return {**tool_tokens, **{name: 0 for name in uncounted if name in tool_tokens}}
+
+
 def _tokens(tool_tokens: Mapping[str, int], name: str) -> int:
     try:
         return int(tool_tokens[name])
@@ -162,6 +170,7 @@ def choose_deferred(
     scale: float = 2.09,
     search_tool_tokens: int = 0,
     note_style: str = DEFAULT_NOTE_STYLE,
+    uncounted: Collection[str] = (),
 ) -> list[str]:
     """spec 002 §5 SelectForContext: the names to hold back, in deferral order.
 
@@ -169,8 +178,9 @@ def choose_deferred(
     they do not, tools are deferred one by one in priority order until what is
     left — plus the ``tool_search`` tool that replaces them and the note's
     listing of them — fits (or nothing deferrable is left: built-ins alone may
-    exceed the budget).
+    exceed the budget). ``uncounted`` tools cost nothing (``counted``).
     """
+    tool_tokens = counted(tool_tokens, uncounted)
     total = sum(_tokens(tool_tokens, t.name) for t in tools)
     if scaled(total, scale) <= limit_tokens:
         return []
@@ -233,11 +243,13 @@ def assemble(
     search_tool: ToolDef = TOOL_SEARCH,
     search_tool_tokens: int = 0,
     note_style: str = DEFAULT_NOTE_STYLE,
+    uncounted: Collection[str] = (),
 ) -> Selection:
     """The tool list to send: kept tools in the agent's order, then
     ``tool_search`` (when anything is deferred), then the promoted tools in the
     order they were loaded. The order is deterministic so that the same state
-    gives a byte-identical prefix."""
+    gives a byte-identical prefix. ``uncounted`` tools are sent but cost nothing."""
+    tool_tokens = counted(tool_tokens, uncounted)
     by_name = {t.name: t for t in tools}
     # Deferral order (first deferred first), as choose_deferred returned it.
     deferred_list = [n for n in dict.fromkeys(deferred) if n in by_name]

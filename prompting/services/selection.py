@@ -176,6 +176,7 @@ def plan_tools(
                 scale=scale,
                 search_tool_tokens=search_tokens,
                 note_style=deferral_note_style(session),
+                uncounted=accounting.uncounted_tools(session),
             )
             state.selection = selection_record(
                 turn=plan.last_user_seq,
@@ -194,6 +195,7 @@ def plan_tools(
             scale=scale,
             search_tool_tokens=search_tokens,
             note_style=deferral_note_style(session),
+            uncounted=accounting.uncounted_tools(session),
         )
         if selection.search_tool_added:
             plan.tokens[deferral.TOOL_SEARCH_NAME] = search_tokens
@@ -222,7 +224,11 @@ def _send_every_tool(session: Session, plan: ToolPlan, exc: BaseException) -> No
     try:
         if plan.tokens and all(t.name in plan.tokens for t in plan.registered):
             scale = accounting.estimate_config_of(session).tool_schema_scale
-            full = deferral.scaled(sum(plan.tokens[t.name] for t in plan.registered), scale)
+            uncounted = accounting.uncounted_tools(session)
+            full = deferral.scaled(
+                sum(plan.tokens[t.name] for t in plan.registered if t.name not in uncounted),
+                scale,
+            )
             if full != session.tool_tokens:
                 plan.sent_tokens = full
     except Exception:

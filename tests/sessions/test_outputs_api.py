@@ -577,7 +577,8 @@ def test_release_drops_reservations(alice, make_session):
 
 
 def test_reservation_that_does_not_fit_sets_tool_budget_exceeded(alice, make_session):
-    sid = make_session(**SMALL)["id"]
+    # spec 001 as written: once set, every later reservation is refused.
+    sid = make_session(**SMALL, policy={"tool_budget_sticky": True})["id"]
     body = alice.post(f"sessions/{sid}/tools/reserve", {"tokens": 7_500}).json()
     assert body["ok"] is False and body["reason"] == "toolBudgetExceeded"
     assert body["can_execute"] is False and body["reserved_tokens"] == 0
@@ -592,7 +593,8 @@ def test_output_over_the_limit_is_stored_but_replaced_by_a_failure_view_spec001(
     alice, make_session
 ):
     # spec 001 as written applies when compaction cannot make room.
-    sid = make_session(**SMALL, policy={"compaction": {"auto": False}})["id"]
+    policy = {"compaction": {"auto": False}, "tool_budget_sticky": True}
+    sid = make_session(**SMALL, policy=policy)["id"]
     post(alice, sid, [{"role": "user", "content": "read the log"}])
     text = big_text(400)  # ~44 KB: a ~11k-token view, over the 7,000 limit
     body = post(alice, sid, tool_turn("c1", text))
