@@ -132,6 +132,8 @@ class ToolOutputCachePolicy(In):
     max_message_bytes: int = Field(50 * 1024, gt=0, le=16 * 1024 * 1024)
     max_line_length: int = Field(2000, gt=0, le=1_000_000)
     trim_hysteresis: float = Field(0.25, ge=0, lt=1)
+    # false: no total-budget trim (spec 000 §1.7); per-message cuts stay.
+    budget_trim: bool = True
 
 
 class ThresholdsPolicy(In):

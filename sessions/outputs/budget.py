@@ -188,7 +188,7 @@ def apply_tool_outputs(
     added = sum(p.row["token_count"] for _, p in batch)
     total = session.tool_output_tokens + added
     budget = tool_output_budget(config, session.context_window, _effective_window(session))
-    if total > budget:
+    if config.budget_trim and total > budget:
         fresh = (TrimCandidate(key=("batch", i), tokens=p.row["token_count"]) for i, p in batch)
         plan = plan_trim(
             total,
