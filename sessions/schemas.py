@@ -189,6 +189,14 @@ class ProxyPolicy(In):
     client_tool_search: bool | None = None
 
 
+class ReasoningPolicy(In):
+    """Reasoning sent back (issue 16 rule 10): the current turn's always, as providers require."""
+
+    # Turns whose thinking blocks go back, the current one included (Anthropic's
+    # clear_thinking "keep thinking_turns"); null: every turn's.
+    keep_thinking_turns: int | None = Field(None, ge=1, le=MAX_TURNS)
+
+
 class PolicyIn(In):
     compaction: CompactionPolicy | None = None
     tool_output_cache: ToolOutputCachePolicy | None = None
@@ -210,6 +218,7 @@ class PolicyIn(In):
     tool_deferral_note: Literal["list", "count"] | None = None
     prompt_cache: PromptCachePolicy | None = None
     proxy: ProxyPolicy | None = None
+    reasoning: ReasoningPolicy | None = None
 
 
 # --- sessions ---------------------------------------------------------------------

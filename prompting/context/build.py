@@ -111,6 +111,9 @@ def build_context(
         cache=prompt_plan.cache,
         plain=prompt_plan.plain,
         mid_system=(prompt_plan.profile or cache_profile(session)).mid_system_messages,
+        keep_thinking_turns=((session.policy or {}).get("reasoning") or {}).get(
+            "keep_thinking_turns"
+        ),
     )
     try:
         body = build_request(fmt, parts)
