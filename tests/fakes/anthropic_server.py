@@ -16,7 +16,8 @@ it is known) when:
 - the first message is not a user message, a message is empty, a text block
   is empty, a role is unknown, ``model`` / ``max_tokens`` / ``messages`` are
   missing;
-- extended thinking: with ``thinking`` enabled, the assistant turn whose
+- extended thinking: with ``thinking`` enabled (not ``adaptive``, where the
+  model may skip thinking on a turn), the assistant turn whose
   ``tool_use`` blocks the last user turn answers (the tool loop in progress)
   must start with a ``thinking`` / ``redacted_thinking`` block; with it
   disabled, a final (prefill) assistant message may hold no thinking; and a
@@ -168,7 +169,11 @@ THINKING_KINDS = ("thinking", "redacted_thinking")
 def _check_thinking(body: dict[str, Any]) -> None:
     """The extended-thinking rules of the Messages API, with its wording."""
     messages = body["messages"]
-    enabled = (body.get("thinking") or {}).get("type") in ("enabled", "adaptive")
+    kind = (body.get("thinking") or {}).get("type")
+    # ``adaptive`` lets the model skip thinking on a turn, so a tool loop's
+    # turn need not start with it then; ``enabled`` always thinks first.
+    enabled = kind in ("enabled", "adaptive")
+    required = kind == "enabled"
     for i, message in enumerate(messages):
         if message.get("role") != "assistant":
             continue
@@ -192,7 +197,7 @@ def _check_thinking(body: dict[str, Any]) -> None:
             )
         return
     turns = _turns(messages)
-    if len(turns) < 2 or turns[-1][1] != "user":
+    if not required or len(turns) < 2 or turns[-1][1] != "user":
         return
     if not any(b.get("type") == "tool_result" for b in turns[-1][2]):
         return  # a new user turn: no tool loop in progress
