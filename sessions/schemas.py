@@ -190,7 +190,7 @@ class ProxyPolicy(In):
 
 
 class ReasoningPolicy(In):
-    """Reasoning sent back (issue 16 rule 10): the current turn's always, as providers require."""
+    """Reasoning sent back: the current turn's always, as providers require."""
 
     # Turns whose thinking blocks go back, the current one included (Anthropic's
     # clear_thinking "keep thinking_turns"); null: every turn's.

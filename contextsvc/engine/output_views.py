@@ -16,7 +16,7 @@ output costs the same here as a 2 KB one.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from contextsvc.engine.errors import EngineValidationError
@@ -123,48 +123,6 @@ def resolve_view_config(policy: Mapping[str, Any] | None) -> ViewConfig:
         if name in policy and (policy[name] is not None or name == "context_budget_tokens"):
             values[name] = policy[name]
     return ViewConfig(**values)
-
-
-def whole_view_config(config: ViewConfig, text: str) -> ViewConfig:
-    """A config under which ``text`` is shown whole (nothing to cut), the rest unchanged."""
-    size = 4 * len(text) + 1  # UTF-8 takes at most 4 bytes a character
-    return replace(config, max_message_bytes=size, max_line_length=size, style="cut")
-
-
-def is_cache_read(tool_name: str | None) -> bool:
-    """A result of the built-in expansion tools (spec 000 §1.8): already a bounded
-    page of a stored output, which cutting again would only hide (its own cut
-    lines say how to read on)."""
-    return tool_name in (READ_TOOL, GREP_TOOL)
-
-
-def stored_text(content: str | list[dict[str, Any]]) -> str:
-    """The text kept for a tool result: its text parts, with ``[image]`` (``[<type>]``
-    for other media) where a media part was, so a view or a read of the stored
-    output still says there was one."""
-    if isinstance(content, str):
-        return content
-    pieces: list[str] = []
-    for part in content:
-        kind = part.get("type", "text")
-        if kind == "text":
-            pieces.append(str(part.get("text", "")))
-        elif kind in ("image", "image_url", "input_image"):
-            pieces.append(MEDIA_PLACEHOLDER)
-        elif kind in _OTHER_MEDIA:
-            pieces.append(f"[{_OTHER_MEDIA[kind]}]")
-    return "\n".join(pieces)
-
-
-# Where a tool result's image was, in its stored text.
-MEDIA_PLACEHOLDER = "[image]"
-_OTHER_MEDIA = {
-    "document": "document",
-    "file": "file",
-    "input_file": "file",
-    "input_audio": "audio",
-    "audio": "audio",
-}
 
 
 # --- lines ----------------------------------------------------------------------

@@ -15,12 +15,8 @@ from django.conf import settings
 from contextsvc import nul
 from contextsvc.engine.messages import Message as EngineMessage
 from contextsvc.engine.messages import ToolCall, content_text
-from contextsvc.engine.output_views import (
-    ViewConfig,
-    is_cache_read,
-    stored_text,
-    whole_view_config,
-)
+from contextsvc.engine.output_sources import is_cache_read, stored_text, whole_view_config
+from contextsvc.engine.output_views import ViewConfig
 from contextsvc.engine.tokens import estimate_message
 from contextsvc.errors import ValidationFailed
 from sessions import accounting
@@ -66,7 +62,8 @@ def _view_config(cache: ViewConfig, text: str, tool_name: str, nul_bytes: bool) 
 
     A ``tool_output_cache`` / ``tool_output_cache_grep`` result posted back is
     a page the service already capped (CONTEXTSVC_REF_RESPONSE_MAX_BYTES): it
-    is not cut again (issue 16 rule 7), unless it is bigger than any page.
+    is not cut again (cutting it would only hide what the model asked to read),
+    unless it is bigger than any page.
     """
     if nul_bytes:  # the cache is off: the output is stored, never cut
         return whole_view_config(cache, text)
@@ -107,7 +104,8 @@ def prepare_messages_storing_outputs(
                     details={"field": f"messages.{i}.output_ref"},
                 )
             tool_name = msg.name or open_calls.get(msg.tool_call_id or "", "")
-            # Media parts leave a placeholder in the stored text (issue 16 rule 7).
+            # Media parts leave a placeholder in the stored text: a cut view or a
+            # read of the ref still shows an image was there.
             text = stored_text(msg.content)
             stored = output_for_message(
                 session=session,

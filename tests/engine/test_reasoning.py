@@ -10,8 +10,9 @@ import hashlib
 
 import pytest
 
-from contextsvc.engine.build import ContextParts, build_request, drop_old_reasoning
+from contextsvc.engine.build import ContextParts, build_request
 from contextsvc.engine.messages import Message, ToolCall, ToolDef
+from contextsvc.engine.reasoning import drop_old_reasoning
 from tests.fakes.anthropic_server import InvalidRequest, validate
 
 

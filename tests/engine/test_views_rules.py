@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
+from contextsvc.engine.output_sources import is_cache_read, stored_text, whole_view_config
 from contextsvc.engine.output_views import (
     OutputInfo,
     ViewConfig,
-    is_cache_read,
     iter_text_lines,
     make_view,
     resolve_view_config,
-    stored_text,
-    whole_view_config,
 )
 
 
