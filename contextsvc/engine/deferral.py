@@ -28,6 +28,7 @@ import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import lru_cache
 
 from .budget import floor_ratio
 from .errors import EngineValidationError
@@ -109,8 +110,14 @@ def deferral_note(deferred: Sequence[ToolDef], *, style: str = DEFAULT_NOTE_STYL
 
 
 def listing_line(tool: ToolDef) -> str:
-    sentence = first_sentence(tool.description)
-    return f"- {tool.name}: {sentence}" if sentence else f"- {tool.name}"
+    return _listing_line(tool.name, tool.description)
+
+
+@lru_cache(maxsize=8192)
+def _listing_line(name: str, description: str) -> str:
+    # Every build lists the same few hundred deferred tools: each line is made once.
+    sentence = first_sentence(description)
+    return f"- {name}: {sentence}" if sentence else f"- {name}"
 
 
 def listing_tokens(tool: ToolDef | None, style: str) -> int:
