@@ -268,6 +268,9 @@ CONTEXTSVC_GREP_TIME_LIMIT_MS = env_int("CONTEXTSVC_GREP_TIME_LIMIT_MS", 10_000,
 
 CONTEXT_DEBUG = env_bool("CONTEXT_DEBUG", False)
 CONTEXTSVC_FINAL_REPORT_TOOL = env_str("CONTEXTSVC_FINAL_REPORT_TOOL", "final_report")
+# spec 001's progress tool (agent__task_status): like the final-report tool it
+# is the agent's own machinery and not counted in the schema tokens.
+CONTEXTSVC_TASK_STATUS_TOOL = env_str("CONTEXTSVC_TASK_STATUS_TOOL", "task_status")
 CONTEXTSVC_IDEMPOTENCY_TTL_HOURS = env_int("CONTEXTSVC_IDEMPOTENCY_TTL_HOURS", 24, minimum=1)
 CONTEXTSVC_MAX_BATCH = env_int("CONTEXTSVC_MAX_BATCH", 1000, minimum=1)
 # Prompt sections and tool definitions per session: more is a 422

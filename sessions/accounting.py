@@ -14,7 +14,13 @@ from typing import Any
 
 from django.conf import settings
 
-from contextsvc.engine.budget import ContextBudget, Limits, Thresholds, resolve_limits
+from contextsvc.engine.budget import (
+    ContextBudget,
+    Limits,
+    Thresholds,
+    resolve_limits,
+    split_model_id,
+)
 from contextsvc.engine.guard import GuardCounters, GuardResult, Target, evaluate_guard
 from contextsvc.engine.output_trim import tool_output_budget, trim_target
 from contextsvc.engine.output_views import resolve_view_config
@@ -29,8 +35,10 @@ def profile_limits(provider: str, model: str) -> tuple[dict | None, dict | None]
     """(model profile, provider profile) as limit dicts, for resolve_limits.
 
     A dated model id ("claude-sonnet-4-5-20250929") matches its family row by
-    the longest profile name it starts with.
+    the longest profile name it starts with; a provider prefix
+    ("anthropic/claude-…") is not part of the name (``split_model_id``).
     """
+    model = split_model_id(model)[1]
     rows = list(ModelProfile.objects.filter(provider=provider))
     provider_row = next((p for p in rows if p.model == ""), None)
     candidates = [p for p in rows if p.model and model.startswith(p.model)]
@@ -42,7 +50,10 @@ def profile_limits(provider: str, model: str) -> tuple[dict | None, dict | None]
 
 
 def infer_provider(model: str) -> str:
-    lowered = model.lower()
+    prefix, bare = split_model_id(model)
+    if prefix:
+        return prefix
+    lowered = bare.lower()
     if lowered.startswith("claude"):
         return "anthropic"
     if lowered.startswith(("gpt", "o1", "o3", "o4", "chatgpt")):
@@ -82,6 +93,16 @@ def tokenizer_of(session: Session) -> Tokenizer:
 
 def final_tool_name(session: Session) -> str:
     return (session.policy or {}).get("final_report_tool") or settings.CONTEXTSVC_FINAL_REPORT_TOOL
+
+
+def uncounted_tools(session: Session) -> frozenset[str]:
+    """Tools left out of the schema tokens (spec 001): the final-report and task-status
+    tools, unless ``policy.count_report_tools`` counts them like any other."""
+    policy = session.policy or {}
+    if policy.get("count_report_tools"):
+        return frozenset()
+    status_tool = policy.get("task_status_tool") or settings.CONTEXTSVC_TASK_STATUS_TOOL
+    return frozenset({final_tool_name(session), status_tool})
 
 
 def targets_of(session: Session) -> list[Target]:

@@ -26,7 +26,7 @@ from .outputs.pages import (
     grep_page,
     read_page,
 )
-from .outputs.read import output_iter_bytes
+from .outputs.read import DEFAULT_SLICE_LINES, output_iter_bytes
 from .outputs.reservations import (
     session_release_tool_reservation,
     session_reserve_tool_output,
@@ -150,8 +150,11 @@ def list_outputs(request: HttpRequest, sid: str, q: Query[OutputListQuery]):
 class SliceQuery(Schema):
     # spec 000 §1.8 / DESIGN: offset is the 1-based first line (0 = from the start).
     offset: int = Field(1, ge=0, le=MAX_SEQ)
-    limit: int = Field(100, ge=1, le=MAX_SLICE_LINES)
+    # 0: the default number of lines, as an omitted limit (not an error).
+    limit: int = Field(DEFAULT_SLICE_LINES, ge=0, le=MAX_SLICE_LINES)
     max_line_length: int | None = Field(None, ge=1, le=MAX_LINE_CHARS)
+    # Paging inside one very long line: the first line from this character on.
+    char_offset: int = Field(0, ge=0, le=2**40)
 
 
 class GrepQuery(Schema):
@@ -166,7 +169,13 @@ class GrepQuery(Schema):
 @router.get("/refs/{ref}", response=SliceOut, exclude_unset=True)
 def get_ref(request: HttpRequest, ref: str, q: Query[SliceQuery]):
     output = output_get(owner=request.auth, ref=ref)
-    return read_page(output, offset=q.offset, limit=q.limit, max_line_length=q.max_line_length)
+    return read_page(
+        output,
+        offset=q.offset,
+        limit=q.limit,
+        max_line_length=q.max_line_length,
+        char_offset=q.char_offset,
+    )
 
 
 @router.get("/refs/{ref}/grep", response=GrepOut, exclude_unset=True)

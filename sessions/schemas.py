@@ -40,6 +40,7 @@ MAX_LIST_ITEMS = 100  # directives, chain names, extra targets, excluded tools
 # the renderer (orjson) stops at 255 levels, which would make a 500 of every
 # later context call.
 MAX_JSON_DEPTH = 64
+MAX_SEARCH_HINT_CHARS = 1_000  # a tool's tool_search keywords
 
 
 def check_depth(value: Any) -> Any:
@@ -151,6 +152,8 @@ class ToolOutputCachePolicy(In):
     max_message_bytes: int = Field(50 * 1024, gt=0, le=16 * 1024 * 1024)
     max_line_length: int = Field(2000, gt=0, le=1_000_000)
     trim_hysteresis: float = Field(0.25, ge=0, lt=1)
+    # false: no total-budget trim (spec 000 §1.7); per-message cuts stay.
+    budget_trim: bool = True
 
 
 class ThresholdsPolicy(In):
@@ -184,6 +187,9 @@ class PromptCachePolicy(In):
     max_breakpoints: int = Field(4, ge=1, le=4)
     # Overrides the model profile's minimum cacheable prefix.
     min_cacheable_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS)
+    # spec 002 §4: within a kind, cacheable sections before the others; false
+    # keeps the agent's order within a kind.
+    cacheable_first: bool = True
 
 
 class TargetIn(In):
@@ -203,6 +209,14 @@ class ProxyPolicy(In):
     client_tool_search: bool | None = None
 
 
+class ReasoningPolicy(In):
+    """Reasoning sent back: the current turn's always, as providers require."""
+
+    # Turns whose thinking blocks go back, the current one included (Anthropic's
+    # clear_thinking "keep thinking_turns"); null: every turn's.
+    keep_thinking_turns: int | None = Field(None, ge=1, le=MAX_TURNS)
+
+
 class PolicyIn(In):
     compaction: CompactionPolicy | None = None
     tool_output_cache: ToolOutputCachePolicy | None = None
@@ -211,9 +225,20 @@ class PolicyIn(In):
     # Further provider targets the agent may fall back to (spec 001 ok/skip/final).
     targets: list[TargetIn] | None = Field(None, max_length=MAX_LIST_ITEMS)
     final_report_tool: str | None = Field(None, pattern=TOOL_NAME_PATTERN)
+    # spec 001: the task-status tool, left out of the schema tokens with the
+    # final-report tool unless count_report_tools.
+    task_status_tool: str | None = Field(None, pattern=TOOL_NAME_PATTERN)
+    count_report_tools: bool | None = None
+    # spec 001 as written: once an output is refused (toolBudgetExceeded), every
+    # later one is too. Default false: each output is judged on its own size.
+    tool_budget_sticky: bool | None = None
     tool_deferral_threshold: float | None = Field(None, gt=0, le=1)
+    # spec 002 §5 note: "list" (the deferred tools under "## Available Tools",
+    # each with its first sentence) or "count" (the one-line note alone).
+    tool_deferral_note: Literal["list", "count"] | None = None
     prompt_cache: PromptCachePolicy | None = None
     proxy: ProxyPolicy | None = None
+    reasoning: ReasoningPolicy | None = None
 
 
 # --- sessions ---------------------------------------------------------------------
@@ -273,6 +298,9 @@ class ToolDefIn(In):
         default_factory=lambda: {"type": "object", "properties": {}}
     )
     category: Literal["builtin", "mcp", "skill"] = "mcp"
+    # Keywords tool_search matches (spec 002 §5): what the tool is for in the
+    # words a model would search with; never sent to the model.
+    search_hint: str = Field("", max_length=MAX_SEARCH_HINT_CHARS)
 
     _shallow_schema = field_validator("input_schema")(check_depth)
 

@@ -262,6 +262,11 @@ class SliceOut(Out):
     next_offset: int | None
     truncated: bool
     cut_lines: list[int]
+    char_offset: int = Field(0, description="Where the first line starts (0-based character)")
+    continue_line: dict[str, int] | None = Field(
+        None,
+        description="When the last line shown is cut: {offset, char_offset} reads on inside it",
+    )
     text: str
     message: str | None = Field(None, description="Set when the answer was capped: how to go on")
 

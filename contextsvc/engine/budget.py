@@ -128,6 +128,31 @@ class Limits:
         }
 
 
+# Gateways (LiteLLM, OpenRouter, Vercel's AI SDK) name a model
+# "<provider>/<model>"; the limits are the model's own.
+MODEL_PROVIDER_PREFIXES: frozenset[str] = frozenset({"anthropic", "openai", "google", "gemini"})
+
+
+def split_model_id(model: str) -> tuple[str, str]:
+    """``(provider, bare model)`` of a model id that may carry a provider prefix.
+
+    ``anthropic/claude-sonnet-4-5`` → ``("anthropic", "claude-sonnet-4-5")``;
+    ``openrouter/openai/gpt-4o`` → ``("openai", "gpt-4o")``: the last segment
+    is the model, the nearest known provider segment before it names the
+    provider. An id with no known provider prefix keeps its provider empty and
+    its text whole (a ``/`` may be part of a local model's name).
+    """
+    segments = model.split("/")
+    if len(segments) < 2:
+        return "", model
+    for i in range(len(segments) - 2, -1, -1):
+        name = segments[i].strip().lower()
+        if name in MODEL_PROVIDER_PREFIXES:
+            rest = "/".join(segments[i + 1 :])
+            return ("google" if name == "gemini" else name), rest
+    return "", model
+
+
 def _first_defined(key: str, sources: tuple[Mapping[str, Any] | None, ...]) -> Any:
     # spec 001: "first defined wins"; None means "not set here", so an explicit
     # null in a request falls through to the model profile.

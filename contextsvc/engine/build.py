@@ -33,6 +33,7 @@ from .messages import Message, PromptSection, ToolDef
 from .prompt import MAX_BREAKPOINTS, CachePlan, plain_concatenation, split_sections
 from .providers.history import anthropic_content, openai_message
 from .providers.openai_responses_build import responses_body
+from .reasoning import drop_old_reasoning
 from .summary_placement import system_summary_text
 from .wellformed import well_formed
 
@@ -68,6 +69,9 @@ class ContextParts:
     mid_system: bool = True
     # "user" (spec 000 §2.7) or "system" (spec 003/004; ``engine.summary_placement``).
     summary_role: str = "user"
+    # Turns (from the newest user message back) whose thinking blocks the
+    # anthropic format sends; None: every turn's (``drop_old_reasoning``).
+    keep_thinking_turns: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -95,7 +99,8 @@ def preamble_messages(parts: ContextParts) -> list[Message]:
 
 def sent_history(parts: ContextParts) -> list[Message]:
     """Preamble and history as the provider formats send them (``engine.wellformed``)."""
-    return well_formed([*preamble_messages(parts), *parts.messages], tools=bool(parts.tools))
+    history = drop_old_reasoning(parts.messages, parts.keep_thinking_turns)
+    return well_formed([*preamble_messages(parts), *history], tools=bool(parts.tools))
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,9 @@ When the registered tools' descriptions exceed ``tool_deferral_threshold``
    oldest; among those, the ones the agent listed last go first).
 
 The context then carries a ``tool_search`` tool and the note
-``[N tools deferred to save context. Use tool_search to find them.]``;
+``[N tools deferred to save context. Use tool_search to find them.]``,
+followed (style ``list``, the default) by a ``## Available Tools`` listing of
+each deferred tool's name and the first sentence of its description;
 ``tool_search`` ranks the deferred tools against a query (``engine.tool_index``)
 and the matches are sent again for the rest of the turn.
 
@@ -22,9 +24,11 @@ per-tool estimates scaled ×2.09 (spec 001 schemaCtxTokens), so
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+import re
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import lru_cache
 
 from .budget import floor_ratio
 from .errors import EngineValidationError
@@ -64,6 +68,71 @@ TOOL_SEARCH = ToolDef(
 )
 
 DEFERRAL_NOTE = "[{n} tools deferred to save context. Use tool_search to find them.]"
+# Discoverability (spec 002 §5, as Claude Code lists its deferred tools): the
+# note names each deferred tool with the first sentence of its description,
+# under this heading, so the model knows what to search for.
+AVAILABLE_TOOLS_HEADING = "## Available Tools"
+NOTE_STYLES: tuple[str, ...] = ("list", "count")
+DEFAULT_NOTE_STYLE = "list"
+# A first sentence longer than this is cut (with "…"): the listing is resent
+# on every call, after the cache breakpoints.
+FIRST_SENTENCE_MAX_CHARS = 200
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s|\n")
+
+
+def first_sentence(text: str, max_chars: int = FIRST_SENTENCE_MAX_CHARS) -> str:
+    """The description's first sentence (up to ``. `` / ``! `` / ``? `` or a line break)."""
+    text = (text or "").strip()
+    match = _SENTENCE_END.search(text)
+    sentence = (text[: match.start()] if match else text).strip()
+    if len(sentence) > max_chars:
+        sentence = sentence[: max_chars - 1].rstrip() + "…"
+    return sentence
+
+
+def deferral_note(deferred: Sequence[ToolDef], *, style: str = DEFAULT_NOTE_STYLE) -> str | None:
+    """The note sent while tools are deferred; None when none are.
+
+    ``count`` is spec 002 §5's one line; ``list`` adds the ``## Available
+    Tools`` listing, one ``- name: first sentence`` line per deferred tool.
+    """
+    if style not in NOTE_STYLES:
+        raise EngineValidationError(
+            f"tool_deferral_note must be one of {', '.join(NOTE_STYLES)}",
+            field="tool_deferral_note",
+        )
+    if not deferred:
+        return None
+    head = DEFERRAL_NOTE.format(n=len(deferred))
+    if style == "count":
+        return head
+    return "\n".join([head, "", AVAILABLE_TOOLS_HEADING, *(listing_line(t) for t in deferred)])
+
+
+def listing_line(tool: ToolDef) -> str:
+    return _listing_line(tool.name, tool.description)
+
+
+@lru_cache(maxsize=8192)
+def _listing_line(name: str, description: str) -> str:
+    # Every build lists the same few hundred deferred tools: each line is made once.
+    sentence = first_sentence(description)
+    return f"- {name}: {sentence}" if sentence else f"- {name}"
+
+
+def listing_tokens(tool: ToolDef | None, style: str) -> int:
+    """Tokens the ``list`` note spends on one deferred tool (``None``: the note's head).
+
+    Estimated as spec 001's ``ceil(chars / 4)`` plus one for the line break:
+    the listing replaces the tool's schema, so deferring a tool saves its
+    schema less this.
+    """
+    if style != "list":
+        return 0
+    if tool is None:
+        head = DEFERRAL_NOTE.format(n=1000) + "\n\n" + AVAILABLE_TOOLS_HEADING
+        return math.ceil(len(head) / 4) + 1
+    return math.ceil(len(listing_line(tool)) / 4) + 1
 
 
 def scaled(tokens: int, scale: float) -> int:
@@ -84,6 +153,14 @@ def deferral_limit(effective_window: int, threshold: float) -> int:
     return floor_ratio(threshold, effective_window)
 
 
+def counted(tool_tokens: Mapping[str, int], uncounted: Collection[str]) -> Mapping[str, int]:
+    """``tool_tokens`` with the uncounted tools at 0 (spec 001: the final-report and
+    task-status tools are the agent's own machinery, not schema tokens)."""
+    if not uncounted:
+        return tool_tokens
+    return {**tool_tokens, **{name: 0 for name in uncounted if name in tool_tokens}}
+
+
 def _tokens(tool_tokens: Mapping[str, int], name: str) -> int:
     try:
         return int(tool_tokens[name])
@@ -99,14 +176,18 @@ def choose_deferred(
     limit_tokens: int,
     scale: float = 2.09,
     search_tool_tokens: int = 0,
+    note_style: str = DEFAULT_NOTE_STYLE,
+    uncounted: Collection[str] = (),
 ) -> list[str]:
     """spec 002 §5 SelectForContext: the names to hold back, in deferral order.
 
     Nothing is deferred while all descriptions fit in ``limit_tokens``. Once
     they do not, tools are deferred one by one in priority order until what is
-    left — plus the ``tool_search`` tool that replaces them — fits (or nothing
-    deferrable is left: built-ins alone may exceed the budget).
+    left — plus the ``tool_search`` tool that replaces them and the note's
+    listing of them — fits (or nothing deferrable is left: built-ins alone may
+    exceed the budget). ``uncounted`` tools cost nothing (``counted``).
     """
+    tool_tokens = counted(tool_tokens, uncounted)
     total = sum(_tokens(tool_tokens, t.name) for t in tools)
     if scaled(total, scale) <= limit_tokens:
         return []
@@ -119,12 +200,13 @@ def choose_deferred(
         candidates.extend(group)
     has_search = TOOL_SEARCH_NAME in index
     remaining = total + (0 if has_search else search_tool_tokens)
+    remaining += listing_tokens(None, note_style)
     deferred: list[str] = []
     for tool in candidates:
         if scaled(remaining, scale) <= limit_tokens:
             break
         deferred.append(tool.name)
-        remaining -= _tokens(tool_tokens, tool.name)
+        remaining += listing_tokens(tool, note_style) - _tokens(tool_tokens, tool.name)
     return deferred
 
 
@@ -138,6 +220,9 @@ class Selection:
     tokens_all: int  # scaled: every registered tool, as if nothing were deferred
     tokens_sent: int  # scaled: the active list, tool_search included
     search_tool_added: bool
+    # The still-deferred tools' definitions (the note lists them) and the note's style.
+    deferred_tools: tuple[ToolDef, ...] = ()
+    note_style: str = DEFAULT_NOTE_STYLE
 
     @property
     def tokens_saved(self) -> int:
@@ -147,7 +232,8 @@ class Selection:
     def note(self) -> str | None:
         if not self.deferred:
             return None
-        return DEFERRAL_NOTE.format(n=len(self.deferred))
+        tools = self.deferred_tools or tuple(ToolDef(name=n) for n in self.deferred)
+        return deferral_note(tools, style=self.note_style)
 
     @property
     def active_names(self) -> list[str]:
@@ -163,11 +249,14 @@ def assemble(
     scale: float = 2.09,
     search_tool: ToolDef = TOOL_SEARCH,
     search_tool_tokens: int = 0,
+    note_style: str = DEFAULT_NOTE_STYLE,
+    uncounted: Collection[str] = (),
 ) -> Selection:
     """The tool list to send: kept tools in the agent's order, then
     ``tool_search`` (when anything is deferred), then the promoted tools in the
     order they were loaded. The order is deterministic so that the same state
-    gives a byte-identical prefix."""
+    gives a byte-identical prefix. ``uncounted`` tools are sent but cost nothing."""
+    tool_tokens = counted(tool_tokens, uncounted)
     by_name = {t.name: t for t in tools}
     # Deferral order (first deferred first), as choose_deferred returned it.
     deferred_list = [n for n in dict.fromkeys(deferred) if n in by_name]
@@ -187,6 +276,10 @@ def assemble(
     if added:
         sent += search_tool_tokens
     still_deferred = tuple(n for n in deferred_list if n not in promoted_list)
+    if still_deferred and note_style == "list":
+        # The note's listing stands in for the deferred schemas: counted with them.
+        sent += listing_tokens(None, note_style)
+        sent += sum(listing_tokens(by_name[n], note_style) for n in still_deferred)
     return Selection(
         active=tuple(active),
         deferred=still_deferred,
@@ -194,4 +287,6 @@ def assemble(
         tokens_all=scaled(total, scale),
         tokens_sent=scaled(sent, scale),
         search_tool_added=added,
+        deferred_tools=tuple(by_name[n] for n in still_deferred),
+        note_style=note_style,
     )

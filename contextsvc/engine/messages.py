@@ -124,3 +124,6 @@ class ToolDef:
     description: str = ""
     input_schema: dict[str, Any] = field(default_factory=lambda: {"type": "object"})
     category: str = "builtin"  # builtin, mcp, skill
+    # Keywords ``tool_search`` matches besides the name and description
+    # (spec 002 §5 Search); never sent to the model.
+    search_hint: str = ""

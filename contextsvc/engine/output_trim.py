@@ -109,3 +109,30 @@ def plan_trim(
                 break
         held = candidate
     return TrimPlan(tuple(trimmed), freed, total, max(remaining, 0), budget, target)
+
+
+def admit_outputs(
+    outputs: Iterable[int], *, room: int, reclaimable: int, sticky: bool = False
+) -> list[bool]:
+    """spec 001 tool_preflight for a batch of new outputs, decided before any trim.
+
+    ``outputs`` are the new outputs' tokens in posting order, ``room`` what is
+    left under the limit before them, ``reclaimable`` what trimming every older
+    output could free. An output that does not fit even then is refused *now*,
+    so no older output is trimmed for it; it takes no room, so a later, smaller
+    output may still fit (``sticky``: spec 001's "once toolBudgetExceeded is
+    set" — every later output is refused too).
+    """
+    admitted: list[bool] = []
+    refused = False
+    for tokens in outputs:
+        fits = not (sticky and refused) and tokens <= room + reclaimable
+        if fits:
+            room -= tokens
+            if room < 0:
+                reclaimable += room  # what the trim must now free for it
+                room = 0
+        else:
+            refused = True
+        admitted.append(fits)
+    return admitted

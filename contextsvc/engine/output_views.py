@@ -52,6 +52,9 @@ class ViewConfig:
     preview_chars: int = OFFLOAD_PREVIEW_CHARS
     context_budget_tokens: int | None = None
     trim_hysteresis: float = DEFAULT_TRIM_HYSTERESIS
+    # spec 000 §1.7's trim of the oldest outputs past the budget; off keeps
+    # every per-message cut (§1.6) and only stops the total-budget trim.
+    budget_trim: bool = True
 
     def __post_init__(self) -> None:
         for name in ("max_message_bytes", "max_line_length"):
@@ -98,6 +101,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 _POLICY_FIELDS = (
     "enabled",
+    "budget_trim",
     "max_message_bytes",
     "max_line_length",
     "context_budget_tokens",

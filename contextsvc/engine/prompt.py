@@ -67,14 +67,23 @@ def check_kind(section: PromptSection, index: int | None = None) -> None:
         )
 
 
-def order_sections(sections: Sequence[PromptSection]) -> list[PromptSection]:
+def order_sections(
+    sections: Sequence[PromptSection], *, cacheable_first: bool = True
+) -> list[PromptSection]:
     """spec 002 §4 order: base, rules, memory, skill, scratchpad, status.
 
-    Stable within a kind (the agent's order is kept). An unknown kind is an
-    error here, not a silent "last": the API rejects it before it is stored.
+    Within a kind, cacheable sections come before the others whatever order
+    they were posted in (the PromptBuilder "places cacheable (static) sections
+    first"), so one changing section does not cut its kind's static ones out of
+    the cached prefix; otherwise the agent's order is kept (a stable sort).
+    ``cacheable_first=False`` keeps the agent's order within a kind. An
+    unknown kind is an error here, not a silent "last": the API rejects it
+    before it is stored.
     """
     for i, section in enumerate(sections):
         check_kind(section, i)
+    if cacheable_first:
+        return sorted(sections, key=lambda s: (SECTION_ORDER[s.kind], not s.cacheable))
     return sorted(sections, key=lambda s: SECTION_ORDER[s.kind])
 
 
@@ -147,6 +156,8 @@ class PlanInput:
     system_tokens: Sequence[int] = ()
     history_tokens: int = 0
     has_history: bool = False
+    # Text after the history that changes per call (status sections, notes).
+    has_tail: bool = False
     min_cacheable: int = DEFAULT_MIN_CACHEABLE_TOKENS
     max_breakpoints: int = MAX_BREAKPOINTS
     history_breakpoint: bool = True
@@ -162,6 +173,12 @@ def plan_breakpoints(system: Sequence[PromptSection], data: PlanInput) -> CacheP
     then the end of the cacheable system run, then the end of sections 1–3 when
     cacheable skills follow it, then the tools. Each candidate is kept only if
     its prefix (tools + system up to it [+ history]) reaches ``min_cacheable``.
+
+    spec 002 §4: a breakpoint goes only where a later part changes. The end of
+    the system run and the tools are marked only when something that varies
+    follows — a non-cacheable section, the history or the tail; a request
+    that is all static (an entirely cacheable system prompt and nothing after
+    it) gets no marker there.
     """
     if len(data.system_tokens) != len(system):
         raise EngineValidationError(
@@ -185,12 +202,15 @@ def plan_breakpoints(system: Sequence[PromptSection], data: PlanInput) -> CacheP
     if data.history_breakpoint and data.has_history:
         candidates.append(("history", -1, system_total + max(0, data.history_tokens)))
     run = cacheable_run(system)
-    if run:
+    varies_after = run < len(system) or data.has_history or data.has_tail
+    if run and varies_after:
         candidates.append(("system", run - 1, cumulative[run - 1]))
+    if run:
+        # Cacheable skill sections after 1–3 change when a skill is (de)activated.
         static_end = max((i for i in range(run) if system[i].kind in STATIC_KINDS), default=None)
         if static_end is not None and static_end < run - 1:
             candidates.append(("system", static_end, cumulative[static_end]))
-    if data.mark_tools and tools:
+    if data.mark_tools and tools and varies_after:
         candidates.append(("tools", -1, tools))
 
     chosen = [c for c in candidates if c[2] >= max(1, data.min_cacheable)][:limit]
@@ -243,8 +263,12 @@ class PromptBuilder:
         ordered = [*system, *tail]
         run = cacheable_run(system)
         static_end = max((i for i in range(run) if system[i].kind in STATIC_KINDS), default=None)
-        marks = {run - 1} if run else set()
-        if static_end is not None:
+        # spec 002 §4: a breakpoint only where a later part changes — after the
+        # cacheable run when a non-cacheable section follows, after sections
+        # 1–3 when cacheable skills (which come and go) follow; none in a prompt
+        # that is cacheable to its end.
+        marks = {run - 1} if run and run < len(ordered) else set()
+        if static_end is not None and static_end < run - 1:
             marks.add(static_end)
         text_parts: list[str] = []
         breakpoints: list[int] = []

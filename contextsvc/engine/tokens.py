@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
@@ -336,16 +336,21 @@ def estimate_tool_def(tool: ToolDef, tokenizer: Tokenizer) -> int:
 
 
 def estimate_tool_schemas(
-    tools: Iterable[ToolDef], tokenizer: Tokenizer, scale: float = 2.09
+    tools: Iterable[ToolDef],
+    tokenizer: Tokenizer,
+    scale: float = 2.09,
+    *,
+    uncounted: Collection[str] = (),
 ) -> int:
     """spec 001 schemaCtxTokens: ``ceil(sum(tool estimates) × 2.09)``.
 
     The scale is applied once to the sum (not per tool) and in exact arithmetic:
-    ``100 × 2.09`` must be 209, not ``ceil(209.00000000000003)``.
+    ``100 × 2.09`` must be 209, not ``ceil(209.00000000000003)``. Tools named
+    in ``uncounted`` (the final-report and task-status tools) are left out.
     """
     if not scale > 0:
         raise EngineValidationError("tool_schema_scale must be positive", field="tool_schema_scale")
-    total = sum(estimate_tool_def(t, tokenizer) for t in tools)
+    total = sum(estimate_tool_def(t, tokenizer) for t in tools if t.name not in uncounted)
     return math.ceil(total * Fraction(str(scale)))
 
 

@@ -22,8 +22,11 @@ _STOPWORDS = frozenset(
     "a an and are as at be by for from has have in into is it its of on or that the this to "
     "was were will with you your use used using can tool tools".split()
 )
-# BM25F: a query word in the tool's name says more than one in its description.
-_FIELD_WEIGHTS = (("name", 3.0), ("description", 1.0), ("schema", 0.5))
+# BM25F: a query word in the tool's name says more than one in its description;
+# the search hint is keywords the tool's author chose for exactly this search.
+_FIELD_WEIGHTS = (("name", 3.0), ("description", 1.0), ("schema", 0.5), ("hint", 2.0))
+_FIELDS = len(_FIELD_WEIGHTS)
+Frequencies = tuple[float, ...]  # one per field of _FIELD_WEIGHTS
 _K1 = 1.2
 _B = 0.75
 _MAX_SCHEMA_CHARS = 20_000
@@ -107,9 +110,9 @@ class SearchIndex:
     """An inverted index over name, description and schema words (BM25F)."""
 
     tools: list[ToolDef]
-    postings: dict[str, list[tuple[int, tuple[float, float, float]]]]
-    lengths: list[tuple[int, int, int]]
-    averages: tuple[float, float, float]
+    postings: dict[str, list[tuple[int, Frequencies]]]
+    lengths: list[tuple[int, ...]]
+    averages: tuple[float, ...]
     flat_names: list[str]  # lower-case, separators removed: substring matches
 
     @property
@@ -118,27 +121,26 @@ class SearchIndex:
 
 
 def build_index(tools: Sequence[ToolDef]) -> SearchIndex:
-    postings: dict[str, list[tuple[int, tuple[float, float, float]]]] = {}
-    lengths: list[tuple[int, int, int]] = []
+    postings: dict[str, list[tuple[int, Frequencies]]] = {}
+    lengths: list[tuple[int, ...]] = []
     for doc, tool in enumerate(tools):
         fields = (
             terms(tool.name),
             terms(tool.description or ""),
             terms(" ".join(_schema_text(tool.input_schema, [_MAX_SCHEMA_CHARS]))),
+            terms(tool.search_hint or ""),
         )
-        lengths.append((len(fields[0]), len(fields[1]), len(fields[2])))
+        lengths.append(tuple(len(f) for f in fields))
         counts = [Counter(f) for f in fields]
         for term in set().union(*counts):
-            postings.setdefault(term, []).append(
-                (doc, (float(counts[0][term]), float(counts[1][term]), float(counts[2][term])))
-            )
+            postings.setdefault(term, []).append((doc, tuple(float(c[term]) for c in counts)))
     n = max(1, len(tools))
-    averages = tuple(max(1.0, sum(length[i] for length in lengths) / n) for i in range(3))
+    averages = tuple(max(1.0, sum(length[i] for length in lengths) / n) for i in range(_FIELDS))
     return SearchIndex(
         tools=list(tools),
         postings=postings,
         lengths=lengths,
-        averages=averages,  # type: ignore[arg-type]
+        averages=averages,
         flat_names=[re.sub(r"[^a-z0-9]", "", t.name.lower()) for t in tools],
     )
 
@@ -152,7 +154,7 @@ def search(
 ) -> list[SearchHit]:
     """Rank tools for ``query`` (spec 002 §5 ``Search``), best first.
 
-    BM25F over name (×3), description and schema words; a query word that is
+    BM25F over name (×3), search hint (×2), description and schema words; a query word that is
     only part of a name word ("xcode" in "xcodebuild") counts half; an exact
     name scores above everything; ties keep the agent's order.
     ``select:a,b`` returns exactly those tools. ``among`` restricts the

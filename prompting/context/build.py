@@ -113,6 +113,9 @@ def build_context(
         plain=prompt_plan.plain,
         mid_system=(prompt_plan.profile or cache_profile(session)).mid_system_messages,
         summary_role=resolve_summary_role((session.policy or {}).get("compaction")),
+        keep_thinking_turns=((session.policy or {}).get("reasoning") or {}).get(
+            "keep_thinking_turns"
+        ),
     )
     try:
         body = build_request(fmt, parts)

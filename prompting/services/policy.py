@@ -7,6 +7,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from contextsvc.engine import deferral, prompt
+from contextsvc.engine.budget import split_model_id
 from contextsvc.engine.tokens import Tokenizer
 from contextsvc.lru import BoundedLRU
 from sessions import accounting
@@ -23,6 +24,7 @@ class CachePolicy:
     mark_tools: bool = True
     max_breakpoints: int = prompt.MAX_BREAKPOINTS
     min_cacheable_tokens: int | None = None
+    cacheable_first: bool = True
 
 
 _CACHE_POLICY_FIELDS = {f.name for f in fields(CachePolicy)}
@@ -37,6 +39,12 @@ def cache_policy(session: Session) -> CachePolicy:
 def deferral_threshold(session: Session) -> float:
     value = (session.policy or {}).get("tool_deferral_threshold")
     return deferral.DEFAULT_DEFERRAL_THRESHOLD if value is None else value
+
+
+def deferral_note_style(session: Session) -> str:
+    """``policy.tool_deferral_note``: ``list`` (default) or ``count`` (spec 002 §5's one line)."""
+    value = (session.policy or {}).get("tool_deferral_note")
+    return deferral.DEFAULT_NOTE_STYLE if value is None else value
 
 
 # A deferral limit no tool list reaches: nothing is deferred.
@@ -100,6 +108,7 @@ def cache_profile(session: Session) -> CacheProfile:
 
 
 def _load_profile(provider: str, model: str) -> CacheProfile:
+    model = split_model_id(model)[1]
     rows = list(
         ModelProfile.objects.filter(provider=provider).only(
             "model", "min_cacheable_tokens", "prices", "mid_system_messages"

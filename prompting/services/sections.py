@@ -90,10 +90,13 @@ def plan_prompt(
 ) -> PromptPlan:
     """spec 002 §4: order the sections and place the breakpoints. Never raises."""
     try:
-        ordered = prompt.order_sections([PromptSection(**s) for s in session.sections or ()])
-        system, _tail = prompt.split_sections(ordered)
-        tokenizer = accounting.tokenizer_of(session)
         policy = cache_policy(session)
+        ordered = prompt.order_sections(
+            [PromptSection(**s) for s in session.sections or ()],
+            cacheable_first=policy.cacheable_first,
+        )
+        system, tail = prompt.split_sections(ordered)
+        tokenizer = accounting.tokenizer_of(session)
         result = PromptPlan(sections=ordered, policy=policy)
         result.system_tokens = [count_text(s.content, tokenizer) for s in system]
         result.tool_tokens = sent_tool_tokens(tools, tool_plan, tokenizer)
@@ -109,6 +112,7 @@ def plan_prompt(
                     system_tokens=result.system_tokens,
                     history_tokens=history,
                     has_history=bool(messages) or bool(session.retain or session.summary),
+                    has_tail=bool(tail) or bool(tool_plan.note),
                     min_cacheable=result.min_cacheable,
                     max_breakpoints=policy.max_breakpoints,
                     history_breakpoint=policy.history_breakpoint,

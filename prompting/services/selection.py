@@ -18,7 +18,7 @@ from sessions.models import Message, Session
 from sessions.services.tools import session_set_sent_tool_tokens
 
 from ..models import PromptState
-from .policy import deferral_inputs
+from .policy import deferral_inputs, deferral_note_style
 from .state import degraded_entry, state_read
 from .tools import recount_stale_index, registered_tools, search_tool_tokens, selection_record
 
@@ -175,6 +175,8 @@ def plan_tools(
                 limit_tokens=limit,
                 scale=scale,
                 search_tool_tokens=search_tokens,
+                note_style=deferral_note_style(session),
+                uncounted=accounting.uncounted_tools(session),
             )
             state.selection = selection_record(
                 turn=plan.last_user_seq,
@@ -192,6 +194,8 @@ def plan_tools(
             promoted_names(state, plan.last_user_seq, deferred_names),
             scale=scale,
             search_tool_tokens=search_tokens,
+            note_style=deferral_note_style(session),
+            uncounted=accounting.uncounted_tools(session),
         )
         if selection.search_tool_added:
             plan.tokens[deferral.TOOL_SEARCH_NAME] = search_tokens
@@ -220,7 +224,11 @@ def _send_every_tool(session: Session, plan: ToolPlan, exc: BaseException) -> No
     try:
         if plan.tokens and all(t.name in plan.tokens for t in plan.registered):
             scale = accounting.estimate_config_of(session).tool_schema_scale
-            full = deferral.scaled(sum(plan.tokens[t.name] for t in plan.registered), scale)
+            uncounted = accounting.uncounted_tools(session)
+            full = deferral.scaled(
+                sum(plan.tokens[t.name] for t in plan.registered if t.name not in uncounted),
+                scale,
+            )
             if full != session.tool_tokens:
                 plan.sent_tokens = full
     except Exception:

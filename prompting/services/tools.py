@@ -12,10 +12,11 @@ from contextsvc.engine import caching, deferral
 from contextsvc.engine.messages import ToolDef
 from contextsvc.engine.tokens import Tokenizer, compact_json, estimate_tool_def, get_tokenizer
 from contextsvc.lru import BoundedLRU
+from sessions import accounting
 from sessions.models import Session
 
 from ..models import PromptState
-from .policy import deferral_inputs
+from .policy import deferral_inputs, deferral_note_style
 from .state import BUILD_ONLY_FIELDS, locked_state
 
 log = logging.getLogger("contextsvc.prompting")
@@ -29,7 +30,13 @@ def search_tool_tokens(tokenizer_name: str) -> int:
 
 def tool_digest(tool: ToolDef) -> str:
     return caching.block_key(
-        tool.name, tool.description, compact_json(tool.input_schema), tool.category
+        tool.name,
+        tool.description,
+        compact_json(tool.input_schema),
+        tool.category,
+        # The hint is searched, so a new one must rebuild the search index
+        # (no hint: the digest stays what it was before hints existed).
+        *((tool.search_hint,) if tool.search_hint else ()),
     ).hex()
 
 
@@ -116,6 +123,8 @@ def record_registered_tools(session: Session, tools: list[ToolDef]) -> int | Non
         state = locked_state(session, defer=BUILD_ONLY_FIELDS)
         tokens = {name: value[0] for name, value in index.items()}
         search_tokens = search_tool_tokens(tokenizer.name)
+        style = deferral_note_style(session)
+        uncounted = accounting.uncounted_tools(session)
         deferred = deferral.choose_deferred(
             tools,
             tokens,
@@ -123,6 +132,8 @@ def record_registered_tools(session: Session, tools: list[ToolDef]) -> int | Non
             limit_tokens=limit,
             scale=scale,
             search_tool_tokens=search_tokens,
+            note_style=style,
+            uncounted=uncounted,
         )
         # turn -1: the next build re-chooses with the LRU it learns then.
         state.tool_index = index
@@ -133,7 +144,14 @@ def record_registered_tools(session: Session, tools: list[ToolDef]) -> int | Non
         state.save(update_fields=["tool_index", "tools_hash", "selection"])
         _TOOLSETS.put(tools_hash, tuple(tools))
         chosen = deferral.assemble(
-            tools, tokens, deferred, (), scale=scale, search_tool_tokens=search_tokens
+            tools,
+            tokens,
+            deferred,
+            (),
+            scale=scale,
+            search_tool_tokens=search_tokens,
+            note_style=style,
+            uncounted=uncounted,
         )
         return chosen.tokens_sent
     except Exception:

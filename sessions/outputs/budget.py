@@ -13,7 +13,13 @@ from dataclasses import dataclass, field
 from django.db.models import Max, Sum
 
 from contextsvc.engine.messages import Message as EngineMessage
-from contextsvc.engine.output_trim import TrimCandidate, plan_trim, tool_output_budget, trimmed_view
+from contextsvc.engine.output_trim import (
+    TrimCandidate,
+    admit_outputs,
+    plan_trim,
+    tool_output_budget,
+    trimmed_view,
+)
 from contextsvc.engine.output_views import (
     OutputInfo,
     ViewConfig,
@@ -32,6 +38,11 @@ from .ingest import PreparedMessage
 TRIMMABLE_STATES = ("full", "cut", "offloaded")
 _CANDIDATE_PAGE = 100
 _FIELDS = ("pk", "seq", "token_count", "output_ref", "tool_call_id", "name")
+
+
+def tool_budget_sticky(session: Session) -> bool:
+    """``policy.tool_budget_sticky``: one refusal refuses every later output (spec 001 as written)."""
+    return bool((session.policy or {}).get("tool_budget_sticky"))
 
 
 def cache_config(session: Session) -> ViewConfig:
@@ -171,12 +182,18 @@ def apply_tool_outputs(
     if not batch:
         return effects
     config = cache_config(session)
+    sticky = tool_budget_sticky(session)
 
-    # 2. budget trim
+    # 2. refusals first: an output that would not fit even with every older
+    # output trimmed is refused before anything is trimmed for it.
+    refused = _refuse_what_cannot_fit(session, prepared, batch, first_seq, effects, sticky)
+    batch = [(i, p) for i, p in batch if i not in refused]
+
+    # 3. budget trim (spec 000 §1.7), when the outputs in context exceed theirs
     added = sum(p.row["token_count"] for _, p in batch)
     total = session.tool_output_tokens + added
     budget = tool_output_budget(config, session.context_window, _effective_window(session))
-    if total > budget:
+    if config.budget_trim and total > budget:
         fresh = (TrimCandidate(key=("batch", i), tokens=p.row["token_count"]) for i, p in batch)
         plan = plan_trim(
             total,
@@ -215,14 +232,18 @@ def apply_tool_outputs(
             0, session.conversation_tokens + effects.conversation_delta
         )
 
-    # 3. tool preflight, message by message in batch order
+    # 4. tool preflight, message by message in batch order (what the trim left)
     base = session.conversation_tokens
     running = 0
     for i, p in enumerate(prepared):
         tokens = p.row["token_count"]
         row = p.row
-        if p.message.role == "tool" and row.get("output_ref") and row["view_state"] != "trimmed":
-            over = session.tool_budget_exceeded
+        if (
+            p.message.role == "tool"
+            and row.get("output_ref")
+            and row["view_state"] not in ("trimmed", "failed")
+        ):
+            over = sticky and session.tool_budget_exceeded
             if not over:
                 session.conversation_tokens = base + running + tokens
                 over = accounting.compute_budget(session).guard.status == "final"
@@ -240,20 +261,65 @@ def apply_tool_outputs(
                     running += tokens
                     continue
             if over:
-                info = p.info
-                view = (
-                    failed_view(info)
-                    if info is not None
-                    else failed_view(OutputInfo(ref=row["output_ref"], byte_size=0, line_count=0))
-                )
-                tokens = _placeholder_tokens(view, row["tool_call_id"], row["name"], session)
-                row.update(
-                    view=view, view_state="failed", token_count=tokens, content="", parts=None
-                )
+                tokens = _refuse(session, p)
                 effects.failed_seqs.append(first_seq + i)
-                session.tool_budget_exceeded = True
             elif row["view_state"] in TRIMMABLE_STATES:
                 session.tool_output_tokens += tokens
         running += tokens
     session.conversation_tokens = base
     return effects
+
+
+def _refuse(session: Session, p: PreparedMessage) -> int:
+    """spec 001 toolBudgetExceeded: the failure view in context (the output stays stored)."""
+    row = p.row
+    info = p.info or OutputInfo(ref=row["output_ref"], byte_size=0, line_count=0)
+    view = failed_view(info)
+    tokens = _placeholder_tokens(view, row["tool_call_id"], row["name"], session)
+    row.update(view=view, view_state="failed", token_count=tokens, content="", parts=None)
+    session.tool_budget_exceeded = True
+    return tokens
+
+
+def _refuse_what_cannot_fit(
+    session: Session,
+    prepared: Sequence[PreparedMessage],
+    batch: list[tuple[int, PreparedMessage]],
+    first_seq: int,
+    effects: ToolEffects,
+    sticky: bool,
+) -> set[int]:
+    """Indices of the batch's outputs refused before the trim (``engine.output_trim.admit_outputs``).
+
+    The room is the preferred target's, before the batch; the batch's other
+    messages take theirs first. With compaction available a refused output
+    becomes a trimmed placeholder and compaction is due (as in the preflight).
+    """
+    state = accounting.compute_budget(session)
+    others = sum(p.row["token_count"] for p in prepared if p.message.role != "tool")
+    room = state.guard.limit - state.guard.projected - others
+    admitted = admit_outputs(
+        (p.row["token_count"] for _, p in batch),
+        room=room,
+        reclaimable=session.tool_output_tokens,
+        sticky=sticky,
+    )
+    refused: set[int] = set()
+    compaction = None
+    for (i, p), ok in zip(batch, admitted, strict=True):
+        if ok:
+            continue
+        refused.add(i)
+        if compaction is None:
+            compaction = _compaction_can_help(session)
+        row = p.row
+        if compaction:
+            view = trimmed_view(row["output_ref"])
+            tokens = _placeholder_tokens(view, row["tool_call_id"], row["name"], session)
+            row.update(view=view, view_state="trimmed", token_count=tokens)
+            effects.overflow_seqs.append(first_seq + i)
+            effects.trimmed_seqs.append(first_seq + i)
+        else:
+            _refuse(session, p)
+            effects.failed_seqs.append(first_seq + i)
+    return refused

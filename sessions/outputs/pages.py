@@ -41,9 +41,19 @@ def _size(body: Any) -> int:
 
 
 def read_page(
-    output: ToolOutput, *, offset: int, limit: int, max_line_length: int | None = None
+    output: ToolOutput,
+    *,
+    offset: int,
+    limit: int,
+    max_line_length: int | None = None,
+    char_offset: int = 0,
 ) -> dict[str, Any]:
-    """``output_slice`` whose JSON fits the cap: fewer lines (or a cut line) when it would not."""
+    """``output_slice`` whose JSON fits the cap: fewer lines (or a cut line) when it would not.
+
+    ``limit`` 0 is the default number of lines; ``char_offset`` pages inside
+    the first line (``read.output_slice``).
+    """
+    limit = limit or read.DEFAULT_SLICE_LINES
     room = response_cap() - ENVELOPE_BYTES
     meta = _size({"ref": output.ref, "tool_name": output.tool_name}) + 400
     text_cap = max(room - meta, 256)
@@ -59,6 +69,7 @@ def read_page(
             max_line_length=line_cap,
             max_bytes=text_cap,
             json_bytes=True,
+            char_offset=char_offset,
         )
 
     result = read_capped()
@@ -77,10 +88,11 @@ def read_page(
         result = read_capped()
     result["limit"] = limit
     result["truncated"] = capped
+    inside = result["continue_line"]
     if capped:
         where = (
             f"read on with offset={result['next_offset']}"
-            if result["has_more"]
+            if result["next_offset"] is not None
             else "this is the end of the output"
         )
         result["message"] = (
@@ -91,6 +103,14 @@ def read_page(
                 else ""
             )
         )
+    if inside is not None:
+        # spec 000 §1.8 reads by line; a line longer than one read is paged by character.
+        result["message"] = (
+            (result.get("message") or "")
+            + f" Line {inside['offset']} goes on past character {inside['char_offset']:,}:"
+            f" read more of it with offset={inside['offset']},"
+            f" char_offset={inside['char_offset']}."
+        ).strip()
     return result
 
 

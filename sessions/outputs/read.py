@@ -14,11 +14,15 @@ from typing import Any
 import orjson
 from django.conf import settings
 
+from contextsvc.engine.errors import EngineValidationError
+from contextsvc.engine.line_paging import take_chars
 from contextsvc.errors import ValidationFailed
 
 from ..models import ToolOutput, ToolOutputChunk
 
 CUT_MARK = " […line cut]"
+# Lines a read returns when the caller asks for none in particular (``limit`` 0).
+DEFAULT_SLICE_LINES = 100
 
 
 @dataclass(slots=True)
@@ -157,6 +161,27 @@ def iter_raw_lines(
         data, pos = following.data, 0
 
 
+def iter_line_bytes(output: ToolOutput, line: int) -> Iterator[bytes]:
+    """The bytes of line ``line`` (without its newline), chunk by chunk, never whole."""
+    if output.byte_size == 0 or not 1 <= line <= output.line_count:
+        return
+    located = _locate(output, line)
+    if located is None:
+        return
+    index, pos, data = located
+    chunks = iter_chunks(output.pk, index + 1)
+    while True:
+        nl = data.find(b"\n", pos)
+        if nl != -1:
+            yield data[pos:nl]
+            return
+        yield data[pos:]
+        following = next(chunks, None)
+        if following is None:
+            return
+        data, pos = following.data, 0
+
+
 def _decode(raw: RawLine, max_chars: int | None) -> tuple[str, bool]:
     text = raw.data.decode("utf-8", errors="replace")
     cut = raw.cut
@@ -190,10 +215,11 @@ def output_slice(
     output: ToolOutput,
     *,
     offset: int = 1,
-    limit: int = 100,
+    limit: int = DEFAULT_SLICE_LINES,
     max_line_length: int | None = None,
     max_bytes: int | None = None,
     json_bytes: bool = False,
+    char_offset: int = 0,
 ) -> dict[str, Any]:
     """spec 000 §1.8: lines ``offset`` … ``offset + limit - 1``, numbered like a ``read`` tool.
 
@@ -202,13 +228,25 @@ def output_slice(
     (a slice stops early with ``has_more``); ``max_line_length`` cuts each line.
     ``json_bytes``: the cap counts the text as it will be sent in JSON (with
     its escapes), so an answer of escaped characters fits in one read.
+
+    ``limit`` 0 means the default (100 lines), as an omitted one does.
+    ``char_offset`` pages inside a line (``engine.line_paging``): the first
+    line is shown from that character on (0-based). When the last line shown
+    is cut, ``continue_line`` is the read that goes on inside it
+    (``{"offset": line, "char_offset": …}``); ``next_offset`` still names
+    the next line, so a caller that ignores it never loops on one line.
     """
-    if limit <= 0:
+    if limit < 0:
         raise ValidationFailed(
-            "limit must be a positive number of lines", details={"field": "limit"}
+            "limit must be a positive number of lines (0: the default)", details={"field": "limit"}
         )
     if offset < 0:
         raise ValidationFailed("offset must be a 1-based line number", details={"field": "offset"})
+    if char_offset < 0:
+        raise ValidationFailed(
+            "char_offset must be a 0-based character position", details={"field": "char_offset"}
+        )
+    limit = limit or DEFAULT_SLICE_LINES
     cap = settings.CONTEXTSVC_SLICE_MAX_BYTES if max_bytes is None else max_bytes
     start = max(offset, 1)
     per_line = 4 * (max_line_length + 1) if max_line_length else cap
@@ -217,22 +255,49 @@ def output_slice(
     size = 0
     last = start - 1
     truncated = False
-    for raw in iter_raw_lines(output, start, max_line_bytes=per_line):
+    continue_line: dict[str, int] | None = None
+
+    def measure(entry: str) -> int:
+        # + 1: the newline joining entries (two bytes, "\n", in JSON).
+        return len(orjson.dumps(entry)) if json_bytes else len(entry.encode("utf-8")) + 1
+
+    lines_from = start
+    if char_offset and start <= output.line_count:
+        try:
+            piece = take_chars(
+                iter_line_bytes(output, start),
+                char_offset=char_offset,
+                max_chars=max_line_length or cap,
+            )
+        except EngineValidationError as exc:
+            raise ValidationFailed(exc.message, details={"field": exc.field}) from None
+        cut = piece.next_char_offset is not None
+        entry = f"{start:>6}\t{piece.text}{CUT_MARK if cut else ''}"
+        entries.append(entry)
+        size += measure(entry)
+        if cut:
+            cut_lines.append(start)
+            continue_line = {"offset": start, "char_offset": piece.next_char_offset}
+        last = start
+        lines_from = start + 1
+    rest = limit - len(entries)
+    for raw in iter_raw_lines(output, lines_from, max_line_bytes=per_line) if rest else ():
         text, cut = _decode(raw, max_line_length)
         entry = f"{raw.number:>6}\t{text}{CUT_MARK if cut else ''}"
-        # + 1: the newline joining entries (two bytes, "\n", in JSON).
-        entry_size = len(orjson.dumps(entry)) if json_bytes else len(entry.encode("utf-8")) + 1
+        entry_size = measure(entry)
         if entries and size + entry_size > cap:
             truncated = True
             break
         entries.append(entry)
         size += entry_size
+        continue_line = None
         if cut:
             cut_lines.append(raw.number)
+            continue_line = {"offset": raw.number, "char_offset": len(text)}
         last = raw.number
         if len(entries) >= limit:
             break
-    has_more = last < output.line_count
+    has_more = last < output.line_count or continue_line is not None
     return {
         "ref": output.ref,
         "tool_name": output.tool_name,
@@ -242,8 +307,10 @@ def output_slice(
         "total_lines": output.line_count,
         "byte_size": output.byte_size,
         "has_more": has_more,
-        "next_offset": last + 1 if has_more else None,
+        "next_offset": last + 1 if last < output.line_count else None,
         "truncated": truncated,
         "cut_lines": cut_lines,
+        "char_offset": char_offset,
+        "continue_line": continue_line,
         "text": "\n".join(entries),
     }

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
+from contextsvc.engine.messages import Message as EngineMessage
 from contextsvc.engine.output_views import (
     OutputInfo,
     count_lines,
@@ -14,12 +16,13 @@ from contextsvc.engine.output_views import (
     make_view,
     view_bytes_estimate,
 )
-from contextsvc.engine.tokens import estimate_text
+from contextsvc.engine.tokens import estimate_message
 from contextsvc.errors import ValidationFailed
 
 from .. import accounting, hotpath, status
 from ..models import Session
-from .budget import cache_config
+from .budget import cache_config, tool_budget_sticky
+from .store import content_ref
 
 
 def tool_output_cost(
@@ -28,30 +31,44 @@ def tool_output_cost(
     bytes: int | None = None,
     tokens: int | None = None,
     text: str | None = None,
+    tool_call_id: str | None = None,
 ) -> dict[str, int]:
     """Tokens a tool output will take in context: its view, not the blob.
 
-    ``text`` is cut and tokenized exactly; ``bytes`` and ``tokens`` go through
-    the same cut as an estimate (bytes/4, DESIGN.md), so a 200 MB output
-    reserves what its 50 KiB view costs.
+    ``text`` is priced as the posted result will be charged (spec 001
+    previewToolOutput = what the result costs): the same view, with the ref it
+    will carry (``store.content_ref``, or the session's stored copy of those
+    bytes), counted as the append counts the message — so give the
+    ``tool_call_id`` the result will answer. ``bytes`` and ``tokens`` go
+    through the same cut as an estimate (bytes/4, DESIGN.md), so a 200 MB
+    output reserves what its 50 KiB view costs.
     """
     config = cache_config(session)
-    overhead = accounting.estimate_config_of(session).per_message_overhead
+    estimate = accounting.estimate_config_of(session)
+    overhead = estimate.per_message_overhead
     tokenizer = accounting.tokenizer_of(session)
     if text is not None:
-        raw_bytes = len(text.encode("utf-8", errors="surrogatepass"))
+        data = text.encode("utf-8", errors="surrogatepass")
+        view_text = None
         if config.enabled:
+            sha256 = hashlib.sha256(data).hexdigest()
+            stored = session.outputs.filter(sha256=sha256).values_list("ref", flat=True).first()
             info = OutputInfo(
-                ref="out_" + "x" * 24, byte_size=raw_bytes, line_count=count_lines(text)
+                ref=stored or content_ref(session, sha256),
+                byte_size=len(data),
+                line_count=count_lines(text),
+                # The view names the tool the call was to, as the append's does.
+                tool_name=(session.open_tool_calls or {}).get(tool_call_id or "", ""),
             )
             view = make_view(iter_text_lines(text, config.max_line_length + 1), info, config)
-            shown = text if view.is_full else view.text or ""
-        else:
-            shown = text
+            view_text = None if view.is_full else view.text or ""
+        message = EngineMessage(
+            role="tool", content=text, view=view_text, tool_call_id=tool_call_id
+        )
         return {
-            "tokens": estimate_text(shown, tokenizer) + overhead,
-            "raw_tokens": -(-raw_bytes // 4),
-            "bytes": raw_bytes,
+            "tokens": estimate_message(message, tokenizer, estimate),
+            "raw_tokens": -(-len(data) // 4),
+            "bytes": len(data),
         }
     if bytes is not None:
         view_bytes = view_bytes_estimate(bytes, config)
@@ -67,13 +84,21 @@ def tool_output_cost(
 
 
 def _can_execute(session: Session) -> bool:
-    return not session.tool_budget_exceeded and session.status != Session.Status.FINAL
+    """Whether a tool may still be priced in at all, before its own fit is checked.
+
+    spec 001 as written (``policy.tool_budget_sticky``): not once
+    toolBudgetExceeded is set or the session is final. By default each output
+    is judged on its own size: one refusal does not refuse a smaller one.
+    """
+    if tool_budget_sticky(session):
+        return not session.tool_budget_exceeded and session.status != Session.Status.FINAL
+    return True
 
 
 def tool_output_preview(session: Session, **cost: Any) -> dict[str, Any]:
     """spec 001 previewToolOutput: the cost and whether it fits, reserving nothing."""
     tool_call_id = cost.pop("tool_call_id", None)
-    price = tool_output_cost(session, **cost)
+    price = tool_output_cost(session, tool_call_id=tool_call_id, **cost)
     replaced = int((session.tool_reservations or {}).get(tool_call_id or "", 0))
     state = accounting.compute_budget(session, extra=max(0, price["tokens"] - replaced))
     fits = state.guard.status != "final"
@@ -98,7 +123,7 @@ def session_reserve_tool_output(
     the session turns final and canExecuteTool answers false from then on.
     """
     session = hotpath.lock_session(session.pk)
-    price = tool_output_cost(session, **cost)
+    price = tool_output_cost(session, tool_call_id=tool_call_id, **cost)
     reservations = dict(session.tool_reservations or {})
     key = tool_call_id
     if key is None:

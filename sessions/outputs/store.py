@@ -46,6 +46,23 @@ def new_ref() -> str:
     return REF_PREFIX + secrets.token_hex(12)
 
 
+def content_ref(session: Session, sha256: str) -> str:
+    """The ref an output posted in a message gets: keyed on the session and its bytes.
+
+    Deterministic so that a tool-budget preview (spec 001) names the very ref
+    the posted result will carry, and so prices its view to the token; keyed
+    with the secret key, so still unguessable without the bytes and the key.
+    An upload (streamed, its hash known only at the end) keeps ``new_ref``.
+    """
+    key = hashlib.blake2b(settings.SECRET_KEY.encode(), digest_size=32).digest()
+    digest = hashlib.blake2b(
+        f"{session.pk}:{session.created_at.isoformat()}:{sha256}".encode(),
+        key=key,
+        digest_size=12,
+    )
+    return REF_PREFIX + digest.hexdigest()
+
+
 # --- writing -----------------------------------------------------------------------
 
 
@@ -245,7 +262,7 @@ def pending_output(
         chunks.extend(chunker.feed(bytes(view[start : start + READ_PIECE])))
     chunks.extend(chunker.finish())
     output = ToolOutput(
-        ref=new_ref(),
+        ref=content_ref(session, sha256),
         session=session,
         tool_name=tool_name or "",
         byte_size=len(data),

@@ -21,13 +21,18 @@ from .budget import cache_config
 from .pages import MAX_GREP_CONTEXT, MAX_GREP_MATCHES, MAX_SLICE_LINES, grep_page, read_page
 from .store import output_get
 
+# Lines ``tool_output_cache`` reads when the model names no limit (or 0).
+DEFAULT_READ_LINES = 200
+
 
 class CacheReadArgs(Schema):
     model_config = ConfigDict(extra="forbid")
 
     ref_id: str = Field(..., min_length=1, max_length=64)
     offset: int = Field(1, ge=0, le=MAX_SEQ)
-    limit: int = Field(200, ge=1, le=MAX_SLICE_LINES)
+    # 0: the default, not an error (models send 0 for "no limit in particular").
+    limit: int = Field(DEFAULT_READ_LINES, ge=0, le=MAX_SLICE_LINES)
+    char_offset: int = Field(0, ge=0, le=2**40)
 
 
 class CacheGrepArgs(Schema):
@@ -59,7 +64,13 @@ def call_read(session: Session, arguments: dict[str, Any]) -> dict[str, Any]:
     output = output_get(owner=session.owner, ref=args.ref_id)
     # Lines cut like the session's views, as a `read` tool cuts long lines.
     max_line = cache_config(session).max_line_length
-    result = read_page(output, offset=args.offset, limit=args.limit, max_line_length=max_line)
+    result = read_page(
+        output,
+        offset=args.offset,
+        limit=args.limit or DEFAULT_READ_LINES,
+        max_line_length=max_line,
+        char_offset=args.char_offset,
+    )
     result["ref_id"] = result.pop("ref")
     return result
 
@@ -86,7 +97,9 @@ READ_TOOL = ToolDef(
         "Read lines of a stored tool output. Large or old tool results in the conversation "
         "are cut or replaced by a note with a ref id (ref=out_…); this returns the stored "
         "output's lines with 1-based line numbers, like a file read tool. Use offset/limit "
-        "to page through it; has_more and next_offset say whether more lines follow."
+        "to page through it; has_more and next_offset say whether more lines follow. A line "
+        "too long to show whole is cut: continue_line gives the offset and char_offset that "
+        "read on inside it."
     ),
     input_schema={
         "type": "object",
@@ -100,9 +113,17 @@ READ_TOOL = ToolDef(
             },
             "limit": {
                 "type": "integer",
-                "minimum": 1,
+                "minimum": 0,
                 "maximum": MAX_SLICE_LINES,
-                "description": "Number of lines to read (default 200)",
+                "description": "Number of lines to read (default 200; 0 also means 200)",
+            },
+            "char_offset": {
+                "type": "integer",
+                "minimum": 0,
+                "description": (
+                    "0-based character in the first line to start from, to page through a "
+                    "line too long for one read (see continue_line; default 0)"
+                ),
             },
         },
         "required": ["ref_id"],

@@ -59,6 +59,7 @@ class ToolData(TypedDict):
     input_schema: dict[str, Any]
     description: NotRequired[str]
     category: NotRequired[Literal["builtin", "mcp", "skill"]]
+    search_hint: NotRequired[str]
 
 
 class ToolCallData(TypedDict):

@@ -6,14 +6,16 @@ Tokenizing is the slow part of an append, so it happens here, before
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
+
 from contextsvc import nul
 from contextsvc.engine.messages import Message as EngineMessage
 from contextsvc.engine.messages import ToolCall, content_text
+from contextsvc.engine.output_sources import is_cache_read, stored_text, whole_view_config
 from contextsvc.engine.output_views import ViewConfig
 from contextsvc.engine.tokens import estimate_message
 from contextsvc.errors import ValidationFailed
@@ -55,10 +57,19 @@ def to_engine_message(data: MessageData) -> EngineMessage:
     )
 
 
-def nul_view_config(cache: ViewConfig, text: str) -> ViewConfig:
-    """With the cache off an output is not cut: a view config its whole text fits."""
-    size = 4 * len(text) + 1  # UTF-8 takes at most 4 bytes a character
-    return dataclasses.replace(cache, max_message_bytes=size, max_line_length=size)
+def _view_config(cache: ViewConfig, text: str, tool_name: str, nul_bytes: bool) -> ViewConfig:
+    """The view config of one tool result.
+
+    A ``tool_output_cache`` / ``tool_output_cache_grep`` result posted back is
+    a page the service already capped (CONTEXTSVC_REF_RESPONSE_MAX_BYTES): it
+    is not cut again (cutting it would only hide what the model asked to read),
+    unless it is bigger than any page.
+    """
+    if nul_bytes:  # the cache is off: the output is stored, never cut
+        return whole_view_config(cache, text)
+    if is_cache_read(tool_name) and len(text) <= settings.CONTEXTSVC_REF_RESPONSE_MAX_BYTES:
+        return whole_view_config(cache, text)
+    return cache
 
 
 def prepare_messages_storing_outputs(
@@ -92,12 +103,16 @@ def prepare_messages_storing_outputs(
                     f"messages[{i}]: a tool message carries content or output_ref, not both",
                     details={"field": f"messages.{i}.output_ref"},
                 )
+            tool_name = msg.name or open_calls.get(msg.tool_call_id or "", "")
+            # Media parts leave a placeholder in the stored text: a cut view or a
+            # read of the ref still shows an image was there.
+            text = stored_text(msg.content)
             stored = output_for_message(
                 session=session,
-                config=nul_view_config(cache, msg.text) if nul_bytes else cache,
-                text=None if msg.output_ref else msg.text,
+                config=_view_config(cache, text, tool_name, nul_bytes),
+                text=None if msg.output_ref else text,
                 output_ref=msg.output_ref,
-                tool_name=msg.name or open_calls.get(msg.tool_call_id or "", ""),
+                tool_name=tool_name,
                 field_name=f"messages.{i}.output_ref",
                 pending=pending,
             )

@@ -89,7 +89,12 @@ def session_set_tools(*, session: Session, tools: list[ToolData]) -> Session:
     sent = REGISTRY.tool_deferral[0](session, parsed) if REGISTRY.tool_deferral else None
     if sent is None:  # no deferral, or it failed (logged): count and send everything
         scale = accounting.estimate_config_of(session).tool_schema_scale
-        sent = estimate_tool_schemas(parsed, accounting.tokenizer_of(session), scale=scale)
+        sent = estimate_tool_schemas(
+            parsed,
+            accounting.tokenizer_of(session),
+            scale=scale,
+            uncounted=accounting.uncounted_tools(session),
+        )
     session.tools = tools
     session.tool_tokens = sent
     status.refresh_guard(session)

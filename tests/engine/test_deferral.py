@@ -67,7 +67,9 @@ def test_s002_5_least_recently_used_first_within_a_category():
 
 def test_s002_5_never_used_count_as_oldest_and_the_last_listed_goes_first():
     tools = [T("m1"), T("m2"), T("m3"), T("m4")]
-    deferred = choose_deferred(tools, tokens_of(tools), {"m1": 3}, limit_tokens=220, scale=1.0)
+    deferred = choose_deferred(
+        tools, tokens_of(tools), {"m1": 3}, limit_tokens=220, scale=1.0, note_style="count"
+    )
     assert deferred == ["m4", "m3"]
 
 
@@ -104,7 +106,15 @@ def test_s002_5_missing_token_count_is_an_error_not_a_guess():
 
 def test_s002_5_sent_list_order_note_and_tokens():
     tools = [T("bash", "builtin"), T("m1"), T("m2"), T("m3")]
-    sel = assemble(tools, tokens_of(tools), ["m3", "m2"], ["m3"], scale=1.0, search_tool_tokens=40)
+    sel = assemble(
+        tools,
+        tokens_of(tools),
+        ["m3", "m2"],
+        ["m3"],
+        scale=1.0,
+        search_tool_tokens=40,
+        note_style="count",
+    )
     assert [t.name for t in sel.active] == ["bash", "m1", TOOL_SEARCH_NAME, "m3"]
     assert sel.deferred == ("m2",)
     assert sel.loaded == ("m3",)

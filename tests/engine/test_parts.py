@@ -3,13 +3,21 @@ only the parts its provider takes (``contextsvc.engine.parts``)."""
 
 from __future__ import annotations
 
+import hashlib
+
 from contextsvc.engine.build import ContextParts, build_request
 from contextsvc.engine.messages import Message
 from contextsvc.engine.tokens import DEFAULT_ESTIMATE_CONFIG, estimate_message, get_tokenizer
 from tests.fakes.anthropic_server import validate
 from tests.fakes.openai_rules import validate_chat
 
-THINKING = {"type": "thinking", "thinking": "The user wants a fix. " * 30, "signature": "sig"}
+_THOUGHT = "The user wants a fix. " * 30
+# Signed as the fake Messages server signs (it rejects a made-up signature, as the API does).
+THINKING = {
+    "type": "thinking",
+    "thinking": _THOUGHT,
+    "signature": hashlib.sha256(_THOUGHT.encode()).hexdigest(),
+}
 REFUSAL = {"type": "refusal", "refusal": "I cannot help with that."}
 IMAGE = {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}
 

@@ -120,9 +120,9 @@ def test_s002_4_no_breakpoint_on_a_prefix_shorter_than_the_minimum():
 
 
 def test_s002_4_tools_are_marked_only_when_their_prefix_is_long_enough():
-    assert plan([], tool_tokens=2000).tools is True
-    assert plan([], tool_tokens=500).tools is False
-    assert plan([], tool_tokens=2000, mark_tools=False).tools is False
+    assert plan([], tool_tokens=2000, has_history=True).tools is True
+    assert plan([], tool_tokens=500, has_history=True).tools is False
+    assert plan([], tool_tokens=2000, has_history=True, mark_tools=False).tools is False
 
 
 def test_s002_4_priority_when_slots_are_short_history_first():

@@ -15,7 +15,15 @@ it is known) when:
 - a request carries ``tool_use`` / ``tool_result`` blocks but defines no tools;
 - the first message is not a user message, a message is empty, a text block
   is empty, a role is unknown, ``model`` / ``max_tokens`` / ``messages`` are
-  missing.
+  missing;
+- extended thinking: with ``thinking`` enabled (not ``adaptive``, where the
+  model may skip thinking on a turn), the assistant turn whose
+  ``tool_use`` blocks the last user turn answers (the tool loop in progress)
+  must start with a ``thinking`` / ``redacted_thinking`` block; with it
+  disabled, a final (prefill) assistant message may hold no thinking; and a
+  ``thinking`` block's ``signature`` must be one this server issued for that
+  text (``tests.fakes.streams`` signs with the text's SHA-256), as the real
+  API rejects a block that was altered or made up.
 
 Consecutive messages of the same role are combined into one turn before the
 pairing rules apply, as the API documents it does.
@@ -48,6 +56,7 @@ For the proxy's tests it also speaks the rest of what a client uses:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import threading
@@ -151,6 +160,60 @@ def _check_system_messages(body: dict[str, Any], no_mid_system: tuple[str, ...])
                 raise InvalidRequest(
                     f"messages.{i}.content.{j}: system messages may only hold text blocks"
                 )
+
+
+THINKING_DOCS = "https://docs.claude.com/en/docs/build-with-claude/extended-thinking"
+THINKING_KINDS = ("thinking", "redacted_thinking")
+
+
+def _check_thinking(body: dict[str, Any]) -> None:
+    """The extended-thinking rules of the Messages API, with its wording."""
+    messages = body["messages"]
+    kind = (body.get("thinking") or {}).get("type")
+    # ``adaptive`` lets the model skip thinking on a turn, so a tool loop's
+    # turn need not start with it then; ``enabled`` always thinks first.
+    enabled = kind in ("enabled", "adaptive")
+    required = kind == "enabled"
+    for i, message in enumerate(messages):
+        if message.get("role") != "assistant":
+            continue
+        for j, block in enumerate(_blocks(message)):
+            if block.get("type") != "thinking":
+                continue
+            text = str(block.get("thinking") or "")
+            if block.get("signature") != hashlib.sha256(text.encode()).hexdigest():
+                raise InvalidRequest(
+                    f"messages.{i}.content.{j}: Invalid `signature` in `thinking` block"
+                )
+    last = messages[-1]
+    if not enabled:
+        if last.get("role") == "assistant" and any(
+            b.get("type") in THINKING_KINDS for b in _blocks(last)
+        ):
+            raise InvalidRequest(
+                f"messages.{len(messages) - 1}.content.0: When thinking is disabled, an"
+                " `assistant` message in the final position cannot contain `thinking`. To use"
+                " thinking blocks, enable `thinking` in your request."
+            )
+        return
+    turns = _turns(messages)
+    if not required or len(turns) < 2 or turns[-1][1] != "user":
+        return
+    if not any(b.get("type") == "tool_result" for b in turns[-1][2]):
+        return  # a new user turn: no tool loop in progress
+    index, role, blocks = turns[-2]
+    if role != "assistant" or not blocks:
+        return
+    first = blocks[0].get("type")
+    if first not in THINKING_KINDS:
+        raise InvalidRequest(
+            f"messages.{index}.content.0.type: Expected `thinking` or `redacted_thinking`,"
+            f" but found `{first}`. When `thinking` is enabled, a final `assistant` message"
+            " must start with a thinking block (preceeding the lastmost set of `tool_use` and"
+            " `tool_result` blocks). We recommend you include thinking blocks from previous"
+            " turns. To avoid this requirement, disable `thinking`. Please consult our"
+            f" documentation at {THINKING_DOCS}"
+        )
 
 
 def validate(body: dict[str, Any], no_mid_system: tuple[str, ...] = OLDER_MODELS) -> None:
@@ -283,6 +346,7 @@ def validate(body: dict[str, Any], no_mid_system: tuple[str, ...] = OLDER_MODELS
                     " message, before any other content"
                 )
             answered_here.add(use_id)
+    _check_thinking(body)
 
 
 def default_responder(body: dict[str, Any]) -> str:

@@ -333,7 +333,7 @@ def test_offset_beyond_the_end_is_an_empty_slice(alice, ref):
     assert (body["text"], body["total_lines"], body["has_more"]) == ("", 3000, False)
 
 
-@pytest.mark.parametrize("query", [{"limit": 0}, {"limit": -1}, {"offset": -2}])
+@pytest.mark.parametrize("query", [{"limit": -1}, {"offset": -2}, {"char_offset": -1}])
 def test_bad_slice_query_is_422(alice, ref, query):
     response = alice.get(f"refs/{ref}", **query)
     assert response.status_code == 422
@@ -416,7 +416,13 @@ def test_builtin_read_cuts_long_lines_like_a_read_tool(alice, make_session):
 
 @pytest.mark.parametrize(
     "arguments",
-    [{}, {"ref_id": "x", "limit": 0}, {"ref_id": "x", "bogus": 1}, {"ref_id": "x", "offset": -1}],
+    [
+        {},
+        {"ref_id": "x", "limit": -1},
+        {"ref_id": "x", "bogus": 1},
+        {"ref_id": "x", "offset": -1},
+        {"ref_id": "x", "char_offset": -1},
+    ],
 )
 def test_builtin_tool_bad_arguments_are_422(alice, make_session, arguments):
     sid = make_session()["id"]
@@ -571,7 +577,8 @@ def test_release_drops_reservations(alice, make_session):
 
 
 def test_reservation_that_does_not_fit_sets_tool_budget_exceeded(alice, make_session):
-    sid = make_session(**SMALL)["id"]
+    # spec 001 as written: once set, every later reservation is refused.
+    sid = make_session(**SMALL, policy={"tool_budget_sticky": True})["id"]
     body = alice.post(f"sessions/{sid}/tools/reserve", {"tokens": 7_500}).json()
     assert body["ok"] is False and body["reason"] == "toolBudgetExceeded"
     assert body["can_execute"] is False and body["reserved_tokens"] == 0
@@ -586,7 +593,8 @@ def test_output_over_the_limit_is_stored_but_replaced_by_a_failure_view_spec001(
     alice, make_session
 ):
     # spec 001 as written applies when compaction cannot make room.
-    sid = make_session(**SMALL, policy={"compaction": {"auto": False}})["id"]
+    policy = {"compaction": {"auto": False}, "tool_budget_sticky": True}
+    sid = make_session(**SMALL, policy=policy)["id"]
     post(alice, sid, [{"role": "user", "content": "read the log"}])
     text = big_text(400)  # ~44 KB: a ~11k-token view, over the 7,000 limit
     body = post(alice, sid, tool_turn("c1", text))
