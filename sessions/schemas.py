@@ -64,6 +64,21 @@ class CompactionPolicy(In):
     enabled: bool = True
     auto: bool = True
     threshold_ratio: float | None = Field(None, gt=0, le=1)
+    # Where a compaction brings the context down to (share of the effective window).
+    target_ratio: float | None = Field(None, ge=0.05, le=0.95)
+    # "cost": compact when it pays for itself (engine.planner); "threshold": at the guard's tier.
+    planner: Literal["cost", "threshold"] | None = None
+    # The planner may also clear old tool outputs alone between compactions.
+    planner_clear: bool = False
+    summary_max_tokens: int | None = Field(None, ge=64, le=MAX_TOKENS)
+    # The first user message stays verbatim above the summary (in the cached prefix).
+    pin_task: bool = True
+    # The summary call re-reads the session's cached context (engine.summary_prefix).
+    summary_reuse_cache: bool = True
+    # sliding_window: how many of the newest messages stay.
+    keep_last_n: int = Field(20, ge=1, le=MAX_TURNS)
+    # What is sent to the summariser at most (None: the effective window minus the summary).
+    summary_input_max_tokens: int | None = Field(None, ge=1_000, le=MAX_TOKENS)
     model: str | None = Field(None, min_length=1, max_length=200)
     # Who writes this session's summaries (CONTEXTSVC_SUMMARIZER when unset).
     summarizer: str | None = Field(None, max_length=50)

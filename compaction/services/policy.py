@@ -9,6 +9,7 @@ import math
 from typing import Any
 
 from contextsvc.engine.guard import STATUS_RANK
+from contextsvc.engine.planner import PlanDecision, PlannerInput, decide
 from contextsvc.engine.strategies.chain import DEFAULT_CHAIN, validate_chain
 from sessions import accounting
 from sessions.models import Session
@@ -16,7 +17,20 @@ from sessions.models import Session
 # After a compaction the context is at most this share of the effective window
 # (hysteresis: compacting to just under the trigger would trigger again on the
 # next message). Lowered below the trigger when a policy triggers earlier.
-DEFAULT_TARGET_RATIO = 0.7
+# Deep, so a compaction buys many calls: bench/bench_policy.py on the shared
+# trajectories (summaries of at most 1,024 tokens), cost units (× the cheapest
+# peer) / next-action recall at 32k and 16k:
+# 0.25 → 0.99× / 0.918 and 1.04× / 0.823; 0.2 → 0.95× / 0.914 and 0.98× / 0.799;
+# 0.15 → 0.87× / 0.864 (below the cheapest peer's recall, 0.896) and 0.96× / 0.790.
+DEFAULT_TARGET_RATIO = 0.2
+# A summary's output costs 5× its input: short, but not so short that recall drops
+# below the peers' (bench/bench_policy.py, target 0.2, cost × cheapest peer / recall,
+# 32k and 16k): 2048 → 0.98× / 0.903, 1.08× / 0.814; 1024 → 0.95× / 0.914,
+# 0.98× / 0.799; 768 → 0.93× / 0.909, 0.97× / 0.794; 512 → 0.90× / 0.892 (under
+# the peer's 0.896), 0.93× / 0.781 (under 0.787).
+DEFAULT_SUMMARY_MAX_TOKENS = 768
+# An LLM call adds about this many messages (the answer and a tool result).
+MESSAGES_PER_CALL = 2
 
 
 def compaction_policy(session: Session) -> dict[str, Any]:
@@ -68,18 +82,104 @@ def target_tokens(session: Session, state: accounting.BudgetState, chain: tuple[
     return max(0, math.floor(ratio * budget.effective_window) - fixed - calibration)
 
 
+def planner_input(
+    session: Session, state: accounting.BudgetState, chain: tuple[str, ...]
+) -> PlannerInput:
+    """The session's numbers for the cost-aware planner (no query: cached counters)."""
+    policy = compaction_policy(session)
+    budget = state.budget
+    fixed = budget.system_prompt + budget.skill_prompts + budget.tool_descriptions
+    live = max(1, session.live_message_count)
+    per_call = MESSAGES_PER_CALL * session.conversation_tokens / live
+    return PlannerInput(
+        used=state.guard.projected,
+        limit=budget.effective_window,
+        fixed=fixed,
+        floor=fixed + target_tokens(session, state, chain),
+        per_call=max(1.0, per_call),
+        summary_tokens=int(policy.get("summary_max_tokens") or DEFAULT_SUMMARY_MAX_TOKENS),
+        ceiling=math.floor(_trigger_ratio(session, state, chain) * budget.effective_window),
+        clearable=_clearable(session, policy, chain),
+    )
+
+
+def _clearable(session: Session, policy: dict[str, Any], chain: tuple[str, ...]) -> int:
+    """About what clearing all but the newest outputs would free (the cached counter of
+    untrimmed outputs in the window, less the kept ones' share); 0 without clearing.
+
+    Off by default (``planner_clear``): on the shared trajectories, clears between
+    compactions saved at 32k (0.93× instead of 0.95×) and cost more at 16k (1.04×
+    instead of 0.98×) — bench/bench_policy.py."""
+    if "tool_clearing" not in chain or not policy.get("planner_clear", False):
+        return 0
+    total = int(session.tool_output_tokens or 0)
+    live = max(1, session.live_message_count)
+    keep = int(policy.get("keep_tool_uses", 3))
+    # Outputs are about half the live messages: the kept ones' share of the total.
+    kept = total * min(1.0, keep / max(1.0, live / MESSAGES_PER_CALL))
+    return max(0, int(total - kept))
+
+
+def plan_decision(
+    session: Session, state: accounting.BudgetState, chain: tuple[str, ...]
+) -> PlanDecision | None:
+    """The planner's verdict, or None when the policy triggers on a fixed ratio."""
+    policy = compaction_policy(session)
+    if policy.get("planner", "cost") != "cost" or chain in (("sandwich",), ("full_history",)):
+        return None
+    return decide(planner_input(session, state, chain))
+
+
 def should_auto_compact(
     session: Session, state: accounting.BudgetState, chain: tuple[str, ...]
 ) -> bool:
     """Is an automatic compaction due (spec 002 §3 compact tier, or spec 000's ratio)?"""
+    return auto_action(session, state, chain) is not None
+
+
+def auto_action(
+    session: Session, state: accounting.BudgetState, chain: tuple[str, ...]
+) -> str | None:
+    """The automatic run due now: ``"compact"`` (the chain), ``"clear"`` (old tool
+    outputs only, the planner's cheaper move), or None."""
     policy = compaction_policy(session)
     if not policy.get("enabled", True) or not policy.get("auto", True):
-        return False  # spec 000 §2.5: enabled=false / auto=false → no automatic compaction
-    if session.status != Session.Status.ACTIVE:
-        return False
+        return None  # spec 000 §2.5: enabled=false / auto=false → no automatic compaction
+    if session.status != Session.Status.ACTIVE or chain == ("full_history",):
+        return None  # full_history never compresses (spec 004); the guard still protects
     if STATUS_RANK[state.guard.status] >= STATUS_RANK["compact"]:
-        return True
+        return "compact"
+    decision = plan_decision(session, state, chain)
+    if decision is not None:
+        return None if decision.action == "leave" else decision.action
     if policy.get("threshold_ratio") or chain == ("sandwich",):
         ratio = _trigger_ratio(session, state, chain)
-        return state.guard.projected >= math.floor(ratio * state.budget.effective_window)
-    return False
+        due = state.guard.projected >= math.floor(ratio * state.budget.effective_window)
+        return "compact" if due else None
+    return None
+
+
+# The knobs the dashboard shows, with the value a session gets when it sets none.
+KNOB_DEFAULTS: tuple[tuple[str, Any], ...] = (
+    ("planner", "cost"),
+    ("planner_clear", False),
+    ("strategy", "chain"),
+    ("target_ratio", DEFAULT_TARGET_RATIO),
+    ("threshold_ratio", None),
+    ("summary_max_tokens", DEFAULT_SUMMARY_MAX_TOKENS),
+    ("summary_input_max_tokens", None),
+    ("summary_reuse_cache", True),
+    ("pin_task", True),
+    ("keep_tool_uses", 3),
+    ("retain_last_turns", 1),
+    ("keep_last_n", 20),
+)
+
+
+def effective_knobs(session: Session) -> list[tuple[str, Any, bool]]:
+    """``(name, value, set by the session)`` for every compaction knob."""
+    policy = compaction_policy(session)
+    return [
+        (name, policy[name] if policy.get(name) is not None else default, name in policy)
+        for name, default in KNOB_DEFAULTS
+    ]

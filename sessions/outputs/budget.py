@@ -171,7 +171,13 @@ def apply_tool_outputs(
     added = sum(p.row["token_count"] for _, p in batch)
     total = session.tool_output_tokens + added
     budget = tool_output_budget(config, session.context_window, _effective_window(session))
-    if total > budget:
+    # Each trim breaks the cached prefix and re-writes all after it: with a
+    # derived budget and automatic compaction on, old outputs are cleared in
+    # one batch by the next compaction instead (engine.planner). An explicit
+    # budget, or no compaction to count on, keeps spec 000 §1.7's trim.
+    if total > budget and not (
+        config.context_budget_tokens is None and _compaction_can_help(session)
+    ):
         fresh = (TrimCandidate(key=("batch", i), tokens=p.row["token_count"]) for i, p in batch)
         plan = plan_trim(
             total,

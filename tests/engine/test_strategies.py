@@ -251,7 +251,9 @@ def test_tool_clearing_skips_trimmed_and_cleared_outputs():
 def test_summarize_keeps_last_turn_and_sets_retain_and_summary_spec000_2_7():
     msgs = agent_session(turns=3)
     fake = FakeSummarizer()
-    out = summarize(Window(msgs), ctx(summarizer=fake, force=True))
+    # The summariser's retain (spec 000 §2.7), with the task not pinned in the retain slot.
+    cfg = CompactionConfig(pin_task=False)
+    out = summarize(Window(msgs), ctx(summarizer=fake, force=True, config=cfg))
     last_turn = msgs[-8:]  # user + 3 × (call, result) + say
     assert out.window.messages == last_turn
     assert out.window.retain == "- keep src/pkg/mod0.py"
@@ -340,7 +342,8 @@ def test_summarize_without_summary_text_is_an_error():
 
 def test_summarize_missing_tags_uses_whole_text():
     fake = FakeSummarizer(text="Plain summary without tags")
-    out = summarize(Window(agent_session()), ctx(summarizer=fake, force=True))
+    cfg = CompactionConfig(pin_task=False)
+    out = summarize(Window(agent_session()), ctx(summarizer=fake, force=True, config=cfg))
     assert out.window.summary == "Plain summary without tags" and out.window.retain == ""
 
 

@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from contextsvc.engine.build import ContextParts
 from contextsvc.engine.errors import EngineValidationError
 from contextsvc.engine.messages import Message
 from contextsvc.engine.summarize import PromptConfig, Summarizer, SummaryResult, preamble
@@ -98,6 +99,10 @@ class CompactionConfig:
     summary_max_tokens: int = 4096
     # Cap on what is sent to the summariser (None: no cap).
     summary_input_tokens: int | None = None
+    # The first user message (the task) stays verbatim above the summary.
+    pin_task: bool = True
+    # sliding_window: the newest messages kept (spec 004).
+    keep_last_n: int = 20
     model: str = ""
     prompts: PromptConfig = PromptConfig()
 
@@ -108,6 +113,7 @@ class CompactionConfig:
             "clear_at_least",
             "preserve_top",
             "preserve_bottom",
+            "keep_last_n",
         ):
             check_nonneg_int(getattr(self, name), name)
         if not 0 < self.sandwich_threshold <= 1:
@@ -153,6 +159,8 @@ class CompactionConfig:
             sandwich_threshold=p.get("sandwich_threshold", 0.7),
             summary_max_tokens=p.get("summary_max_tokens", 4096),
             summary_input_tokens=summary_input_tokens,
+            pin_task=bool(p.get("pin_task", True)),
+            keep_last_n=p.get("keep_last_n", 20),
             # spec 000 §2.6.2: compaction.model wins over the caller's model.
             model=p.get("model") or model,
             prompts=prompts,
@@ -195,6 +203,9 @@ class StrategyContext:
     # The whole transcript (seq order) for the sandwich; None: the window's messages.
     transcript: Callable[[], list[Message]] | None = None
     llm_calls: list[SummaryResult] = field(default_factory=list)
+    # The session's context as its calls send it: a summary call re-reads it
+    # from the provider's cache (None: the summariser gets the messages alone).
+    context_parts: ContextParts | None = None
 
 
 @dataclass(slots=True)

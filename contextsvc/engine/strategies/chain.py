@@ -17,10 +17,18 @@ from contextsvc.engine.strategies.base import (
 from contextsvc.engine.strategies.clearing import tool_clearing
 from contextsvc.engine.strategies.dropping import drop_oldest_turns
 from contextsvc.engine.strategies.sandwich import sandwich
+from contextsvc.engine.strategies.sliding import full_history, sliding_window
 from contextsvc.engine.strategies.summary import summarize
 from contextsvc.engine.system_carry import carry_system
 
-STRATEGY_NAMES: tuple[str, ...] = ("tool_clearing", "summarize", "sandwich", "drop_oldest_turns")
+STRATEGY_NAMES: tuple[str, ...] = (
+    "tool_clearing",
+    "summarize",
+    "sandwich",
+    "drop_oldest_turns",
+    "sliding_window",
+    "full_history",
+)
 # DESIGN.md: tool clearing → summarise (retain + summary, last 1 turn kept) → drop oldest turns.
 DEFAULT_CHAIN: tuple[str, ...] = ("tool_clearing", "summarize", "drop_oldest_turns")
 EMERGENCY_STRATEGY = "drop_oldest_turns"
@@ -30,6 +38,8 @@ STRATEGIES: dict[str, Callable[[Window, StrategyContext], StrategyOutcome]] = {
     "summarize": summarize,
     "sandwich": sandwich,
     "drop_oldest_turns": drop_oldest_turns,
+    "sliding_window": sliding_window,
+    "full_history": full_history,
 }
 
 

@@ -15,6 +15,12 @@ from contextsvc.engine.strategies.base import (
     make_outcome,
 )
 from contextsvc.engine.strategies.cuts import iteration_cut, summary_cut
+from contextsvc.engine.strategies.pinning import (
+    is_pinned_retain,
+    merge_summary,
+    pinned_in,
+    pinned_retain,
+)
 from contextsvc.engine.summarize import (
     SummarizerError,
     SummaryResult,
@@ -102,9 +108,23 @@ def summarize(window: Window, ctx: StrategyContext) -> StrategyOutcome:
         return make_outcome(
             "summarize", window, None, ctx, {**details, "skipped": "nothing before the kept turns"}
         )
-    source, fit = fit_summary_input(
-        [*window.preamble(), *span], cfg.summary_input_tokens, ctx.counter
+    keep_retain = cfg.pin_task and is_pinned_retain(window.retain)
+    pinned = (
+        []
+        if keep_retain or not cfg.pin_task or window.retain or window.summary
+        else (
+            pinned_in(
+                span,
+                at_start=bool(msgs) and msgs[0].seq == 1,
+                counter=ctx.counter,
+                room=ctx.max_context_tokens,
+            )
+        )
     )
+    # A pinned task stays verbatim: it is neither summarised nor sent to be.
+    head = Window([], "" if keep_retain else window.retain, window.summary).preamble()
+    rest = [m for m in span if not any(m is p for p in pinned)]
+    source, fit = fit_summary_input([*head, *rest], cfg.summary_input_tokens, ctx.counter)
     details.update({k: v for k, v in fit.items() if v})
     if not strip_trailing_tool_calls(source):
         # Only a tool-calling assistant message with nothing to say: spec 000
@@ -113,12 +133,21 @@ def summarize(window: Window, ctx: StrategyContext) -> StrategyOutcome:
             "summarize", window, None, ctx, {**details, "skipped": "nothing to summarise"}
         )
     request = make_retain_summary_request(
-        source, cfg.prompts, model=cfg.model, max_tokens=cfg.summary_max_tokens
+        source,
+        cfg.prompts,
+        model=cfg.model,
+        max_tokens=cfg.summary_max_tokens,
+        prefix=ctx.context_parts,
+        kept=len(msgs) - cut,
     )
     result = _call_summarizer(ctx, request)
     retain, summary = extract_retain_summary(result.text)
     if not summary:
         raise SummarizerError("The summariser answered without a summary", transient=False)
+    if keep_retain or pinned:
+        summary = merge_summary(retain, summary)
+        retain = window.retain if keep_retain else pinned_retain(pinned)
+        details["pinned_task"] = True
     details["model"] = result.model
     return make_outcome(
         "summarize", window, Window(list(msgs[cut:]), retain, summary), ctx, details

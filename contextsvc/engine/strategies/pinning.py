@@ -1,0 +1,50 @@
+"""The task stays verbatim above the summary: pinned messages and the retain slot.
+
+A compaction that summarises the first user message (the task) loses its
+wording, and one that rewrites the retain slot moves the cached prefix. So
+the task is kept word for word in the retain slot, marked, and that slot is
+never rewritten again: every later compaction leaves it as it is, and it stays
+in the provider's cached prefix across compactions. What the summariser would
+have put in the retain slot goes at the head of the summary instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from contextsvc.engine.messages import Message
+from contextsvc.engine.strategies.base import TokenCounter
+
+PINNED_MARK = "The task as first given (verbatim):"
+# A task bigger than this share of the room for the conversation is summarised
+# like the rest: kept verbatim it would crowd out the work itself.
+PIN_MAX_SHARE = 0.35
+
+
+def is_pinned_retain(retain: str) -> bool:
+    return retain.startswith(PINNED_MARK)
+
+
+def pinned_in(
+    span: Sequence[Message], *, at_start: bool, counter: TokenCounter, room: int | None
+) -> list[Message]:
+    """The messages of ``span`` to keep verbatim: the first user message of the
+    transcript (``at_start``: the span begins the session's transcript), unless
+    it takes more than ``PIN_MAX_SHARE`` of ``room``."""
+    if not at_start:
+        return []
+    first = next((m for m in span if m.role == "user"), None)
+    if first is None or not first.context_text.strip():
+        return []
+    if room is not None and counter.message(first) > PIN_MAX_SHARE * room:
+        return []
+    return [first]
+
+
+def pinned_retain(pinned: Sequence[Message]) -> str:
+    return "\n\n".join([PINNED_MARK, *(m.context_text for m in pinned)])
+
+
+def merge_summary(retain: str, summary: str) -> str:
+    """The summariser's retain, folded above its summary (the retain slot is pinned)."""
+    return f"{retain}\n\n{summary}" if retain else summary
