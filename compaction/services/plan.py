@@ -43,6 +43,7 @@ from .policy import (
     compaction_policy,
     plan_decision,
     resolve_chain,
+    room_tokens,
     target_tokens,
 )
 from .window import view_key
@@ -146,6 +147,7 @@ def compute_plan(run: CompactionRun, summarizer: Summarizer | None) -> Compactio
         config=config,
         summarizer=timed,
         target_tokens=target,
+        room_tokens=room_tokens(session, state, chain),
         force=run.forced,
         reason="overflow" if run.trigger == Trigger.EMERGENCY else "budget",
         max_context_tokens=max(1, effective - fixed),

@@ -64,22 +64,39 @@ def _trigger_ratio(
     return state.budget.thresholds.compact_ratio
 
 
+def _not_history(state: accounting.BudgetState) -> int:
+    """What a compaction cannot shrink: system, skills, tool descriptions,
+    reservations, and the provider's calibration when it counts more than we do."""
+    budget = state.budget
+    fixed = budget.system_prompt + budget.skill_prompts + budget.tool_descriptions + state.reserved
+    calibration = max(0, (state.calibrated or state.estimated) - state.estimated)
+    return fixed + calibration
+
+
+def room_tokens(session: Session, state: accounting.BudgetState, chain: tuple[str, ...]) -> int:
+    """The history room: window tokens (retain + summary + live messages) that fit
+    under the compaction threshold once the fixed part is in. A compaction must
+    get under it; the target is how far below it goes."""
+    ceiling = math.floor(_trigger_ratio(session, state, chain) * state.budget.effective_window)
+    return max(0, ceiling - _not_history(state))
+
+
 def target_tokens(session: Session, state: accounting.BudgetState, chain: tuple[str, ...]) -> int:
     """Window tokens (retain + summary + live messages) the chain stops at.
 
-    The context target is ``target_ratio`` of the effective window; what is not
-    the window (system, skills, tool descriptions, reservations, and the
-    provider's calibration when it counts more than we do) comes off it.
+    ``target_ratio`` of the room LEFT after the fixed part (system, skills, tool
+    descriptions, reservations, calibration), not of the whole window: with a
+    large fixed part (Claude Code sends ~17k tokens of tool schemas) a share of
+    the window less the fixed part is 0, and every compaction would run the
+    whole chain down to its emergency link.
     """
     policy = compaction_policy(session)
     ratio = float(policy.get("target_ratio") or DEFAULT_TARGET_RATIO)
     trigger = _trigger_ratio(session, state, chain)
     if ratio >= trigger:
         ratio = trigger * 0.8
-    budget = state.budget
-    fixed = budget.system_prompt + budget.skill_prompts + budget.tool_descriptions + state.reserved
-    calibration = max(0, (state.calibrated or state.estimated) - state.estimated)
-    return max(0, math.floor(ratio * budget.effective_window) - fixed - calibration)
+    room = max(0, state.budget.effective_window - _not_history(state))
+    return max(0, math.floor(ratio * room))
 
 
 def planner_input(

@@ -194,6 +194,11 @@ class StrategyContext:
     summarizer: Summarizer | None = None
     # The chain stops once the window is at or under this many tokens (unless forced).
     target_tokens: int = 0
+    # The history room: the window tokens that must fit whatever the target
+    # (None: the target is the only bound). Over it, the kept outputs' views are
+    # cut before the emergency link drops turns; under it, that link never runs
+    # in a chain (``run_chain``).
+    room_tokens: int | None = None
     force: bool = False
     # "budget" (the chain's last link) or "overflow" (the provider said too long).
     reason: str = "budget"

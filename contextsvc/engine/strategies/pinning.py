@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from contextsvc.engine.messages import Message
 from contextsvc.engine.strategies.base import TokenCounter
+from contextsvc.engine.system_carry import split_carried
 
 PINNED_MARK = "The task as first given (verbatim):"
 # A task bigger than this share of the room for the conversation is summarised
@@ -22,7 +23,9 @@ PIN_MAX_SHARE = 0.35
 
 
 def is_pinned_retain(retain: str) -> bool:
-    return retain.startswith(PINNED_MARK)
+    """Does the retain slot hold the pinned task (after any carried system block,
+    which ``engine.system_carry`` puts at its top)?"""
+    return split_carried(retain)[1].startswith(PINNED_MARK)
 
 
 def pinned_in(
