@@ -357,6 +357,7 @@ def make_retain_summary_request(
     max_tokens: int,
     prefix: ContextParts | None = None,
     kept: int = 0,
+    after_memory: bool = False,
 ) -> SummaryRequest:
     """spec 000 §2.6 steps 1-2: prepare the messages, add the interrupt. With
     ``prefix`` an LLM re-reads the session's context (``kept``: its newest
@@ -368,7 +369,8 @@ def make_retain_summary_request(
     return SummaryRequest(
         kind="retain_summary",
         source=tuple(prepared),
-        prompt=build_interrupt(config) + (kept_note(kept) if prefix is not None else ""),
+        prompt=build_interrupt(config)
+        + (kept_note(kept, after_memory) if prefix is not None else ""),
         model=model,
         max_tokens=max_tokens,
         want_retain=wants_retain(config),

@@ -18,14 +18,22 @@ from contextsvc.engine.build import ContextParts, build_request, sent_history
 from contextsvc.engine.messages import Message
 
 
-def kept_note(kept: int) -> str:
-    """What the instruction adds: the newest messages stay verbatim, not summarised."""
-    if not kept:
-        return ""
-    return (
-        f"\n\nSummarise only what comes before the last {kept} messages above:"
-        " those stay in the context verbatim."
-    )
+def kept_note(kept: int, after_memory: bool = False) -> str:
+    """What the instruction adds: the newest messages stay verbatim, not summarised;
+    with ``after_memory``, neither is the earlier summary at the top (it is kept
+    and merged with the new one)."""
+    notes = []
+    if kept:
+        notes.append(
+            f"Summarise only what comes before the last {kept} messages above:"
+            " those stay in the context verbatim."
+        )
+    if after_memory:
+        notes.append(
+            "The retained context and summary at the top are kept as they are:"
+            " summarise only the messages after them."
+        )
+    return "".join(f"\n\n{n}" for n in notes)
 
 
 def prefix_messages(prefix: ContextParts, prompt: str) -> list[Message]:

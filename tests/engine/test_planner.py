@@ -60,7 +60,7 @@ def test_summarize_pins_the_task_verbatim_above_the_summary():
     task = msgs[0].text
     assert is_pinned_retain(out.window.retain) and task in out.window.retain
     # The summariser's own retain went into the summary, the task was not sent to it.
-    assert out.window.summary.startswith("- keep src/pkg/mod0.py")
+    assert out.window.summary.startswith("[Retained facts]\n- keep src/pkg/mod0.py")
     assert all(m.text != task for m in fake.requests[0].source)
 
 

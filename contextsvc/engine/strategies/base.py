@@ -101,6 +101,9 @@ class CompactionConfig:
     summary_input_tokens: int | None = None
     # The first user message (the task) stays verbatim above the summary.
     pin_task: bool = True
+    # A later compaction summarises only what left the window since the last
+    # one and merges (``engine.summary_merge``); False: re-summarise it all.
+    incremental_summary: bool = True
     # sliding_window: the newest messages kept (spec 004).
     keep_last_n: int = 20
     model: str = ""
@@ -160,6 +163,7 @@ class CompactionConfig:
             summary_max_tokens=p.get("summary_max_tokens", 4096),
             summary_input_tokens=summary_input_tokens,
             pin_task=bool(p.get("pin_task", True)),
+            incremental_summary=bool(p.get("incremental_summary", True)),
             keep_last_n=p.get("keep_last_n", 20),
             # spec 000 §2.6.2: compaction.model wins over the caller's model.
             model=p.get("model") or model,

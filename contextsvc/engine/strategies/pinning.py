@@ -46,8 +46,3 @@ def pinned_in(
 
 def pinned_retain(pinned: Sequence[Message]) -> str:
     return "\n\n".join([PINNED_MARK, *(m.context_text for m in pinned)])
-
-
-def merge_summary(retain: str, summary: str) -> str:
-    """The summariser's retain, folded above its summary (the retain slot is pinned)."""
-    return f"{retain}\n\n{summary}" if retain else summary

@@ -17,9 +17,14 @@ from contextsvc.engine.strategies.base import (
 from contextsvc.engine.strategies.cuts import iteration_cut, summary_cut
 from contextsvc.engine.strategies.pinning import (
     is_pinned_retain,
-    merge_summary,
     pinned_in,
     pinned_retain,
+)
+from contextsvc.engine.summary_merge import (
+    join_facts,
+    merge_retained,
+    merge_summaries,
+    split_facts,
 )
 from contextsvc.engine.summarize import (
     SummarizerError,
@@ -29,6 +34,8 @@ from contextsvc.engine.summarize import (
     strip_trailing_tool_calls,
 )
 
+# The merged memory (all parts of the summary) is at most this many summaries long.
+MEMORY_SUMMARIES = 2
 OMITTED_VIEW = "[tool output omitted from the summary input; ref={ref}]"
 
 
@@ -122,7 +129,15 @@ def summarize(window: Window, ctx: StrategyContext) -> StrategyOutcome:
         )
     )
     # A pinned task stays verbatim: it is neither summarised nor sent to be.
-    head = Window([], "" if keep_retain else window.retain, window.summary).preamble()
+    # Incremental (the default): the earlier compaction's memory is not sent
+    # again either; the new summary covers what leaves the window now and is
+    # merged with it (``engine.summary_merge``).
+    incremental = cfg.incremental_summary and bool(window.retain or window.summary)
+    head = (
+        []
+        if incremental
+        else Window([], "" if keep_retain else window.retain, window.summary).preamble()
+    )
     rest = [m for m in span if not any(m is p for p in pinned)]
     source, fit = fit_summary_input([*head, *rest], cfg.summary_input_tokens, ctx.counter)
     details.update({k: v for k, v in fit.items() if v})
@@ -139,15 +154,26 @@ def summarize(window: Window, ctx: StrategyContext) -> StrategyOutcome:
         max_tokens=cfg.summary_max_tokens,
         prefix=ctx.context_parts,
         kept=len(msgs) - cut,
+        after_memory=incremental,
     )
     result = _call_summarizer(ctx, request)
     retain, summary = extract_retain_summary(result.text)
     if not summary:
         raise SummarizerError("The summariser answered without a summary", transient=False)
+    cap = cfg.summary_max_tokens * MEMORY_SUMMARIES
     if keep_retain or pinned:
-        summary = merge_summary(retain, summary)
+        # The retain slot holds the task: the summariser's retained facts go
+        # above its summary, marked, so the next compaction merges them too.
+        old_facts, old_body = split_facts(window.summary) if incremental else ("", "")
+        facts = merge_retained(old_facts, retain, cfg.summary_max_tokens) if old_facts else retain
+        summary = join_facts(facts, merge_summaries(old_body, summary, cap))
         retain = window.retain if keep_retain else pinned_retain(pinned)
         details["pinned_task"] = True
+    elif incremental:
+        retain = merge_retained(window.retain, retain, cfg.summary_max_tokens)
+        summary = merge_summaries(window.summary, summary, cap)
+    if incremental:
+        details["incremental"] = True
     details["model"] = result.model
     return make_outcome(
         "summarize", window, Window(list(msgs[cut:]), retain, summary), ctx, details
