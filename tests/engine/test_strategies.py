@@ -346,7 +346,9 @@ def test_issue16_rule11_second_compaction_merges_retained_facts_without_resendin
         "<summary>\nSecond part.\n</summary>"
     )
     live = one.messages + msgs[20:]
-    two = summarize(Window(live, one.retain, one.summary), ctx(summarizer=second, force=True, config=cfg))
+    two = summarize(
+        Window(live, one.retain, one.summary), ctx(summarizer=second, force=True, config=cfg)
+    )
     sent = "\n".join(m.text for m in second.requests[0].llm_messages())
     assert "First part." not in sent and "- keep src/pkg/mod0.py" not in sent
     assert one.messages[0].text in sent  # what left the window since is what it reads

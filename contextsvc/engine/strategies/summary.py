@@ -20,18 +20,18 @@ from contextsvc.engine.strategies.pinning import (
     pinned_in,
     pinned_retain,
 )
-from contextsvc.engine.summary_merge import (
-    join_facts,
-    merge_retained,
-    merge_summaries,
-    split_facts,
-)
 from contextsvc.engine.summarize import (
     SummarizerError,
     SummaryResult,
     extract_retain_summary,
     make_retain_summary_request,
     strip_trailing_tool_calls,
+)
+from contextsvc.engine.summary_merge import (
+    join_facts,
+    merge_retained,
+    merge_summaries,
+    split_facts,
 )
 
 # The merged memory (all parts of the summary) is at most this many summaries long.
