@@ -64,7 +64,8 @@ class CompactionPolicy(In):
     enabled: bool = True
     auto: bool = True
     threshold_ratio: float | None = Field(None, gt=0, le=1)
-    # Where a compaction brings the context down to (share of the effective window).
+    # Where a compaction brings the history down to: a share of the room left in
+    # the effective window after the fixed part (system, skills, tool schemas).
     target_ratio: float | None = Field(None, ge=0.05, le=0.95)
     # "cost": compact when it pays for itself (engine.planner); "threshold": at the guard's tier.
     planner: Literal["cost", "threshold"] | None = None
@@ -75,6 +76,9 @@ class CompactionPolicy(In):
     pin_task: bool = True
     # The summary call re-reads the session's cached context (engine.summary_prefix).
     summary_reuse_cache: bool = True
+    # A later compaction summarises only what left the window since the last one
+    # and merges with the earlier memory (False: it re-summarises that memory too).
+    incremental_summary: bool = True
     # sliding_window: how many of the newest messages stay.
     keep_last_n: int = Field(20, ge=1, le=MAX_TURNS)
     # What is sent to the summariser at most (None: the effective window minus the summary).
@@ -309,6 +313,8 @@ class MessageIn(In):
     name: str | None = Field(None, max_length=200)
     reasoning: str | None = None
     output_ref: str | None = Field(None, max_length=64)
+    # Keep it verbatim through every compaction (above the summary, never cleared).
+    pinned: bool = False
 
     @field_validator("content")
     @classmethod

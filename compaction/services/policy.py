@@ -187,6 +187,7 @@ KNOB_DEFAULTS: tuple[tuple[str, Any], ...] = (
     ("summary_input_max_tokens", None),
     ("summary_reuse_cache", True),
     ("pin_task", True),
+    ("incremental_summary", True),
     ("keep_tool_uses", 3),
     ("retain_last_turns", 1),
     ("keep_last_n", 20),

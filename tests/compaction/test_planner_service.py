@@ -135,3 +135,42 @@ def test_planner_clear_queues_a_clearing_run_before_a_compaction_is_due(
         t += 1
     run = CompactionRun.objects.get(pk=enqueued[0][0])
     assert run.strategy == "tool_clearing" and run.trigger == "auto"
+
+
+def test_agent_pinned_messages_stay_verbatim_above_the_summary_and_are_never_cleared(
+    session_factory, alice
+):
+    """issue 15 §3: a message posted with ``"pinned": true`` survives every compaction
+    word for word in the retain slot (the cached prefix), and a pinned tool result
+    is not cleared while its neighbours are."""
+    session = session_factory(2)
+    note = "PINNED NOTE: the release branch is rel/7.3; never touch vendor/."
+    sid = session.external_id
+    body = {"messages": [{"role": "user", "content": note, "pinned": True}]}
+    response = alice.post(f"sessions/{sid}/messages", body)
+    assert response.status_code == 200, response.content
+    for t in range(2, 5):
+        session_append_messages(session=session, messages=turn(t))
+    pinned_output = Message.objects.filter(session=session, role="tool").order_by("seq").first()
+    Message.objects.filter(pk=pinned_output.pk).update(pinned=True)
+    session.refresh_from_db()
+    run = compact(session, strategy="tool_clearing")
+    assert run.status == "succeeded" and run.changed, run.error
+    pinned_output.refresh_from_db()
+    assert pinned_output.view_state == "full"
+    cleared = Message.objects.filter(session=session, role="tool", view_state="cleared")
+    assert cleared.exists()
+    run = compact(session, strategy="summarize")
+    assert run.status == "succeeded" and run.changed, run.error
+    session.refresh_from_db()
+    assert note in session.retain and session.window_start_seq > 3
+    first_retain = session.retain
+    for t in range(5, 8):
+        session_append_messages(session=session, messages=turn(t))
+    session.refresh_from_db()
+    compact(session, strategy="summarize")
+    session.refresh_from_db()
+    # The slot only grows: what was pinned before stays where it was.
+    assert session.retain.startswith(first_retain)
+    ctx = alice.get(f"sessions/{sid}/context", format="raw").json()
+    assert note in str(ctx)

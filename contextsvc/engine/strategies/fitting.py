@@ -45,6 +45,7 @@ def fit_outputs(window: Window, ctx: StrategyContext) -> StrategyOutcome:
         and m.view_state in CUTTABLE
         and counter.message(m) > MIN_VIEW_TOKENS
         and not m.part_count
+        and not m.pinned
     ]
     cut: list[int] = []
 

@@ -46,3 +46,19 @@ def pinned_in(
 
 def pinned_retain(pinned: Sequence[Message]) -> str:
     return "\n\n".join([PINNED_MARK, *(m.context_text for m in pinned)])
+
+
+AGENT_PIN_MARK = "[Pinned by the agent (verbatim):]"
+
+
+def agent_pinned(span: Sequence[Message]) -> list[Message]:
+    """The messages of ``span`` the agent pinned (``"pinned": true`` on append)."""
+    return [m for m in span if m.pinned and m.context_text.strip()]
+
+
+def with_agent_pins(retain: str, pinned: Sequence[Message]) -> str:
+    """``retain`` with the agent's pinned messages appended, each verbatim and
+    marked: the slot is above the summary and only grows, so what was pinned
+    earlier stays in the cached prefix."""
+    blocks = [f"{AGENT_PIN_MARK}\n{m.context_text}" for m in pinned]
+    return "\n\n".join([retain, *blocks] if retain else blocks)

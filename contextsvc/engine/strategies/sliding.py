@@ -13,7 +13,13 @@ from __future__ import annotations
 
 from contextsvc.engine.strategies.base import StrategyContext, StrategyOutcome, Window, make_outcome
 from contextsvc.engine.strategies.cuts import open_call_floor
-from contextsvc.engine.strategies.pinning import is_pinned_retain, pinned_in, pinned_retain
+from contextsvc.engine.strategies.pinning import (
+    agent_pinned,
+    is_pinned_retain,
+    pinned_in,
+    pinned_retain,
+    with_agent_pins,
+)
 from contextsvc.engine.turns import unsafe_cuts
 
 
@@ -51,6 +57,9 @@ def sliding_window(window: Window, ctx: StrategyContext) -> StrategyOutcome:
             room=ctx.max_context_tokens,
         )
         retain = pinned_retain(pinned) if pinned else retain
+    pins = agent_pinned(msgs[:cut])
+    if pins:
+        retain = with_agent_pins(retain, pins)
     details["dropped_messages"] = cut
     return make_outcome(
         "sliding_window", window, Window(list(msgs[cut:]), retain, window.summary), ctx, details

@@ -16,9 +16,11 @@ from contextsvc.engine.strategies.base import (
 )
 from contextsvc.engine.strategies.cuts import iteration_cut, summary_cut
 from contextsvc.engine.strategies.pinning import (
+    agent_pinned,
     is_pinned_retain,
     pinned_in,
     pinned_retain,
+    with_agent_pins,
 )
 from contextsvc.engine.summarize import (
     SummarizerError,
@@ -138,7 +140,9 @@ def summarize(window: Window, ctx: StrategyContext) -> StrategyOutcome:
         if incremental
         else Window([], "" if keep_retain else window.retain, window.summary).preamble()
     )
-    rest = [m for m in span if not any(m is p for p in pinned)]
+    # What the agent pinned is kept verbatim in the retain slot, not summarised.
+    pins = agent_pinned(span)
+    rest = [m for m in span if not any(m is p for p in pinned) and not m.pinned]
     source, fit = fit_summary_input([*head, *rest], cfg.summary_input_tokens, ctx.counter)
     details.update({k: v for k, v in fit.items() if v})
     if not strip_trailing_tool_calls(source):
@@ -174,6 +178,9 @@ def summarize(window: Window, ctx: StrategyContext) -> StrategyOutcome:
         summary = merge_summaries(window.summary, summary, cap)
     if incremental:
         details["incremental"] = True
+    if pins:
+        retain = with_agent_pins(retain, pins)
+        details["pinned_messages"] = len(pins)
     details["model"] = result.model
     return make_outcome(
         "summarize", window, Window(list(msgs[cut:]), retain, summary), ctx, details
