@@ -103,3 +103,15 @@ def test_clearing_old_outputs_alone_when_it_pays_and_compaction_is_not_due():
     assert decide(replace(cheap, clearable=1_000)).action == "leave"
     # When the compaction is due, it wins (it clears the outputs as its first link).
     assert decide(replace(cheap, used=26_000)).action == "compact"
+
+
+def test_a_task_too_big_to_pin_whole_is_pinned_as_its_head_and_tail():
+    msgs = agent_session(turns=3)
+    lines = [f"requirement {i}: keep module_{i:03d} compatible" for i in range(300)]
+    msgs[0] = replace(msgs[0], content="\n".join(lines), token_count=None)
+    room = COUNTER.message(msgs[0])  # the task alone would fill the room
+    out = summarize(Window(msgs), ctx(force=True, max_context_tokens=room))
+    retain = out.window.retain
+    assert is_pinned_retain(retain)
+    assert lines[0] in retain and lines[-1] in retain and lines[150] not in retain
+    assert COUNTER.text(retain) <= 0.65 * room

@@ -13,13 +13,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from contextsvc.engine.messages import Message
+from contextsvc.engine.output_fit import head_tail_view
 from contextsvc.engine.strategies.base import TokenCounter
 from contextsvc.engine.system_carry import split_carried
 
 PINNED_MARK = "The task as first given (verbatim):"
-# A task bigger than this share of the room for the conversation is summarised
-# like the rest: kept verbatim it would crowd out the work itself.
-PIN_MAX_SHARE = 0.35
+# A task bigger than this share of the room for the conversation is pinned as
+# its head and tail cut to that share (a problem statement opens it, the
+# instructions close it): kept whole it would crowd out the work itself. A
+# task that cannot be cut (one long line) is summarised like the rest.
+PIN_MAX_SHARE = 0.6
 
 
 def is_pinned_retain(retain: str) -> bool:
@@ -40,12 +43,27 @@ def pinned_in(
     if first is None or not first.context_text.strip():
         return []
     if room is not None and counter.message(first) > PIN_MAX_SHARE * room:
-        return []
+        if _cut_task(first, counter, room) is None:
+            return []
     return [first]
 
 
-def pinned_retain(pinned: Sequence[Message]) -> str:
-    return "\n\n".join([PINNED_MARK, *(m.context_text for m in pinned)])
+def _cut_task(msg: Message, counter: TokenCounter, room: int) -> str | None:
+    return head_tail_view(msg.context_text, None, int(PIN_MAX_SHARE * room), counter.text)
+
+
+def pinned_retain(
+    pinned: Sequence[Message], counter: TokenCounter | None = None, room: int | None = None
+) -> str:
+    """The retain slot holding the pinned task (its head and tail when it is over
+    ``PIN_MAX_SHARE`` of ``room``)."""
+    texts = []
+    for m in pinned:
+        text = m.context_text
+        if counter is not None and room is not None and counter.text(text) > PIN_MAX_SHARE * room:
+            text = _cut_task(m, counter, room) or text
+        texts.append(text)
+    return "\n\n".join([PINNED_MARK, *texts])
 
 
 AGENT_PIN_MARK = "[Pinned by the agent (verbatim):]"

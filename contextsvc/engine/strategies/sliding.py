@@ -56,7 +56,7 @@ def sliding_window(window: Window, ctx: StrategyContext) -> StrategyOutcome:
             counter=ctx.counter,
             room=ctx.max_context_tokens,
         )
-        retain = pinned_retain(pinned) if pinned else retain
+        retain = pinned_retain(pinned, ctx.counter, ctx.max_context_tokens) if pinned else retain
     pins = agent_pinned(msgs[:cut])
     if pins:
         retain = with_agent_pins(retain, pins)

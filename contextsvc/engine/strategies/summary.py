@@ -171,7 +171,11 @@ def summarize(window: Window, ctx: StrategyContext) -> StrategyOutcome:
         old_facts, old_body = split_facts(window.summary) if incremental else ("", "")
         facts = merge_retained(old_facts, retain, cfg.summary_max_tokens) if old_facts else retain
         summary = join_facts(facts, merge_summaries(old_body, summary, cap))
-        retain = window.retain if keep_retain else pinned_retain(pinned)
+        retain = (
+            window.retain
+            if keep_retain
+            else pinned_retain(pinned, ctx.counter, ctx.max_context_tokens)
+        )
         details["pinned_task"] = True
     elif incremental:
         retain = merge_retained(window.retain, retain, cfg.summary_max_tokens)
