@@ -36,8 +36,13 @@ from contextsvc.engine.summary_merge import (
     split_facts,
 )
 
-# The merged memory (all parts of the summary) is at most this many summaries long.
-MEMORY_SUMMARIES = 2
+# The merged memory (all parts of the summary) is at most one summary long, and
+# its retained facts a third of that: every compaction re-writes the memory into
+# the prefix and every call re-reads it, so a longer one costs more than the
+# recall it adds (bench/bench_policy.py at 32k: a memory up to two summaries
+# long cost 1.3 % more than re-summarising into one, for +0.002 recall).
+MEMORY_SUMMARIES = 1
+FACTS_SHARE = 3
 OMITTED_VIEW = "[tool output omitted from the summary input; ref={ref}]"
 
 
@@ -169,7 +174,11 @@ def summarize(window: Window, ctx: StrategyContext) -> StrategyOutcome:
         # The retain slot holds the task: the summariser's retained facts go
         # above its summary, marked, so the next compaction merges them too.
         old_facts, old_body = split_facts(window.summary) if incremental else ("", "")
-        facts = merge_retained(old_facts, retain, cfg.summary_max_tokens) if old_facts else retain
+        facts = (
+            merge_retained(old_facts, retain, cfg.summary_max_tokens // FACTS_SHARE)
+            if old_facts
+            else retain
+        )
         summary = join_facts(facts, merge_summaries(old_body, summary, cap))
         retain = (
             window.retain
@@ -178,7 +187,7 @@ def summarize(window: Window, ctx: StrategyContext) -> StrategyOutcome:
         )
         details["pinned_task"] = True
     elif incremental:
-        retain = merge_retained(window.retain, retain, cfg.summary_max_tokens)
+        retain = merge_retained(window.retain, retain, cfg.summary_max_tokens // FACTS_SHARE)
         summary = merge_summaries(window.summary, summary, cap)
     if incremental:
         details["incremental"] = True
