@@ -88,9 +88,12 @@ def test_summary_call_rereads_the_context_as_sent_then_the_instruction():
     summarize(Window(msgs), ctx(summarizer=fake, force=True, context_parts=parts))
     (request,) = fake.requests
     sent = request.llm_messages()
-    # The context's own messages, as its calls send them: the provider's cached prefix.
-    assert sent[:-1] == sent_history(parts) and sent[0].text == msgs[0].text
-    assert "Summarise only what comes before the last 8 messages" in sent[-1].text
+    # The context's own messages, as its calls send them (the provider's cached
+    # prefix), up to the ones the compaction keeps: those are not sent at all.
+    kept = replace(parts, messages=msgs[:-8])
+    assert sent[:-1] == sent_history(kept) and sent[0].text == msgs[0].text
+    assert all(m.text != msgs[-1].text for m in sent)
+    assert "Summarise only what comes before" not in sent[-1].text
     body = request.anthropic_body()
     assert body["messages"][-1]["role"] == "user" and "tools" not in body
 

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from contextsvc.engine.build import ContextParts
 from contextsvc.engine.messages import Message
 from contextsvc.engine.strategies.base import (
     StrategyContext,
@@ -88,6 +89,24 @@ def fit_summary_input(
     return out, stats
 
 
+def _summary_prefix(
+    ctx: StrategyContext, msgs: Sequence[Message], cut: int
+) -> tuple[ContextParts | None, int]:
+    """The context the summary call re-reads, and how many of its newest messages
+    it must leave out of the summary. The messages the compaction keeps are not
+    sent at all: the newest of them were never in a cached prefix (they arrived
+    after the last call) and would be paid as fresh input for nothing."""
+    prefix = ctx.context_parts
+    kept = len(msgs) - cut
+    if prefix is None or not kept or msgs[cut].seq is None:
+        return prefix, kept
+    first_kept = msgs[cut].seq
+    head = [m for m in prefix.messages if m.seq is None or m.seq < first_kept]
+    if not head or len(head) == len(prefix.messages):
+        return prefix, kept
+    return replace(prefix, messages=head), 0
+
+
 def _call_summarizer(ctx: StrategyContext, request: Any) -> SummaryResult:
     if ctx.summarizer is None:
         raise SummarizerError("No summariser is configured", transient=False)
@@ -156,13 +175,14 @@ def summarize(window: Window, ctx: StrategyContext) -> StrategyOutcome:
         return make_outcome(
             "summarize", window, None, ctx, {**details, "skipped": "nothing to summarise"}
         )
+    prefix, kept = _summary_prefix(ctx, msgs, cut)
     request = make_retain_summary_request(
         source,
         cfg.prompts,
         model=cfg.model,
         max_tokens=cfg.summary_max_tokens,
-        prefix=ctx.context_parts,
-        kept=len(msgs) - cut,
+        prefix=prefix,
+        kept=kept,
         after_memory=incremental,
     )
     result = _call_summarizer(ctx, request)
