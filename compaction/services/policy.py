@@ -24,7 +24,8 @@ from sessions.models import Session
 # 0.15 → 0.87× / 0.895 (below the peer's) and 1.02× / 0.820.
 DEFAULT_TARGET_RATIO = 0.2
 # A summary's output costs 5× its input: short, but not so short that recall drops
-# below the peers' (bench/bench_policy.py, target 0.2, cost × cheapest peer / recall,
+# below the peers' (bench/bench_policy.py before the reland, target 0.2 of the
+# window less the fixed part, cost × cheapest peer / recall,
 # 32k and 16k): 2048 → 0.98× / 0.903, 1.08× / 0.814; 1024 → 0.95× / 0.914,
 # 0.98× / 0.799; 768 → 0.93× / 0.909, 0.97× / 0.794; 512 → 0.90× / 0.892 (under
 # the peer's 0.896), 0.93× / 0.781 (under 0.787).
