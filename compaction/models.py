@@ -81,6 +81,10 @@ class CompactionRun(models.Model):
     # A run "running" past its lease was abandoned (a killed worker) and may be taken over.
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     timings = models.JSONField(default=dict, blank=True)
+    # What the run cost in the provider's prompt-cache units (engine.planner):
+    # tokens re-written after the prefix break, the summary call's input (and the
+    # part of it that is the cached prefix) and output, and the calls it buys.
+    cost = models.JSONField(null=True, blank=True)
 
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)

@@ -65,6 +65,11 @@ class RunDetailOut(RunOut):
     retention: dict[str, Any] | None = None
     attempts: int | None = None
     timings: dict[str, Any] | None = None
+    cost: dict[str, Any] | None = Field(
+        None,
+        description="prompt-cache units: rewritten_tokens, summary_input_tokens,"
+        " summary_cached_tokens, summary_output_tokens, units, expected_calls, planner",
+    )
     snapshot_id: int | None = None
 
 

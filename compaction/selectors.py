@@ -128,6 +128,7 @@ def run_to_dict(run: CompactionRun, *, detail: bool = True) -> dict[str, Any]:
                 "retention": run.retention,
                 "attempts": run.attempts,
                 "timings": run.timings,
+                "cost": run.cost,
                 "snapshot_id": snapshot_id,
             }
         )

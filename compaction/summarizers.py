@@ -314,6 +314,8 @@ class TimedSummarizer:
     llm_ms: float = 0.0
     calls: int = 0
     models: list[str] = field(default_factory=list)
+    # What was asked and answered, for the run's cost record.
+    exchanges: list[tuple[SummaryRequest, str]] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -333,4 +335,5 @@ class TimedSummarizer:
         self.llm_ms += result.duration_ms if result.duration_ms > 0 else elapsed
         self.calls += 1
         self.models.append(result.model)
+        self.exchanges.append((request, result.text))
         return result

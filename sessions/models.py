@@ -206,6 +206,9 @@ class Message(models.Model):
     # What the model is shown when it differs from content (cut / trimmed output).
     view = models.TextField(null=True, blank=True)
     view_state = models.CharField(max_length=10, default="full")
+    # The agent pinned it (``"pinned": true`` on append): compaction keeps it
+    # verbatim above the summary, tool clearing leaves it.
+    pinned = models.BooleanField(default=False)
     token_count = models.PositiveIntegerField()  # of the in-context form, computed once
     created_at = models.DateTimeField(default=timezone.now)
     # Taken out of the live window by the agent (an undone or retried turn):

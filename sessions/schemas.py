@@ -73,6 +73,25 @@ class CompactionPolicy(In):
     enabled: bool = True
     auto: bool = True
     threshold_ratio: float | None = Field(None, gt=0, le=1)
+    # Where a compaction brings the history down to: a share of the room left in
+    # the effective window after the fixed part (system, skills, tool schemas).
+    target_ratio: float | None = Field(None, ge=0.05, le=0.95)
+    # "cost": compact when it pays for itself (engine.planner); "threshold": at the guard's tier.
+    planner: Literal["cost", "threshold"] | None = None
+    # The planner may also clear old tool outputs alone between compactions.
+    planner_clear: bool = False
+    summary_max_tokens: int | None = Field(None, ge=64, le=MAX_TOKENS)
+    # The first user message stays verbatim above the summary (in the cached prefix).
+    pin_task: bool = True
+    # The summary call re-reads the session's cached context (engine.summary_prefix).
+    summary_reuse_cache: bool = True
+    # A later compaction summarises only what left the window since the last one
+    # and merges with the earlier memory (False: it re-summarises that memory too).
+    incremental_summary: bool = True
+    # sliding_window: how many of the newest messages stay.
+    keep_last_n: int = Field(20, ge=1, le=MAX_TURNS)
+    # What is sent to the summariser at most (None: the effective window minus the summary).
+    summary_input_max_tokens: int | None = Field(None, ge=1_000, le=MAX_TOKENS)
     model: str | None = Field(None, min_length=1, max_length=200)
     # Who writes this session's summaries (CONTEXTSVC_SUMMARIZER when unset).
     summarizer: str | None = Field(None, max_length=50)
@@ -342,6 +361,8 @@ class MessageIn(In):
     name: str | None = Field(None, max_length=200)
     reasoning: str | None = None
     output_ref: str | None = Field(None, max_length=64)
+    # Keep it verbatim through every compaction (above the summary, never cleared).
+    pinned: bool = False
 
     @field_validator("content")
     @classmethod

@@ -88,6 +88,7 @@ MESSAGE_FIELDS = (
     "view",
     "view_state",
     "token_count",
+    "pinned",
 )
 # MESSAGE_FIELDS with the JSON columns read as text (annotations of live_messages):
 # Django's JSONField converter costs ~7 µs per value, half the time of a
@@ -123,6 +124,7 @@ def row_to_message(row: tuple) -> EngineMessage:
         view,
         view_state,
         token_count,
+        pinned,
     ) = row
     parts = json_text(parts)
     # Compaction's tool clearing marks an assistant message "cleared" when its
@@ -148,6 +150,7 @@ def row_to_message(row: tuple) -> EngineMessage:
         view_state=view_state,
         seq=seq,
         token_count=token_count,
+        pinned=bool(pinned),
     )
 
 

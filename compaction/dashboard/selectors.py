@@ -27,6 +27,8 @@ STRATEGY_LABELS = {
     "summarize": "Summarise",
     "sandwich": "Sandwich (top + bottom)",
     "drop_oldest_turns": "Drop oldest turns",
+    "sliding_window": "Sliding window (last N messages)",
+    "full_history": "Full history (never compress)",
 }
 HISTORY_LIMIT = 20
 

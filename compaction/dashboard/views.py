@@ -16,6 +16,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HTMX_STOP_POLLING, trigger_client_event
 
 from compaction.models import CompactionRun
+from compaction.services.policy import effective_knobs
 from compaction.services.requests import compaction_request
 from compaction.services.snapshots import snapshot_restore as snapshot_restore_service
 from contextsvc.engine.errors import EngineValidationError
@@ -59,6 +60,7 @@ def _compact_context(
         ),
         "run": run,
         "joined": joined,
+        "knobs": effective_knobs(session),
     }
 
 

@@ -141,6 +141,7 @@ def apply_plan(
         run.summarizer = plan.summarizer.name if plan.summarizer.calls else ""
         run.retention = plan.retention if shrinks else None
         run.retention_score = plan.retention_score if shrinks else None
+        run.cost = plan.cost if shrinks else None
         run.error_code = ""
         run.error = ""
         run.finished_at = now

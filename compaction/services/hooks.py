@@ -16,7 +16,7 @@ from sessions.models import Session
 
 from .. import leases, selectors
 from ..models import CompactionRun
-from .policy import compaction_policy, resolve_chain, should_auto_compact
+from .policy import auto_action, compaction_policy, resolve_chain
 from .requests import compaction_auto_request, compaction_request
 from .sync import compaction_run_bounded
 
@@ -41,8 +41,11 @@ def on_session_activity(session: Session, state: accounting.BudgetState, last_ro
         chain = resolve_chain(session, None)
         # A tool output that could not fit (shown trimmed) makes compaction due
         # at once, whatever the tier (the tool-output preflight on append).
-        if last_role == "tool_overflow" or should_auto_compact(session, state, chain):
-            compaction_auto_request(session=session)
+        action = "compact" if last_role == "tool_overflow" else auto_action(session, state, chain)
+        if action is not None:
+            # The planner's "clear": old tool outputs only, no summary call.
+            strategy = "tool_clearing" if action == "clear" else None
+            compaction_auto_request(session=session, strategy=strategy)
     except Exception:  # noqa: BLE001 - the append must not fail because of this
         logger.exception("auto-compaction trigger failed for session %s", session.pk)
 

@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from contextsvc.engine.build import ContextParts
 from contextsvc.engine.errors import EngineValidationError
 from contextsvc.engine.messages import Message as EngineMessage
 from contextsvc.engine.offline_summarizer import OfflineSummarizer
@@ -29,12 +30,23 @@ from contextsvc.engine.strategies.base import (
 )
 from contextsvc.engine.strategies.chain import DEFAULT_CHAIN, ChainResult, run_chain
 from contextsvc.engine.summarize import Summarizer
+from prompting.context.build import build_context
+from prompting.services.selection import plan_tools
 from sessions import accounting
 from sessions.models import Session
 
 from .. import selectors, summarizers
 from ..models import CompactionRun
-from .policy import compaction_policy, limit_tokens, resolve_chain, target_tokens
+from .cost import run_cost
+from .policy import (
+    DEFAULT_SUMMARY_MAX_TOKENS,
+    compaction_policy,
+    limit_tokens,
+    plan_decision,
+    resolve_chain,
+    room_tokens,
+    target_tokens,
+)
 from .window import view_key
 
 Trigger = CompactionRun.Trigger
@@ -60,6 +72,7 @@ class CompactionPlan:
     retention_score: float | None
     load_ms: float
     compute_ms: float
+    cost: dict[str, Any] | None = None
 
 
 def compaction_plan(
@@ -102,7 +115,7 @@ def compute_plan(run: CompactionRun, summarizer: Summarizer | None) -> Compactio
     policy = compaction_policy(session)
     chain = tuple(run.chain) or DEFAULT_CHAIN
     effective = state.budget.effective_window
-    summary_max = int(policy.get("summary_max_tokens", 4096))
+    summary_max = int(policy.get("summary_max_tokens") or DEFAULT_SUMMARY_MAX_TOKENS)
     policy_model = policy.get("model") or None
     inner = summarizer or summarizers.for_session(
         model=policy_model or session.model,
@@ -110,13 +123,14 @@ def compute_plan(run: CompactionRun, summarizer: Summarizer | None) -> Compactio
         choice=policy.get("summarizer"),
     )
     config = CompactionConfig.from_policy(
-        policy,
+        {**policy, "summary_max_tokens": summary_max},
         model=summarizers.summary_model(
             inner, policy_model=policy_model, session_model=session.model
         ),
         instructions=run.instructions,
         retain_last_turns=run.retain_last_turns,
-        summary_input_tokens=max(1_000, effective - summary_max - SUMMARY_PROMPT_MARGIN),
+        summary_input_tokens=policy.get("summary_input_max_tokens")
+        or max(1_000, effective - summary_max - SUMMARY_PROMPT_MARGIN),
     )
     timed = summarizers.TimedSummarizer(inner)
     counter = TokenCounter(accounting.tokenizer_of(session), accounting.estimate_config_of(session))
@@ -135,6 +149,7 @@ def compute_plan(run: CompactionRun, summarizer: Summarizer | None) -> Compactio
         config=config,
         summarizer=timed,
         target_tokens=target,
+        room_tokens=room_tokens(session, state, chain),
         force=run.forced,
         reason="overflow" if run.trigger == Trigger.EMERGENCY else "budget",
         max_context_tokens=max(1, effective - fixed),
@@ -149,6 +164,8 @@ def compute_plan(run: CompactionRun, summarizer: Summarizer | None) -> Compactio
             else None
         ),
     )
+    if policy.get("summary_reuse_cache", True):
+        ctx.context_parts = _context_parts(session, messages)
     load_ms = (time.perf_counter() - t0) * 1000
     result = run_chain(window, chain, ctx)
     retention: dict[str, Any] | None = None
@@ -170,7 +187,23 @@ def compute_plan(run: CompactionRun, summarizer: Summarizer | None) -> Compactio
         retention_score=score,
         load_ms=load_ms,
         compute_ms=(time.perf_counter() - t0) * 1000 - load_ms,
+        cost=run_cost(
+            before=window,
+            result=result,
+            summarizer=timed,
+            counter=counter,
+            decision=plan_decision(session, state, chain),
+        ),
     )
+
+
+def _context_parts(session: Session, messages: list[EngineMessage]) -> ContextParts | None:
+    """The session's context as its calls send it (the cached prefix a summary re-reads)."""
+    try:
+        _, parts, _ = build_context(session, "anthropic", messages, plan_tools(session, messages))
+    except Exception:  # noqa: BLE001 - the summary can still be written from the messages
+        return None
+    return parts
 
 
 def _retention(before: Window, after: Window) -> RetentionReport:

@@ -38,8 +38,11 @@ AUTO_COOLDOWN_MESSAGES = 4
 MAX_INSTRUCTIONS = 20_000
 
 
-def compaction_auto_request(*, session: Session) -> CompactionRun | None:
-    """An automatic run, unless the circuit breaker is open or one is under way."""
+def compaction_auto_request(
+    *, session: Session, strategy: str | None = None
+) -> CompactionRun | None:
+    """An automatic run, unless the circuit breaker is open or one is under way
+    (``strategy``: one strategy instead of the chain, e.g. the planner's clear)."""
     if selectors.breaker_open(selectors.state_of(session)):
         return None
     active = (
@@ -64,7 +67,7 @@ def compaction_auto_request(*, session: Session) -> CompactionRun | None:
         and session.last_seq - last.through_seq < AUTO_COOLDOWN_MESSAGES
     ):
         return None
-    run, _ = compaction_request(session=session, trigger=Trigger.AUTO)
+    run, _ = compaction_request(session=session, trigger=Trigger.AUTO, strategy=strategy)
     return run
 
 

@@ -321,6 +321,8 @@ def message_to_dict(msg: Message) -> dict[str, Any]:
         if value is not None:
             out[key] = value
     out["view"] = msg.view_state
+    if msg.pinned:
+        out["pinned"] = True
     if msg.token_count is not None:
         out["token_count"] = msg.token_count
     return out

@@ -49,6 +49,8 @@ class Message:
     view_state: ViewState = "full"
     seq: int | None = None
     token_count: int | None = None
+    # Pinned by the agent: compaction keeps it verbatim above the summary.
+    pinned: bool = False
 
     @property
     def text(self) -> str:

@@ -36,6 +36,7 @@ from contextsvc.engine.build import (
 )
 from contextsvc.engine.errors import EngineUnavailableError, EngineValidationError
 from contextsvc.engine.messages import Message
+from contextsvc.engine.summary_prefix import kept_note, prefix_body, prefix_messages
 from contextsvc.engine.tokens import compact_json
 
 SummaryKind = Literal["retain_summary", "compress"]
@@ -282,15 +283,21 @@ class SummaryRequest:
     max_tokens: int
     system: str = SUMMARY_SYSTEM
     want_retain: bool = True
+    # The session's context, re-read from the provider's cache (``summary_prefix``).
+    prefix: ContextParts | None = None
 
     def llm_messages(self) -> list[Message]:
         """The conversation an LLM gets: text only, the prompt as the last user message."""
+        if self.prefix is not None:
+            return prefix_messages(self.prefix, self.prompt)
         if self.kind == "compress":
             return [Message(role="user", content=self.prompt)]
         return [*render_for_llm(self.source), Message(role="user", content=self.prompt)]
 
     def anthropic_body(self) -> dict[str, Any]:
         """The Messages API body, built by the one assembler (``engine.build``), no tools."""
+        if self.prefix is not None:
+            return prefix_body("anthropic", self.prefix, self.prompt, self.model, self.max_tokens)
         parts = ContextParts(
             model=self.model, max_output_tokens=self.max_tokens, messages=self.llm_messages()
         )
@@ -301,6 +308,8 @@ class SummaryRequest:
 
     def openai_body(self) -> dict[str, Any]:
         """The Chat Completions body by the same assembler: the system message first, no tools."""
+        if self.prefix is not None:
+            return prefix_body("openai", self.prefix, self.prompt, self.model, self.max_tokens)
         parts = ContextParts(
             model=self.model, max_output_tokens=self.max_tokens, messages=self.llm_messages()
         )
@@ -346,8 +355,13 @@ def make_retain_summary_request(
     *,
     model: str,
     max_tokens: int,
+    prefix: ContextParts | None = None,
+    kept: int = 0,
+    after_memory: bool = False,
 ) -> SummaryRequest:
-    """spec 000 §2.6 steps 1-2: prepare the messages, add the interrupt."""
+    """spec 000 §2.6 steps 1-2: prepare the messages, add the interrupt. With
+    ``prefix`` an LLM re-reads the session's context (``kept``: its newest
+    messages, not to summarise) instead of the prepared messages."""
     prepared = strip_trailing_tool_calls(messages)
     if not prepared:
         # spec 004 CX-NT2: nothing to summarise is a validation error, not an empty summary.
@@ -355,10 +369,12 @@ def make_retain_summary_request(
     return SummaryRequest(
         kind="retain_summary",
         source=tuple(prepared),
-        prompt=build_interrupt(config),
+        prompt=build_interrupt(config)
+        + (kept_note(kept, after_memory) if prefix is not None else ""),
         model=model,
         max_tokens=max_tokens,
         want_retain=wants_retain(config),
+        prefix=prefix,
     )
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from django.db.models import Max, Sum
 
 from contextsvc.engine.messages import Message as EngineMessage
+from contextsvc.engine.output_fit import NEWEST_SHARE, head_tail_view
 from contextsvc.engine.output_trim import (
     TrimCandidate,
     admit_outputs,
@@ -26,7 +27,7 @@ from contextsvc.engine.output_views import (
     failed_view,
     resolve_view_config,
 )
-from contextsvc.engine.tokens import estimate_message
+from contextsvc.engine.tokens import estimate_message, estimate_text
 
 from .. import accounting
 from ..extensions import REGISTRY
@@ -131,6 +132,23 @@ def _placeholder_tokens(
     )
 
 
+def _fitted_view(
+    session: Session, state: accounting.BudgetState, message: EngineMessage
+) -> str | None:
+    """The output's head and tail within ``NEWEST_SHARE`` of the history room (the
+    effective window less the fixed part), or None when no cut fits."""
+    budget = state.budget
+    fixed = budget.system_prompt + budget.skill_prompts + budget.tool_descriptions
+    room = max(0, budget.effective_window - fixed - state.reserved)
+    tokenizer = accounting.tokenizer_of(session)
+    return head_tail_view(
+        message.context_text,
+        message.output_ref,
+        int(NEWEST_SHARE * room),
+        lambda text: estimate_text(text, tokenizer),
+    )
+
+
 def _release_reservations(session: Session, prepared: Sequence[PreparedMessage]) -> None:
     """spec 001: a posted tool result releases its reservation (its own id, else the oldest)."""
     reservations = dict(session.tool_reservations or {})
@@ -193,7 +211,13 @@ def apply_tool_outputs(
     added = sum(p.row["token_count"] for _, p in batch)
     total = session.tool_output_tokens + added
     budget = tool_output_budget(config, session.context_window, _effective_window(session))
-    if config.budget_trim and total > budget:
+    # Each trim breaks the cached prefix and re-writes all after it: with a
+    # derived budget and automatic compaction on, old outputs are cleared in
+    # one batch by the next compaction instead (engine.planner). An explicit
+    # budget, or no compaction to count on, keeps spec 000 §1.7's trim.
+    if config.budget_trim and total > budget and not (
+        config.context_budget_tokens is None and _compaction_can_help(session)
+    ):
         fresh = (TrimCandidate(key=("batch", i), tokens=p.row["token_count"]) for i, p in batch)
         plan = plan_trim(
             total,
@@ -246,18 +270,29 @@ def apply_tool_outputs(
             over = sticky and session.tool_budget_exceeded
             if not over:
                 session.conversation_tokens = base + running + tokens
-                over = accounting.compute_budget(session).guard.status == "final"
+                state = accounting.compute_budget(session)
+                over = state.guard.status == "final"
                 if over and _compaction_can_help(session):
                     # With compaction available, ending the session would throw
-                    # away a run that a summary can save: the output becomes a
-                    # trimmed placeholder (spec 000 §1.7, stored in full,
-                    # expandable) and the caller asks for compaction at once.
-                    # spec 001's final stays for when compaction cannot help.
-                    view = trimmed_view(row["output_ref"])
+                    # away a run that a summary can save. The agent acts on the
+                    # result it just asked for, so the output keeps its head and
+                    # tail, cut to a share of the history room (engine.output_fit);
+                    # only when no cut fits does it become a trimmed placeholder
+                    # (spec 000 §1.7, stored in full, expandable). The caller asks
+                    # for compaction at once when it still does not fit. spec
+                    # 001's final stays for when compaction cannot help.
+                    view, view_state = _fitted_view(session, state, p.message), "cut"
+                    if view is None:
+                        view, view_state = trimmed_view(row["output_ref"]), "trimmed"
                     tokens = _placeholder_tokens(view, row["tool_call_id"], row["name"], session)
-                    row.update(view=view, view_state="trimmed", token_count=tokens)
-                    effects.overflow_seqs.append(first_seq + i)
-                    effects.trimmed_seqs.append(first_seq + i)
+                    row.update(view=view, view_state=view_state, token_count=tokens)
+                    session.conversation_tokens = base + running + tokens
+                    if accounting.compute_budget(session).guard.status == "final":
+                        effects.overflow_seqs.append(first_seq + i)
+                    if view_state == "trimmed":
+                        effects.trimmed_seqs.append(first_seq + i)
+                    else:
+                        session.tool_output_tokens += tokens
                     running += tokens
                     continue
             if over:

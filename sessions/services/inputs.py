@@ -80,6 +80,7 @@ class MessageData(TypedDict, total=False):
     name: str | None
     reasoning: str | None
     output_ref: str | None
+    pinned: bool
 
 
 class UsageData(TypedDict, total=False):

@@ -54,6 +54,7 @@ def to_engine_message(data: MessageData) -> EngineMessage:
         name=data.get("name"),
         reasoning=data.get("reasoning"),
         output_ref=data.get("output_ref"),
+        pinned=bool(data.get("pinned")),
     )
 
 
@@ -151,6 +152,7 @@ def prepare_messages_storing_outputs(
                     "view": msg.view,
                     "view_state": msg.view_state,
                     "token_count": msg.token_count,
+                    "pinned": msg.pinned,
                 },
                 ref=ref_dict(stored.output) if stored else None,
                 info=output_info(stored.output, msg.name) if stored else None,

@@ -136,6 +136,9 @@ def test_service_compaction_through_the_sdk_with_model_override(fake_anthropic, 
                 "model": "claude-haiku-4-5",
                 "summary_directives": DIRECTIVES,
                 "retain_directives": RETAIN_DIRECTIVES,
+                # The summariser's own request and retain (spec 000 §2.6-2.7).
+                "summary_reuse_cache": False,
+                "pin_task": False,
             }
         },
     )

@@ -115,7 +115,10 @@ def test_compress_request_is_one_user_message_after_the_system(fake_openai):
 
 
 def test_service_compaction_through_the_sdk_with_the_default_model(fake_openai, session_factory):
-    session = session_factory(4)  # a Claude session, no Anthropic key: openai is the one configured
+    # A Claude session, no Anthropic key: openai is the one configured. The
+    # summariser's own request and retain (spec 000 §2.6-2.7).
+    legacy = {"compaction": {"summary_reuse_cache": False, "pin_task": False}}
+    session = session_factory(4, policy=legacy)
     run = _compact(session)
     assert run.status == "succeeded", run.error
     assert (run.summarizer, run.model) == ("openai", "gpt-4.1-mini")

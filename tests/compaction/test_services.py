@@ -409,8 +409,12 @@ def test_tool_clearing_persists_views_and_logs_the_old_ones(session_factory):
     assert session.conversation_tokens == sum(m.token_count for m in live_messages(session))
 
 
+# A shallow target (the default before the cost-aware planner): clearing alone gets under it.
+SHALLOW = {"compaction": {"target_ratio": 0.7}}
+
+
 def test_chain_stops_at_the_target(session_factory):
-    session = session_factory(8)
+    session = session_factory(8, policy=SHALLOW)
     run, _ = compaction_request(session=session, trigger="auto", enqueue=False)
     run = compaction_execute(run_id=run.pk)
     assert run.strategies_run == ["tool_clearing"]
@@ -435,7 +439,7 @@ def test_forced_chain_runs_fully_with_instructions(session_factory):
 
 
 def test_retain_last_turns_override(session_factory):
-    session = session_factory(8)
+    session = session_factory(8, policy=SHALLOW)
     manual(session, strategy="summarize", retain_last_turns=3)
     session.refresh_from_db()
     users = [m for m in live_messages(session) if m.role == "user"]

@@ -254,7 +254,9 @@ def test_tool_clearing_skips_trimmed_and_cleared_outputs():
 def test_summarize_keeps_last_turn_and_sets_retain_and_summary_spec000_2_7():
     msgs = agent_session(turns=3)
     fake = FakeSummarizer()
-    out = summarize(Window(msgs), ctx(summarizer=fake, force=True))
+    # The summariser's retain (spec 000 §2.7), with the task not pinned in the retain slot.
+    cfg = CompactionConfig(pin_task=False)
+    out = summarize(Window(msgs), ctx(summarizer=fake, force=True, config=cfg))
     last_turn = msgs[-8:]  # user + 3 × (call, result) + say
     assert out.window.messages == last_turn
     assert out.window.retain == "- keep src/pkg/mod0.py"
@@ -319,14 +321,59 @@ def test_summarize_never_cuts_past_a_call_waiting_for_its_result():
     assert pairs_ok(out.window.messages)
 
 
-def test_summarize_folds_the_previous_summary_in():
+def test_summarize_folds_the_previous_summary_in_when_not_incremental():
     msgs = agent_session(turns=2)
     fake = FakeSummarizer()
+    cfg = CompactionConfig(incremental_summary=False)
     summarize(
-        Window(msgs, retain="- old fact", summary="Old summary."), ctx(summarizer=fake, force=True)
+        Window(msgs, retain="- old fact", summary="Old summary."),
+        ctx(summarizer=fake, force=True, config=cfg),
     )
     source_text = "\n".join(m.text for m in fake.requests[0].source)
     assert "Old summary." in source_text and "- old fact" in source_text
+
+
+def test_issue16_rule11_second_compaction_merges_retained_facts_without_resending_memory():
+    """A second compaction merges the retained facts with the first one's instead
+    of replacing them, and does not send the earlier compaction's memory to the
+    summariser again: it summarises only what left the window since."""
+    first = FakeSummarizer(
+        text="<retain>\n- keep src/pkg/mod0.py\n</retain>\n<summary>\nFirst part.\n</summary>"
+    )
+    cfg = CompactionConfig(pin_task=False)
+    msgs = agent_session(turns=4)
+    one = summarize(Window(msgs[:20]), ctx(summarizer=first, force=True, config=cfg)).window
+    assert one.retain == "- keep src/pkg/mod0.py" and one.summary == "First part."
+    second = FakeSummarizer(
+        text="<retain>\n- keep src/pkg/mod0.py\n- keep src/pkg/mod2.py\n</retain>\n"
+        "<summary>\nSecond part.\n</summary>"
+    )
+    live = one.messages + msgs[20:]
+    two = summarize(
+        Window(live, one.retain, one.summary), ctx(summarizer=second, force=True, config=cfg)
+    )
+    sent = "\n".join(m.text for m in second.requests[0].llm_messages())
+    assert "First part." not in sent and "- keep src/pkg/mod0.py" not in sent
+    assert one.messages[0].text in sent  # what left the window since is what it reads
+    window = two.window
+    # Both compactions' facts, each once, the earlier first; both summaries, in order.
+    assert window.retain == "- keep src/pkg/mod0.py\n- keep src/pkg/mod2.py"
+    assert window.summary.index("First part.") < window.summary.index("Second part.")
+    assert two.report.details["incremental"] is True
+
+
+def test_incremental_memory_stays_bounded_by_clipping_the_oldest_part():
+    cfg = CompactionConfig(pin_task=False, summary_max_tokens=128)
+    window = Window(agent_session(turns=4))
+    for k in range(6):
+        fake = FakeSummarizer(text=f"<summary>\nPart {k}.\n" + f"line {k}\n" * 40 + "</summary>")
+        out = summarize(window, ctx(summarizer=fake, force=True, config=cfg)).window
+        window = Window(out.messages + agent_session(turns=1), out.retain, out.summary)
+    # About one summary's worth (3.5 characters a token): the newest part whole,
+    # the one before it clipped from its end, the older ones gone.
+    assert len(window.summary) <= 128 * 4
+    assert "Part 5.\n" + "line 5\n" * 39 + "line 5" in window.summary
+    assert "Part 4." in window.summary and "Part 0." not in window.summary
 
 
 def test_summarize_failure_raises_service_unavailable_error_cx_nt3():
@@ -343,7 +390,8 @@ def test_summarize_without_summary_text_is_an_error():
 
 def test_summarize_missing_tags_uses_whole_text():
     fake = FakeSummarizer(text="Plain summary without tags")
-    out = summarize(Window(agent_session()), ctx(summarizer=fake, force=True))
+    cfg = CompactionConfig(pin_task=False)
+    out = summarize(Window(agent_session()), ctx(summarizer=fake, force=True, config=cfg))
     assert out.window.summary == "Plain summary without tags" and out.window.retain == ""
 
 

@@ -618,12 +618,43 @@ def test_output_over_the_limit_is_stored_but_replaced_by_a_failure_view_spec001(
     assert later["view"] == "failed"
 
 
-def test_overflowing_output_is_trimmed_and_compaction_requested_when_it_can_help(
+def test_overflowing_output_is_cut_to_its_head_and_tail_when_compaction_can_help(
     alice, make_session, monkeypatch, django_capture_on_commit_callbacks
 ):
     """With auto-compaction on, an output that cannot fit does not end the
-    session: it is stored, shown as spec 000's trimmed placeholder, and an
-    automatic compaction is requested at once, whatever the guard tier."""
+    session, and the agent still sees the result it just asked for: it is
+    stored in full and shown cut to its first and last lines (half the room
+    after the fixed part), with the ref to read the rest."""
+    from compaction.services import requests as compaction_requests
+
+    monkeypatch.setattr(compaction_requests, "enqueue_run", lambda run_id, task_id=None: None)
+    sid = make_session(**SMALL)["id"]
+    post(alice, sid, [{"role": "user", "content": "read the log"}])
+    text = big_text(400)  # ~11k tokens: over the 7,000 limit
+    with django_capture_on_commit_callbacks(execute=True):
+        result = post(alice, sid, tool_turn("c1", text))["messages"][-1]
+    assert result["view"] == "cut"
+    assert result["ref"]["byte_size"] == len(text)
+    assert result["token_count"] <= 3_500
+    budget = alice.get(f"sessions/{sid}/budget").json()
+    assert budget["status"] == "active" and not budget["tool_budget_exceeded"]
+    assert budget["guard"]["status"] != "final"
+    ctx = context(alice, sid)
+    shown = ctx["messages"][-1]["content"]
+    assert shown.startswith("row 000000 ") and "row 000399 " in shown
+    assert "row 000200 " not in shown and f"ref={result['output_ref']}" in shown
+    assert "final_report" not in [t["name"] for t in ctx.get("tools", [])]
+    # The model can still read it in full through the expansion tool.
+    page = alice.get(f"refs/{result['output_ref']}", offset=1, limit=2).json()
+    assert page["total_lines"] == 400
+
+
+def test_output_whose_cut_still_overflows_requests_compaction_at_once(
+    alice, make_session, monkeypatch, django_capture_on_commit_callbacks
+):
+    """When even the output's head and tail do not fit beside what the window
+    already holds, the session still does not end: an automatic compaction is
+    requested at once, whatever the guard tier."""
     from compaction.models import CompactionRun
     from compaction.services import requests as compaction_requests
 
@@ -632,24 +663,15 @@ def test_overflowing_output_is_trimmed_and_compaction_requested_when_it_can_help
         compaction_requests, "enqueue_run", lambda run_id, task_id=None: sent.append(run_id)
     )
     sid = make_session(**SMALL)["id"]
-    post(alice, sid, [{"role": "user", "content": "read the log"}])
-    text = big_text(400)  # ~11k tokens: over the 7,000 limit
+    post(alice, sid, [{"role": "user", "content": "read the log " + "w " * 5_000}])
     with django_capture_on_commit_callbacks(execute=True):
-        result = post(alice, sid, tool_turn("c1", text))["messages"][-1]
-    assert result["view"] == "trimmed"
-    assert result["ref"]["byte_size"] == len(text)
+        result = post(alice, sid, tool_turn("c1", big_text(400)))["messages"][-1]
+    assert result["view"] == "cut"
     budget = alice.get(f"sessions/{sid}/budget").json()
     assert budget["status"] == "active" and not budget["tool_budget_exceeded"]
-    assert budget["guard"]["status"] != "final"
-    ctx = context(alice, sid)
-    assert ctx["messages"][-1]["content"] == f"[tool output trimmed; ref={result['output_ref']}]"
-    assert "final_report" not in [t["name"] for t in ctx.get("tools", [])]
     runs = CompactionRun.objects.filter(session__external_id=sid, trigger="auto")
     assert runs.count() == 1
     assert sent == [runs.get().pk]  # sent to a worker once the append committed
-    # The model can still read it in full through the expansion tool.
-    page = alice.get(f"refs/{result['output_ref']}", offset=1, limit=2).json()
-    assert page["total_lines"] == 400
 
 
 def test_output_that_fits_is_not_failed(alice, make_session):

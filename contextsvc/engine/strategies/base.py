@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from contextsvc.engine.build import ContextParts
 from contextsvc.engine.errors import EngineValidationError
 from contextsvc.engine.messages import Message
 from contextsvc.engine.summarize import PromptConfig, Summarizer, SummaryResult, preamble
@@ -113,6 +114,13 @@ class CompactionConfig:
     summary_max_tokens: int = 4096
     # Cap on what is sent to the summariser (None: no cap).
     summary_input_tokens: int | None = None
+    # The first user message (the task) stays verbatim above the summary.
+    pin_task: bool = True
+    # A later compaction summarises only what left the window since the last
+    # one and merges (``engine.summary_merge``); False: re-summarise it all.
+    incremental_summary: bool = True
+    # sliding_window: the newest messages kept (spec 004).
+    keep_last_n: int = 20
     model: str = ""
     prompts: PromptConfig = PromptConfig()
 
@@ -125,6 +133,7 @@ class CompactionConfig:
             "preserve_top",
             "preserve_bottom",
             "sandwich_min_middle",
+            "keep_last_n",
         ):
             check_nonneg_int(getattr(self, name), name)
         if self.clear_mode not in CLEAR_MODES:
@@ -184,6 +193,9 @@ class CompactionConfig:
             sandwich_sections=bool(p.get("sandwich_sections", True)),
             summary_max_tokens=p.get("summary_max_tokens", 4096),
             summary_input_tokens=summary_input_tokens,
+            pin_task=bool(p.get("pin_task", True)),
+            incremental_summary=bool(p.get("incremental_summary", True)),
+            keep_last_n=p.get("keep_last_n", 20),
             # spec 000 §2.6.2: compaction.model wins over the caller's model.
             model=p.get("model") or model,
             prompts=prompts,
@@ -217,6 +229,11 @@ class StrategyContext:
     summarizer: Summarizer | None = None
     # The chain stops once the window is at or under this many tokens (unless forced).
     target_tokens: int = 0
+    # The history room: the window tokens that must fit whatever the target
+    # (None: the target is the only bound). Over it, the kept outputs' views are
+    # cut before the emergency link drops turns; under it, that link never runs
+    # in a chain (``run_chain``).
+    room_tokens: int | None = None
     force: bool = False
     # "budget" (the chain's last link) or "overflow" (the provider said too long).
     reason: str = "budget"
@@ -233,6 +250,9 @@ class StrategyContext:
     # The whole transcript (seq order) for the sandwich; None: the window's messages.
     transcript: Callable[[], list[Message]] | None = None
     llm_calls: list[SummaryResult] = field(default_factory=list)
+    # The session's context as its calls send it: a summary call re-reads it
+    # from the provider's cache (None: the summariser gets the messages alone).
+    context_parts: ContextParts | None = None
 
 
 @dataclass(slots=True)

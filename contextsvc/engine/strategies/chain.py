@@ -16,11 +16,20 @@ from contextsvc.engine.strategies.base import (
 )
 from contextsvc.engine.strategies.clearing import tool_clearing
 from contextsvc.engine.strategies.dropping import drop_oldest_turns
+from contextsvc.engine.strategies.fitting import fit_outputs, over_room
 from contextsvc.engine.strategies.sandwich import sandwich
+from contextsvc.engine.strategies.sliding import full_history, sliding_window
 from contextsvc.engine.strategies.summary import summarize
 from contextsvc.engine.system_carry import carry_system
 
-STRATEGY_NAMES: tuple[str, ...] = ("tool_clearing", "summarize", "sandwich", "drop_oldest_turns")
+STRATEGY_NAMES: tuple[str, ...] = (
+    "tool_clearing",
+    "summarize",
+    "sandwich",
+    "drop_oldest_turns",
+    "sliding_window",
+    "full_history",
+)
 # DESIGN.md: tool clearing → summarise (retain + summary, last 1 turn kept) → drop oldest turns.
 DEFAULT_CHAIN: tuple[str, ...] = ("tool_clearing", "summarize", "drop_oldest_turns")
 EMERGENCY_STRATEGY = "drop_oldest_turns"
@@ -30,6 +39,8 @@ STRATEGIES: dict[str, Callable[[Window, StrategyContext], StrategyOutcome]] = {
     "summarize": summarize,
     "sandwich": sandwich,
     "drop_oldest_turns": drop_oldest_turns,
+    "sliding_window": sliding_window,
+    "full_history": full_history,
 }
 
 
@@ -95,6 +106,30 @@ def run_chain(window: Window, names: Sequence[str], ctx: StrategyContext) -> Cha
     state: ContextState | None = ctx.sandwich_state
     state_changed = False
     for name in names:
+        if name == EMERGENCY_STRATEGY and len(names) > 1 and ctx.room_tokens is not None:
+            # The deep target is a goal, the room a bound: turns are dropped (and
+            # a one-turn history's outputs cleared) only when the kept outputs,
+            # cut to their head and tail, still do not fit.
+            if over_room(window, ctx):
+                outcome = fit_outputs(window, ctx)
+                reports.append(outcome.report)
+                if outcome.report.applied:
+                    window = outcome.window
+            if not over_room(window, ctx):
+                tokens = window.tokens(counter)
+                count = window.message_count()
+                reports.append(
+                    StrategyReport(
+                        name,
+                        tokens,
+                        tokens,
+                        count,
+                        count,
+                        applied=False,
+                        details={"skipped": "within the history room"},
+                    )
+                )
+                continue
         tokens = window.tokens(counter)
         if tokens <= ctx.target_tokens and (
             not ctx.force or (name == EMERGENCY_STRATEGY and len(names) > 1)
@@ -129,6 +164,12 @@ def run_chain(window: Window, names: Sequence[str], ctx: StrategyContext) -> Cha
         retain = carry_system(original.messages, original.retain, window.messages, window.retain)
         if retain != window.retain:
             window = replace(window, retain=retain)
+            if over_room(window, ctx) and not any(r.name == "fit_outputs" for r in reports):
+                # The carried instructions took the room the kept outputs had.
+                outcome = fit_outputs(window, ctx)
+                reports.append(outcome.report)
+                if outcome.report.applied:
+                    window = outcome.window
     result = CompactResult(
         before_tokens=before_tokens,
         after_tokens=window.tokens(counter),

@@ -114,6 +114,7 @@ def tool_clearing(window: Window, ctx: StrategyContext) -> StrategyOutcome:
         msg = msgs[i]
         if (
             i in keep
+            or msg.pinned
             or msg.view_state in ("cleared", "trimmed")
             or (msg.name or "") in cfg.exclude_tools
             or view_bytes(msg) < cfg.clear_min_bytes

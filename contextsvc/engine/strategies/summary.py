@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from contextsvc.engine.build import ContextParts
 from contextsvc.engine.messages import Message
 from contextsvc.engine.strategies.base import (
     StrategyContext,
@@ -15,6 +16,13 @@ from contextsvc.engine.strategies.base import (
     make_outcome,
 )
 from contextsvc.engine.strategies.cuts import iteration_cut, summary_cut
+from contextsvc.engine.strategies.pinning import (
+    agent_pinned,
+    is_pinned_retain,
+    pinned_in,
+    pinned_retain,
+    with_agent_pins,
+)
 from contextsvc.engine.summarize import (
     SummarizerError,
     SummaryResult,
@@ -22,7 +30,20 @@ from contextsvc.engine.summarize import (
     make_retain_summary_request,
     strip_trailing_tool_calls,
 )
+from contextsvc.engine.summary_merge import (
+    join_facts,
+    merge_retained,
+    merge_summaries,
+    split_facts,
+)
 
+# The merged memory (all parts of the summary) is at most one summary long, and
+# its retained facts a third of that: every compaction re-writes the memory into
+# the prefix and every call re-reads it, so a longer one costs more than the
+# recall it adds (bench/bench_policy.py at 32k: a memory up to two summaries
+# long cost 1.3 % more than re-summarising into one, for +0.002 recall).
+MEMORY_SUMMARIES = 1
+FACTS_SHARE = 3
 OMITTED_VIEW = "[tool output omitted from the summary input; ref={ref}]"
 
 
@@ -68,6 +89,24 @@ def fit_summary_input(
     return out, stats
 
 
+def _summary_prefix(
+    ctx: StrategyContext, msgs: Sequence[Message], cut: int
+) -> tuple[ContextParts | None, int]:
+    """The context the summary call re-reads, and how many of its newest messages
+    it must leave out of the summary. The messages the compaction keeps are not
+    sent at all: the newest of them were never in a cached prefix (they arrived
+    after the last call) and would be paid as fresh input for nothing."""
+    prefix = ctx.context_parts
+    kept = len(msgs) - cut
+    if prefix is None or not kept or msgs[cut].seq is None:
+        return prefix, kept
+    first_kept = msgs[cut].seq
+    head = [m for m in prefix.messages if m.seq is None or m.seq < first_kept]
+    if not head or len(head) == len(prefix.messages):
+        return prefix, kept
+    return replace(prefix, messages=head), 0
+
+
 def _call_summarizer(ctx: StrategyContext, request: Any) -> SummaryResult:
     if ctx.summarizer is None:
         raise SummarizerError("No summariser is configured", transient=False)
@@ -102,9 +141,33 @@ def summarize(window: Window, ctx: StrategyContext) -> StrategyOutcome:
         return make_outcome(
             "summarize", window, None, ctx, {**details, "skipped": "nothing before the kept turns"}
         )
-    source, fit = fit_summary_input(
-        [*window.preamble(), *span], cfg.summary_input_tokens, ctx.counter
+    keep_retain = cfg.pin_task and is_pinned_retain(window.retain)
+    pinned = (
+        []
+        if keep_retain or not cfg.pin_task or window.retain or window.summary
+        else (
+            pinned_in(
+                span,
+                at_start=bool(msgs) and msgs[0].seq == 1,
+                counter=ctx.counter,
+                room=ctx.max_context_tokens,
+            )
+        )
     )
+    # A pinned task stays verbatim: it is neither summarised nor sent to be.
+    # Incremental (the default): the earlier compaction's memory is not sent
+    # again either; the new summary covers what leaves the window now and is
+    # merged with it (``engine.summary_merge``).
+    incremental = cfg.incremental_summary and bool(window.retain or window.summary)
+    head = (
+        []
+        if incremental
+        else Window([], "" if keep_retain else window.retain, window.summary).preamble()
+    )
+    # What the agent pinned is kept verbatim in the retain slot, not summarised.
+    pins = agent_pinned(span)
+    rest = [m for m in span if not any(m is p for p in pinned) and not m.pinned]
+    source, fit = fit_summary_input([*head, *rest], cfg.summary_input_tokens, ctx.counter)
     details.update({k: v for k, v in fit.items() if v})
     if not strip_trailing_tool_calls(source):
         # Only a tool-calling assistant message with nothing to say: spec 000
@@ -112,13 +175,45 @@ def summarize(window: Window, ctx: StrategyContext) -> StrategyOutcome:
         return make_outcome(
             "summarize", window, None, ctx, {**details, "skipped": "nothing to summarise"}
         )
+    prefix, kept = _summary_prefix(ctx, msgs, cut)
     request = make_retain_summary_request(
-        source, cfg.prompts, model=cfg.model, max_tokens=cfg.summary_max_tokens
+        source,
+        cfg.prompts,
+        model=cfg.model,
+        max_tokens=cfg.summary_max_tokens,
+        prefix=prefix,
+        kept=kept,
+        after_memory=incremental,
     )
     result = _call_summarizer(ctx, request)
     retain, summary = extract_retain_summary(result.text)
     if not summary:
         raise SummarizerError("The summariser answered without a summary", transient=False)
+    cap = cfg.summary_max_tokens * MEMORY_SUMMARIES
+    if keep_retain or pinned:
+        # The retain slot holds the task: the summariser's retained facts go
+        # above its summary, marked, so the next compaction merges them too.
+        old_facts, old_body = split_facts(window.summary) if incremental else ("", "")
+        facts = (
+            merge_retained(old_facts, retain, cfg.summary_max_tokens // FACTS_SHARE)
+            if old_facts
+            else retain
+        )
+        summary = join_facts(facts, merge_summaries(old_body, summary, cap))
+        retain = (
+            window.retain
+            if keep_retain
+            else pinned_retain(pinned, ctx.counter, ctx.max_context_tokens)
+        )
+        details["pinned_task"] = True
+    elif incremental:
+        retain = merge_retained(window.retain, retain, cfg.summary_max_tokens // FACTS_SHARE)
+        summary = merge_summaries(window.summary, summary, cap)
+    if incremental:
+        details["incremental"] = True
+    if pins:
+        retain = with_agent_pins(retain, pins)
+        details["pinned_messages"] = len(pins)
     details["model"] = result.model
     return make_outcome(
         "summarize", window, Window(list(msgs[cut:]), retain, summary), ctx, details

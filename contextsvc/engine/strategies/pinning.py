@@ -1,0 +1,82 @@
+"""The task stays verbatim above the summary: pinned messages and the retain slot.
+
+A compaction that summarises the first user message (the task) loses its
+wording, and one that rewrites the retain slot moves the cached prefix. So
+the task is kept word for word in the retain slot, marked, and that slot is
+never rewritten again: every later compaction leaves it as it is, and it stays
+in the provider's cached prefix across compactions. What the summariser would
+have put in the retain slot goes at the head of the summary instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from contextsvc.engine.messages import Message
+from contextsvc.engine.output_fit import head_tail_view
+from contextsvc.engine.strategies.base import TokenCounter
+from contextsvc.engine.system_carry import split_carried
+
+PINNED_MARK = "The task as first given (verbatim):"
+# A task bigger than this share of the room for the conversation is pinned as
+# its head and tail cut to that share (a problem statement opens it, the
+# instructions close it): kept whole it would crowd out the work itself. A
+# task that cannot be cut (one long line) is summarised like the rest.
+PIN_MAX_SHARE = 0.6
+
+
+def is_pinned_retain(retain: str) -> bool:
+    """Does the retain slot hold the pinned task (after any carried system block,
+    which ``engine.system_carry`` puts at its top)?"""
+    return split_carried(retain)[1].startswith(PINNED_MARK)
+
+
+def pinned_in(
+    span: Sequence[Message], *, at_start: bool, counter: TokenCounter, room: int | None
+) -> list[Message]:
+    """The messages of ``span`` to keep verbatim: the first user message of the
+    transcript (``at_start``: the span begins the session's transcript), unless
+    it takes more than ``PIN_MAX_SHARE`` of ``room``."""
+    if not at_start:
+        return []
+    first = next((m for m in span if m.role == "user"), None)
+    if first is None or not first.context_text.strip():
+        return []
+    if room is not None and counter.message(first) > PIN_MAX_SHARE * room:
+        if _cut_task(first, counter, room) is None:
+            return []
+    return [first]
+
+
+def _cut_task(msg: Message, counter: TokenCounter, room: int) -> str | None:
+    return head_tail_view(msg.context_text, None, int(PIN_MAX_SHARE * room), counter.text)
+
+
+def pinned_retain(
+    pinned: Sequence[Message], counter: TokenCounter | None = None, room: int | None = None
+) -> str:
+    """The retain slot holding the pinned task (its head and tail when it is over
+    ``PIN_MAX_SHARE`` of ``room``)."""
+    texts = []
+    for m in pinned:
+        text = m.context_text
+        if counter is not None and room is not None and counter.text(text) > PIN_MAX_SHARE * room:
+            text = _cut_task(m, counter, room) or text
+        texts.append(text)
+    return "\n\n".join([PINNED_MARK, *texts])
+
+
+AGENT_PIN_MARK = "[Pinned by the agent (verbatim):]"
+
+
+def agent_pinned(span: Sequence[Message]) -> list[Message]:
+    """The messages of ``span`` the agent pinned (``"pinned": true`` on append)."""
+    return [m for m in span if m.pinned and m.context_text.strip()]
+
+
+def with_agent_pins(retain: str, pinned: Sequence[Message]) -> str:
+    """``retain`` with the agent's pinned messages appended, each verbatim and
+    marked: the slot is above the summary and only grows, so what was pinned
+    earlier stays in the cached prefix."""
+    blocks = [f"{AGENT_PIN_MARK}\n{m.context_text}" for m in pinned]
+    return "\n\n".join([retain, *blocks] if retain else blocks)
