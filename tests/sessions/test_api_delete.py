@@ -25,7 +25,13 @@ pytestmark = pytest.mark.django_db
 
 def _fill(client, sid):
     big = "\n".join(f"line {n}" for n in range(20_000))
-    messages = [{"role": "user", "content": "go"}, *tool_turn("c1", big)]
+    # Two turns: the compaction drops the first (a lone turn is never dropped).
+    messages = [
+        {"role": "user", "content": "go"},
+        *tool_turn("c1", big),
+        {"role": "user", "content": "again"},
+        *tool_turn("c2", "ok"),
+    ]
     response = client.post(
         f"sessions/{sid}/messages", {"messages": messages}, headers={"Idempotency-Key": "k1"}
     )
