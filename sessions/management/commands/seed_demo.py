@@ -102,7 +102,7 @@ class Command(BaseCommand):
                 data={
                     "id": DEMO_SESSION,
                     "agent": "demo-agent",
-                    "model": "claude-sonnet-4-5",
+                    "model": "claude-sonnet-4-6",
                     "context_window": 32_000,
                     "max_output_tokens": 4_096,
                     "buffer_tokens": 2_048,
