@@ -1,4 +1,4 @@
-"""The timeline's finder: jump to a seq or a turn, filter, search (issue 17, long sessions).
+"""The timeline's finder: jump to a seq or a turn, filter, search a long session.
 
 One endpoint answers the finder bar: a jump renders the timeline page around
 the message, a filter or a search renders a flat list of matching messages
