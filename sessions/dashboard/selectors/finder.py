@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from django.db import connection
-from django.db.models import Q, QuerySet
+from django.db.models import Q, QuerySet, Subquery
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import Substr
 
 from sessions.models import Message, Session
@@ -68,9 +69,18 @@ def uses_full_text() -> bool:
     return connection.vendor == "postgresql"
 
 
-def _search(qs: QuerySet[Message], q: str) -> QuerySet[Message]:
+# The matches as one set, first (MATERIALIZED: through the GIN index): left to
+# itself, the planner walks the seq index newest first and computes the
+# tsvector of every message it meets, 10-100 times slower for a common word.
+FTS_MATCHES = (
+    "WITH m AS MATERIALIZED (SELECT id FROM agent_sessions_message"
+    f" WHERE session_id = %s AND {FTS_DOCUMENT} @@ {FTS_QUERY}) SELECT id FROM m"
+)
+
+
+def _search(qs: QuerySet[Message], session: Session, q: str) -> QuerySet[Message]:
     if uses_full_text():
-        return qs.extra(where=[f"{FTS_DOCUMENT} @@ {FTS_QUERY}"], params=[q])  # noqa: S610
+        return qs.filter(pk__in=RawSQL(FTS_MATCHES, [session.pk, q]))
     return qs.filter(content__icontains=q)
 
 
@@ -104,13 +114,15 @@ def find_messages(
     elif kind == "errors":
         qs = _errors(qs)
     if q:
-        qs = _search(qs, q)
+        qs = _search(qs, session, q)
     if kind == "largest":
         page = max(1, min(page, LARGEST_PAGES))
         start = (page - 1) * FIND_PAGE
-        rows = list(
-            _timeline_values(qs.order_by("-token_count", "-seq"))[start : start + FIND_PAGE + 1]
-        )
+        # The page's ids first (integers only), then their texts: sorting the
+        # previews of every message would cut and measure all of them.
+        top = qs.order_by("-token_count", "-seq").values("pk")[start : start + FIND_PAGE + 1]
+        page_qs = Message.objects.filter(pk__in=Subquery(top)).order_by("-token_count", "-seq")
+        rows = list(_timeline_values(page_qs))
         result.page = page
         if len(rows) > FIND_PAGE and page < LARGEST_PAGES:
             result.next_page = page + 1
