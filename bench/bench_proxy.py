@@ -8,8 +8,10 @@ with one uvicorn worker on ``contextsvc.asgi``.
 
 1. Added time to first byte: a streaming call direct to the fake vs through
    the proxy (each call adds one turn), with a history of 200 and of 2,000
-   messages (BENCH_HISTORIES): p50 / p99. The added time must not grow with
-   the session (the view is one chain hash; only new messages are written).
+   messages (BENCH_HISTORIES): p50 / p99, and the proxy worker's CPU time per
+   call (load-independent, unlike the wall-clock figures on a shared machine).
+   Neither must grow with the session: only what follows the client's
+   previous request is fingerprinted, converted and written.
 2. Relay delay per chunk: the gap between the fake's chunks as the client sees
    them, direct vs proxied (the fake pauses ``stream_delay`` between events).
 3. CPU per call: the proxy worker's CPU time over BENCH_CPU_CALLS (100) turns of
@@ -24,6 +26,7 @@ with one uvicorn worker on ``contextsvc.asgi``.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import statistics
 import threading
@@ -34,6 +37,7 @@ from common import (
     OUT_OF_REACH,
     Http,
     Peak,
+    cpu_seconds,
     django_on_scratch_database,
     gunicorn,
     mb,
@@ -50,13 +54,6 @@ STREAMS = int(os.environ.get("BENCH_STREAMS", "64"))
 STREAM_SECONDS = float(os.environ.get("BENCH_STREAM_SECONDS", "10"))
 KEY = "sk-bench-upstream"
 MODEL = "claude-opus-4-5"
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (/proc/<pid>/stat)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def history(n: int) -> list[dict]:
@@ -102,11 +99,12 @@ class Bench:
         self.proxy_url = f"http://127.0.0.1:{port}/proxy/anthropic/v1/messages"
         self.body = {"model": MODEL, "max_tokens": 500, "stream": True}
 
-    def added_ttfb(self, size: int) -> list[float]:
+    def added_ttfb(self, size: int, worker: int) -> tuple[list[float], float]:
+        """The added TTFB of each call (ms), and the worker's CPU per proxied call (ms)."""
         proxied = {**self.proxied, "x-contextsvc-session": f"ses_bench_{size}"}
         messages = history(size) + [{"role": "user", "content": "next"}]
         ttfb(self.proxy_url, {**self.body, "messages": messages}, proxied)  # the first sync
-        direct, through = [], []
+        direct, through, cpu = [], [], 0.0
         for n in range(CALLS):
             messages += [
                 {"role": "assistant", "content": [{"type": "text", "text": f"reply {n}"}]},
@@ -114,8 +112,12 @@ class Bench:
             ]
             body = {**self.body, "messages": messages}
             direct.append(ttfb(self.direct_url, body, self.headers)[0])
+            before = cpu_seconds(worker)
             through.append(ttfb(self.proxy_url, body, proxied)[0])
-        return [(b - a) * 1000 for a, b in zip(direct, through, strict=True)]
+            time.sleep(0.05)  # the reply is stored after the stream ends: count it too
+            cpu += cpu_seconds(worker) - before
+        added = [(b - a) * 1000 for a, b in zip(direct, through, strict=True)]
+        return added, cpu / CALLS * 1000
 
     def chunk_gaps(self) -> dict[str, float]:
         self.fake.stream_delay = 0.02
@@ -186,6 +188,7 @@ class Bench:
 def main() -> None:
     os.environ.update(OUT_OF_REACH)
     db_url = django_on_scratch_database("proxy")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
     from sessions.services.keys import agent_key_create
     from tests.fakes.anthropic_server import FakeAnthropic
     from tests.fakes.streams import QuietServer
@@ -200,13 +203,13 @@ def main() -> None:
     try:
         bench = Bench(agent_key, fake, port)
         worker = worker_pids(server.pid)[0]
-        print("(figures taken on a shared machine, under load)")
-        print(f"1. added TTFB over direct ({CALLS} calls each):")
+        print(f"(figures taken on a shared machine: load average {os.getloadavg()[0]:.1f})")
+        print(f"1. added TTFB over direct ({CALLS} calls each), proxy worker CPU per call:")
         for size in HISTORIES:
-            added = bench.added_ttfb(size)
+            added, cpu = bench.added_ttfb(size, worker)
             print(
                 f"   {size:>5}+ messages: p50 {pct(added, 0.5):.1f} ms  "
-                f"p99 {pct(added, 0.99):.1f} ms"
+                f"p99 {pct(added, 0.99):.1f} ms  CPU {cpu:.2f} ms/call"
             )
         gaps = bench.chunk_gaps()
         print(

@@ -8,8 +8,9 @@ as deployed: gunicorn with one uvicorn worker on ``contextsvc.asgi``.
 
 1. Added time to first event: a streamed ``POST /responses`` direct to the
    fake vs through the proxy (each call adds a reply and a user turn), after
-   a history of BENCH_HISTORY (200) tool-call items: p50 / p99
-   (target p50 ≤ 15 ms, p99 ≤ 50 ms).
+   a history of BENCH_HISTORIES (200 and 2,000) tool-call items: p50 / p99
+   (target p50 ≤ 15 ms, p99 ≤ 50 ms), and the proxy worker's CPU time per call
+   (load-independent; it must not grow with the history).
 2. The same Codex CLI task (BENCH_CODEX_STEPS shell steps with large outputs,
    then the answer) straight to the fake and through the proxy (a session of
    48,000 tokens): input tokens the upstream was sent in all (the fake's
@@ -19,6 +20,7 @@ as deployed: gunicorn with one uvicorn worker on ``contextsvc.asgi``.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import tempfile
@@ -26,11 +28,19 @@ import time
 from pathlib import Path
 
 import httpx
-from common import OUT_OF_REACH, ROOT, django_on_scratch_database, pct, proxy_process
+from common import (
+    OUT_OF_REACH,
+    ROOT,
+    cpu_seconds,
+    django_on_scratch_database,
+    pct,
+    proxy_process,
+    worker_pids,
+)
 
 sys.path.insert(0, str(ROOT))
 
-HISTORY = int(os.environ.get("BENCH_HISTORY", "200"))
+HISTORIES = [int(n) for n in os.environ.get("BENCH_HISTORIES", "200,2000").split(",")]
 CALLS = int(os.environ.get("BENCH_CALLS", "60"))
 CODEX_STEPS = int(os.environ.get("BENCH_CODEX_STEPS", "20"))
 KEY = "sk-bench-upstream"
@@ -57,15 +67,19 @@ def turn(n: int) -> list[dict]:
     ]  # fmt: skip
 
 
-def added_first_event(proxy: str, fake, agent_key: str) -> list[float]:
+def added_first_event(
+    proxy: str, fake, agent_key: str, size: int, worker: int
+) -> tuple[list[float], float]:
+    """The added time to first event of each call (ms), and the worker's CPU per call (ms)."""
     headers = {"authorization": f"Bearer {KEY}"}
-    proxied = {**headers, "x-contextsvc-key": agent_key, "x-contextsvc-session": "ses_bench_r"}
+    session = f"ses_bench_r{size}"
+    proxied = {**headers, "x-contextsvc-key": agent_key, "x-contextsvc-session": session}
     items: list[dict] = [{"role": "user", "content": "start"}]
-    for n in range(HISTORY // 2):
+    for n in range(size // 2):
         items += turn(n)
     body = {"model": MODEL, "stream": True, "store": False, "tools": TOOLS}
     first_event(proxy, {**body, "input": items}, proxied)  # the first sync
-    direct, through = [], []
+    direct, through, cpu = [], [], 0.0
     for n in range(CALLS):
         # the reply (the proxy's stored one is taken as echoed) and the next user turn
         items += [
@@ -79,8 +93,11 @@ def added_first_event(proxy: str, fake, agent_key: str) -> list[float]:
         direct.append(
             first_event(f"{fake.base_url}/v1/responses", {**body, "input": items}, headers)
         )
+        before = cpu_seconds(worker)
         through.append(first_event(proxy, {**body, "input": items}, proxied))
-    return [(b - a) * 1000 for a, b in zip(direct, through, strict=True)]
+        time.sleep(0.05)  # the reply is stored after the stream ends: count it too
+        cpu += cpu_seconds(worker) - before
+    return [(b - a) * 1000 for a, b in zip(direct, through, strict=True)], cpu / CALLS * 1000
 
 
 TOOLS = [{"type": "function", "name": "exec_command", "parameters": {"type": "object"}}]
@@ -109,6 +126,7 @@ def codex_task(base_url: str, fake, headers: dict) -> tuple[int, int, float]:
 def main() -> None:
     os.environ.update(OUT_OF_REACH)
     db_url = django_on_scratch_database("responses")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
     from sessions.services.keys import agent_key_create
     from sessions.services.sessions import session_create
     from tests.fakes.responses_server import FakeResponses
@@ -118,12 +136,15 @@ def main() -> None:
     port, server = proxy_process(db_url, CONTEXTSVC_UPSTREAM_OPENAI_URL=f"{fake.base_url}/v1")
     proxy = f"http://127.0.0.1:{port}/proxy/openai/v1"
     try:
-        print("(figures taken on a shared machine, under load)")
-        added = added_first_event(f"{proxy}/responses", fake, agent_key)
-        print(
-            f"1. added time to first event over direct ({CALLS} calls, {HISTORY}+ items): "
-            f"p50 {pct(added, 0.5):.1f} ms  p99 {pct(added, 0.99):.1f} ms"
-        )
+        print(f"(figures taken on a shared machine: load average {os.getloadavg()[0]:.1f})")
+        print(f"1. added time to first event over direct ({CALLS} calls), worker CPU per call:")
+        worker = worker_pids(server.pid)[0]
+        for size in HISTORIES:
+            added, cpu = added_first_event(f"{proxy}/responses", fake, agent_key, size, worker)
+            print(
+                f"   {size:>5}+ items: p50 {pct(added, 0.5):.1f} ms  "
+                f"p99 {pct(added, 0.99):.1f} ms  CPU {cpu:.2f} ms/call"
+            )
         from tests.proxy.codex import codex_binary
 
         try:

@@ -195,6 +195,13 @@ class Peak:
         self.growth = max(0, proc_status(self.pid, "VmHWM") - self.start)
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (/proc/<pid>/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def mb(n: float) -> str:
     return f"{n / 1e6:.1f} MB"
 

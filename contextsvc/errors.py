@@ -34,6 +34,11 @@ class Conflict(ServiceError):
     code, status = "CONFLICT", 409
 
 
+class CompressionNotNeeded(ServiceError):
+    # spec 004: a conversation too short to compress; a clear error, not a no-op.
+    code, status = "COMPRESSION_NOT_NEEDED", 409
+
+
 class Unavailable(ServiceError):
     code, status = "SERVICE_UNAVAILABLE", 503
 

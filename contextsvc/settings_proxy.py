@@ -4,12 +4,30 @@ The proxy's views are async and need none of the dashboard's middleware
 (sessions, CSRF, auth, messages, htmx, CSP, axes). Each sync-only middleware
 under ASGI costs a thread hop per request, so this process keeps the two that
 are async-capable and routes nothing but the proxy's paths.
+
+Database connections come from a pool. Under ASGI each request runs its
+database work in a context of its own, so a persistent connection
+(``CONN_MAX_AGE``) is never found again: every proxied call opened a new
+PostgreSQL connection (a backend started, the session configured, the
+append's prepared statements lost). Pooled, a call takes a warm connection
+and gives it back when its database work is done (``views.proxy_call``), so
+a stream that waits minutes on upstream holds none.
 """
 
 from .settings import *  # noqa: F403 - the one configuration, narrowed below
+from .settings import DATABASES
+from .settings_env import env_int
 
 ROOT_URLCONF = "contextsvc.urls_proxy"
 MIDDLEWARE = [
     "contextsvc.middleware.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
 ]
+
+if DATABASES["default"]["ENGINE"].endswith("postgresql"):
+    DATABASES["default"]["CONN_MAX_AGE"] = 0  # the pool keeps them (Django requires 0)
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": env_int("CONTEXTSVC_PROXY_DB_POOL_MIN", 2, minimum=0),
+        "max_size": env_int("CONTEXTSVC_PROXY_DB_POOL_MAX", 20, minimum=1),
+        "timeout": env_int("CONTEXTSVC_PROXY_DB_POOL_TIMEOUT", 5, minimum=1),
+    }

@@ -30,6 +30,13 @@ class ClientView(models.Model):
     reply_chain = models.CharField(max_length=64, blank=True, default="")
     renamed = models.JSONField(default=dict, blank=True)
     divergences = models.PositiveIntegerField(default=0)
+    # The client's last request as sent: its message count, the chain after
+    # them and the digest of their JSON (``fingerprint.json_digests``). A next
+    # request whose first ``raw_count`` messages have that digest is only
+    # fingerprinted past them (``fingerprint.ClientChains``).
+    raw_count = models.PositiveIntegerField(default=0)
+    raw_chain = models.CharField(max_length=64, blank=True, default="")
+    raw_digest = models.CharField(max_length=40, blank=True, default="")
     updated_at = models.DateTimeField(auto_now=True)
 
     def __str__(self) -> str:

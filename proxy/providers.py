@@ -72,11 +72,16 @@ class Dialect:
 
     name: str
     fmt: str  # the context build's format
-    convert: Callable[[dict[str, Any]], Converted]
+    convert: Callable[..., Converted]  # (body, *, messages=True)
     reply_from_response: Callable[[dict[str, Any]], Reply]
     stream: Callable[[], AnthropicStream | OpenAIStream | ResponsesStream]
     messages_key: str
     provider: str = ""  # the session's provider (its model profiles) when not ``name``
+
+    def envelope(self, body: dict[str, Any]) -> Converted:
+        """The request without its conversation: the proxy converts (validates) only what
+        its session does not hold yet (``services.sync.plan_client_sync``)."""
+        return self.convert(body, messages=False)
 
     def upstream_url(self, path: str) -> str:
         if self.name == "anthropic":

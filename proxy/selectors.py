@@ -6,10 +6,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from contextsvc.engine.providers.fingerprint import common_prefix
+from contextsvc.engine.providers.fingerprint import ClientChains, common_prefix
 from sessions.extensions import CLIENT_COMPACTION, WindowEvent
 from sessions.models import Session
 
+from .json_prefix import json_digests
 from .models import ClientCompaction, ClientView, ClientViewEntry
 
 
@@ -27,9 +28,25 @@ class Match:
     stored: int
 
 
-def _chain_at(chains: Sequence[str], n: int) -> str:
-    """The chain of the first ``n`` messages ("" for none)."""
-    return chains[n - 1] if n else ""
+def client_chains(view: ClientView | None, messages: Sequence[dict[str, Any]]) -> ClientChains:
+    """The chains of ``messages``, fingerprinting only what follows the client's last request.
+
+    When the first ``view.raw_count`` messages are, as JSON, those of the
+    client's last request, their chain is the one stored then; otherwise (a
+    first call, an edited history, another serialiser) every message is
+    fingerprinted. ``digest`` is what the view stores for the next call.
+    """
+    known = view.raw_count if view is not None else 0
+    digests = json_digests(messages, known)
+    if digests is None:
+        return ClientChains(messages)
+    prefix, whole = digests
+    if known and view is not None and view.raw_digest and prefix == view.raw_digest:
+        chains = ClientChains(messages, known, view.raw_chain)
+    else:
+        chains = ClientChains(messages)
+    chains.digest = whole
+    return chains
 
 
 def _entries(view: ClientView, limit: int) -> list[str]:
@@ -39,7 +56,7 @@ def _entries(view: ClientView, limit: int) -> list[str]:
 
 
 def match_view(
-    view: ClientView | None, chains: Sequence[str], messages: Sequence[dict[str, Any]]
+    view: ClientView | None, chains: ClientChains, messages: Sequence[dict[str, Any]]
 ) -> Match:
     """Compare the client's history (its chain hashes) with the view (``services.sync``: the echo rule).
 
@@ -50,18 +67,18 @@ def match_view(
         return Match(prefix=0, same=0, stored=0)
     count, at, m = view.count, view.reply_at, len(chains)
     if at is None:
-        if m >= count and chains[count - 1] == view.chain:
+        if m >= count and chains.at(count) == view.chain:
             return Match(prefix=count, same=count, stored=count)
         limit = min(count, m)
     else:
-        if _chain_at(chains, min(at, m)) == view.reply_chain and m >= at:
+        if chains.at(min(at, m)) == view.reply_chain and m >= at:
             if m > at and messages[at].get("role") == "assistant":
                 # The reply, echoed (or exactly as stored): the view had no entry for it.
                 return Match(prefix=at + 1, same=at, stored=count)
             return Match(prefix=at, same=at, stored=count)
         limit = min(at, m)
     stored = _entries(view, limit)
-    n = common_prefix(stored, chains)
+    n = common_prefix(stored, chains.full())
     return Match(prefix=n, same=n, stored=count)
 
 

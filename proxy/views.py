@@ -13,6 +13,7 @@ import logging
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.db import connections
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
@@ -61,6 +62,21 @@ def _body(request: HttpRequest) -> dict[str, Any]:
     return body
 
 
+def _released(work: Any) -> Any:
+    """``work``, then this thread's pooled connections go back to the pool
+    (``settings_proxy``): a stream waits on upstream holding none."""
+
+    def run(**kwargs: Any) -> Any:
+        try:
+            return work(**kwargs)
+        finally:
+            for connection in connections.all(initialized_only=True):
+                if getattr(connection, "pool", None) is not None:
+                    connection.close()
+
+    return run
+
+
 async def proxy_call(
     request: HttpRequest, dialect: Dialect, path: str, prepare_fn: Any = prepare
 ) -> HttpResponse | StreamingHttpResponse:
@@ -69,12 +85,12 @@ async def proxy_call(
         return provider_error(dialect, 405, f"Method {request.method} not allowed")
     try:
         body = _body(request)
-        converted = dialect.convert(body)
+        converted = dialect.envelope(body)
     except ConversionError as exc:
         return provider_error(dialect, 400, str(exc))
     headers = request.headers
     try:
-        caller, prepared = await sync_to_async(prepare_fn)(
+        caller, prepared = await sync_to_async(_released(prepare_fn))(
             dialect=dialect,
             headers=headers,
             body=body,

@@ -6,7 +6,15 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from contextsvc.engine.errors import EngineValidationError
 from contextsvc.engine.strategies.chain import validate_chain
@@ -78,10 +86,22 @@ class CompactionPolicy(In):
     preserve_top: int = Field(5, ge=0, le=MAX_TURNS)
     preserve_bottom: int = Field(5, ge=0, le=MAX_TURNS)
     sandwich_threshold: float = Field(0.7, gt=0, le=1)
+    # spec 004: the smallest middle worth compressing, the summary's sections,
+    # and where the summary goes (auto: system for the sandwich, else user).
+    sandwich_min_middle: int = Field(1, ge=1, le=MAX_TURNS)
+    sandwich_sections: bool = True
+    summary_role: Literal["auto", "user", "system"] = "auto"
     keep_tool_uses: int = Field(3, ge=0, le=MAX_TURNS)
     exclude_tools: list[str] = Field([], max_length=1000)
     clear_at_least: int = Field(0, ge=0, le=MAX_TOKENS)
     clear_tool_inputs: bool = False
+    # spec 002 §6 / Anthropic clear_tool_uses: the size below which a result
+    # stays, the "clear the oldest half" alternative, the adaptive keep count.
+    clear_min_bytes: int = Field(1024, ge=0, le=MAX_TOKENS)
+    clear_mode: Literal["keep_recent", "oldest_half"] = "keep_recent"
+    adaptive_keep: bool = False
+    error_keep_factor: int = Field(2, ge=1, le=100)
+    dense_tool_uses: int = Field(8, ge=1, le=MAX_TURNS)
 
     @field_validator("summary_directives", "retain_directives", "exclude_tools")
     @classmethod
@@ -322,8 +342,37 @@ class MessageIn(In):
         return self
 
 
+# ``?format=`` of POST /messages: the agent's own provider shape instead of MessageIn.
+NATIVE_FORMATS = ("anthropic", "openai", "responses")
+
+
 class AppendIn(In):
     messages: list[MessageIn]
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _native(cls, data: Any, handler: Any, info: ValidationInfo) -> Any:
+        # ninja validates the body before the handler sees ``?format=``; with a
+        # native format the list is left to the provider converters
+        # (``sessions.services.native``), which name the field in the agent's shape.
+        request = (info.context or {}).get("request")
+        fmt = request.GET.get("format") if request is not None else None
+        if fmt not in NATIVE_FORMATS:
+            return handler(data)
+        if not isinstance(data, dict) or not isinstance(data.get("messages"), list):
+            raise ValueError("messages: a list of messages in the named format is required")
+        unknown = set(data) - {"messages"}
+        if unknown:
+            raise ValueError(f"unknown field(s): {', '.join(sorted(unknown))}")
+        return cls.model_construct(messages=data["messages"])
+
+
+class RetractIn(In):
+    """Exactly one of ``last`` (the last N live messages) or ``from_seq`` (every live
+    message from that seq on); the service names the field when both or neither come."""
+
+    last: int | None = Field(None, ge=1, le=MAX_TURNS)
+    from_seq: int | None = Field(None, ge=1, le=MAX_SEQ)
 
 
 class UsageIn(In):

@@ -34,7 +34,7 @@ from sessions.models import Session
 
 from .. import selectors, summarizers
 from ..models import CompactionRun
-from .policy import compaction_policy, resolve_chain, target_tokens
+from .policy import compaction_policy, limit_tokens, resolve_chain, target_tokens
 from .window import view_key
 
 Trigger = CompactionRun.Trigger
@@ -48,7 +48,8 @@ class CompactionPlan:
     """A computed compaction: the window it started from and the chain's result."""
 
     through_seq: int
-    base: tuple[int, str, str]
+    # (window start, retain, summary, retract count): apply recomputes when it moved.
+    base: tuple[int, str, str, int]
     window: Window
     result: ChainResult
     counter: TokenCounter
@@ -90,7 +91,7 @@ def compute_plan(run: CompactionRun, summarizer: Summarizer | None) -> Compactio
     t0 = time.perf_counter()
     session = Session.objects.get(pk=run.session_id)
     through = session.last_seq
-    base = (session.window_start_seq, session.retain, session.summary)
+    base = (session.window_start_seq, session.retain, session.summary, session.retract_count)
     messages = selectors.window_messages(
         session, start_seq=session.window_start_seq, through_seq=through
     )
@@ -137,6 +138,10 @@ def compute_plan(run: CompactionRun, summarizer: Summarizer | None) -> Compactio
         force=run.forced,
         reason="overflow" if run.trigger == Trigger.EMERGENCY else "budget",
         max_context_tokens=max(1, effective - fixed),
+        limit_tokens=limit_tokens(session, state),
+        # spec 004: forcing the sandwich alone on a conversation too short to
+        # compress is an error the caller sees (409), not a silent no-op.
+        strict=run.forced and chain == ("sandwich",),
         sandwich_state=sandwich_state,
         transcript=(
             (lambda: selectors.transcript_messages(session, through_seq=through))

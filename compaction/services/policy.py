@@ -83,3 +83,14 @@ def should_auto_compact(
         ratio = _trigger_ratio(session, state, chain)
         return state.guard.projected >= math.floor(ratio * state.budget.effective_window)
     return False
+
+
+def limit_tokens(session: Session, state: accounting.BudgetState) -> int:
+    """The hard limit for the window (retain + summary + live messages): what
+    the effective window leaves after the fixed parts, the reservations and
+    the provider's calibration. Cutting inside the newest turn aims here
+    (spec 003 emergency path), never at the lower ``target_tokens``."""
+    budget = state.budget
+    fixed = budget.system_prompt + budget.skill_prompts + budget.tool_descriptions + state.reserved
+    calibration = max(0, (state.calibrated or state.estimated) - state.estimated)
+    return max(0, budget.effective_window - fixed - calibration)

@@ -18,7 +18,7 @@ from django.conf import settings
 from django.db import connection, connections
 
 from contextsvc.engine.summarize import Summarizer
-from contextsvc.errors import Conflict, Unavailable, ValidationFailed
+from contextsvc.errors import CompressionNotNeeded, Conflict, Unavailable, ValidationFailed
 from sessions.models import Session
 
 from .. import leases
@@ -106,6 +106,8 @@ def raise_for_failure(run: CompactionRun) -> None:
         raise ValidationFailed(run.error, details=details)
     if run.error_code == "CONFLICT":
         raise Conflict(run.error, details=details)
+    if run.error_code == CompressionNotNeeded.code:
+        raise CompressionNotNeeded(run.error, details=details)
     raise Unavailable(f"Compaction failed: {run.error}", details=details)
 
 

@@ -62,10 +62,14 @@ def block_key(*parts: str | bytes | int | None) -> bytes:
     return h.digest()
 
 
-def chain(keys: Sequence[bytes]) -> bytes:
-    """Chained digests of ``keys``, concatenated (``DIGEST_BYTES`` each)."""
-    out = bytearray()
-    previous = b""
+def chain(keys: Sequence[bytes], start: bytes = b"") -> bytes:
+    """Chained digests of ``keys``, concatenated (``DIGEST_BYTES`` each).
+
+    ``start``: the chain of blocks that come before ``keys`` (returned first),
+    so a build whose leading blocks are a previous build's hashes only the rest.
+    """
+    out = bytearray(start)
+    previous = start[-DIGEST_BYTES:]
     for key in keys:
         previous = hashlib.blake2b(previous + key, digest_size=DIGEST_BYTES).digest()
         out += previous

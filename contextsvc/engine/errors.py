@@ -30,5 +30,12 @@ class EngineValidationError(ValueError):
         return out
 
 
+class CompressionNotNeededError(EngineValidationError):
+    """A forced compression of a conversation too short to compress (spec 004:
+    no middle between the preserved top and bottom) → 409 COMPRESSION_NOT_NEEDED."""
+
+    code = "COMPRESSION_NOT_NEEDED"
+
+
 class EngineUnavailableError(RuntimeError):
     """A dependency the engine needs is not there (spec 004 CX-NT3 → 503)."""

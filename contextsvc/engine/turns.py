@@ -45,24 +45,48 @@ def unsafe_cuts(history: Sequence[Message]) -> list[bool]:
     return unsafe
 
 
+def is_safe_boundary(history: Sequence[Message], index: int) -> bool:
+    """spec 003: may history be cut at ``index``? Only at a turn start.
+
+    A turn start is a user message that no call/result pair straddles (an
+    interjected user message between a call and its result is not one). A cut
+    before an assistant message inside a turn is never safe, even when every
+    call before it has its result: the turn is the atomic unit. Positions at or
+    before the start and at or past the end are the ends, always safe — out of
+    range is clamped, never an error.
+    """
+    n = len(history)
+    if index <= 0 or index >= n:
+        return True
+    return history[index].role == "user" and not unsafe_cuts(history)[index]
+
+
 def find_safe_boundary(history: Sequence[Message], target_index: int) -> int:
     """spec 003 findSafeBoundary: snap ``target_index`` to a turn boundary that is a safe cut.
 
-    Prefers the boundary at or before the target (cutting less keeps more
-    context), else the nearest one after it. Returns 0 when no boundary above 0
-    qualifies — nothing can be cut safely and the caller picks its fallback
-    (spec 003's emergency path keeps only the last user message). A target of 0
-    (or below) means "cut nothing" and returns 0.
+    Targets at or before the start give 0 and at or past the end give
+    ``len(history)`` (the ends are boundaries; clamped, never an error).
+    Inside, the boundary at or before the target is preferred (cutting less
+    keeps more context), else the nearest one after it; 0 when no boundary
+    above 0 qualifies — nothing can be cut safely and the caller picks its
+    fallback (spec 003's emergency path keeps only the last user message). A
+    history with no user message has no turns to snap to: the target comes
+    back unchanged (callers that need pairing safety check ``unsafe_cuts``).
     """
-    target = min(max(target_index, 0), len(history))
-    if target == 0:
+    n = len(history)
+    if target_index <= 0:
         return 0
+    if target_index >= n:
+        return n
+    starts = parse_turn_boundaries(history)
+    if not starts:
+        return target_index
     unsafe = unsafe_cuts(history)
-    candidates = [b for b in parse_turn_boundaries(history) if b > 0 and not unsafe[b]]
-    before = [b for b in candidates if b <= target]
+    candidates = [b for b in starts if b > 0 and not unsafe[b]]
+    before = [b for b in candidates if b <= target_index]
     if before:
         return before[-1]
-    after = [b for b in candidates if b > target]
+    after = [b for b in candidates if b > target_index]
     return after[0] if after else 0
 
 

@@ -13,6 +13,7 @@ from typing import Any
 from contextsvc.engine.build import FORMATS, ContextParts, build_request
 from contextsvc.engine.messages import Message as EngineMessage
 from contextsvc.engine.messages import ToolDef
+from contextsvc.engine.summary_placement import resolve_summary_role
 from contextsvc.errors import ValidationFailed
 from sessions import accounting
 from sessions.extensions import REGISTRY
@@ -111,6 +112,7 @@ def build_context(
         cache=prompt_plan.cache,
         plain=prompt_plan.plain,
         mid_system=(prompt_plan.profile or cache_profile(session)).mid_system_messages,
+        summary_role=resolve_summary_role((session.policy or {}).get("compaction")),
     )
     try:
         body = build_request(fmt, parts)

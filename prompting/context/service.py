@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from contextsvc import telemetry
 from sessions.models import Session
 from sessions.selectors import context_messages
 from sessions.services.preflight import session_context_preflight
@@ -29,6 +30,18 @@ def context_for_call(
     endpoint): a second compaction could not make more room than that one.
     """
     check_format(fmt)
+    if not telemetry.enabled():
+        return _context_for_call(session=session, fmt=fmt, extra=extra, preflight=preflight)
+    attributes = telemetry.session_attributes(session, "contextsvc.context")
+    with telemetry.span("contextsvc.context", {**attributes, "contextsvc.format": fmt}) as span:
+        body = _context_for_call(session=session, fmt=fmt, extra=extra, preflight=preflight)
+        budget = body["budget"]
+        span.set_attribute("contextsvc.context.tokens", budget["used"])
+        span.set_attribute("contextsvc.guard", budget["guard"]["status"])
+        return body
+
+
+def _context_for_call(*, session: Session, fmt: str, extra: int, preflight: bool) -> dict[str, Any]:
     if preflight:
         session = session_context_preflight(session=session, extra=extra)
     messages = context_messages(session)

@@ -4,6 +4,8 @@ cache compared with the previous build, its cost, and saving it with the build."
 from __future__ import annotations
 
 import logging
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -50,6 +52,36 @@ def _message_key(msg: EngineMessage) -> bytes:
     ).encode()
 
 
+# The last build's block keys and chain per session (this process): a build
+# shares all but its last blocks with the one before, so only those are hashed.
+_CHAINS: OrderedDict[int, tuple[list[bytes], bytes]] = OrderedDict()
+_CHAINS_KEPT = 512
+_CHAINS_LOCK = threading.Lock()
+
+
+def _chain(session_pk: int, keys: list[bytes]) -> bytes:
+    """``caching.chain(keys)``, hashing only the keys past those the last build shared."""
+    with _CHAINS_LOCK:
+        memo = _CHAINS.pop(session_pk, None)
+    shared = 0
+    if memo is not None:
+        before, _ = memo
+        if keys[: len(before)] == before:  # the common case: the history only grew
+            shared = len(before)
+        else:
+            for a, b in zip(keys, before, strict=False):
+                if a != b:
+                    break
+                shared += 1
+    start = memo[1][: shared * caching.DIGEST_BYTES] if memo is not None else b""
+    current = caching.chain(keys[shared:], start)
+    with _CHAINS_LOCK:
+        _CHAINS[session_pk] = (keys, current)
+        while len(_CHAINS) > _CHAINS_KEPT:
+            _CHAINS.popitem(last=False)
+    return current
+
+
 def account(
     session: Session,
     fmt: str,
@@ -94,7 +126,7 @@ def account(
 
     mode = cache_mode(fmt, session, prompt_plan)
     ttl = prompt_plan.policy.ttl
-    current = caching.chain(keys)
+    current = _chain(session.pk, keys)
     previous = bytes(state.last_chain or b"") or None
     elapsed = (now - state.last_built_at).total_seconds() if state.last_built_at else None
     estimate = caching.estimate_cache(

@@ -8,7 +8,7 @@ the session is created on first use.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,14 +99,25 @@ def session_id(
 
 
 def session_for_call(
-    *, key: AgentKey, headers: Mapping[str, str], body: dict[str, Any], dialect: Dialect
+    *,
+    key: AgentKey,
+    headers: Mapping[str, str],
+    body: dict[str, Any],
+    dialect: Dialect,
+    before_create: Callable[[], None] | None = None,
 ) -> Session:
-    """The named session (created on first use), or the one derived from the conversation."""
+    """The named session (created on first use), or the one derived from the conversation.
+
+    ``before_create`` runs before a session is created (the check of the
+    client's history: a refused first call creates nothing).
+    """
     sid = session_id(key.key_hash, headers, body, dialect)
     try:
         return session_get(owner=key, external_id=sid)
     except NotFound:
         pass
+    if before_create is not None:
+        before_create()
     data: dict[str, Any] = {"model": str(body.get("model") or ""), "id": sid}
     if not data["model"]:
         raise ValidationFailed("model: Field required")
@@ -121,11 +132,16 @@ def session_for_call(
 
 
 def caller_and_session(
-    *, dialect: Dialect, headers: Mapping[str, str], body: dict[str, Any]
+    *,
+    dialect: Dialect,
+    headers: Mapping[str, str],
+    body: dict[str, Any],
+    before_create: Callable[[], None] | None = None,
 ) -> tuple[Caller, Session]:
     """The caller (counted against its limits) and its session, in one query when it exists.
 
-    The session comes without its ``tools`` (``hotpath.HEAVY_FIELDS``).
+    The session comes without its ``tools`` (``hotpath.HEAVY_FIELDS``);
+    ``before_create``: as ``session_for_call``.
     """
     agent_key, upstream = _credentials(dialect, headers)
     digest = hash_key(agent_key)
@@ -134,7 +150,7 @@ def caller_and_session(
         key = _active_key(digest)
         count_key(digest[:16])
         return Caller(key=key, upstream_key=upstream), session_for_call(
-            key=key, headers=headers, body=body, dialect=dialect
+            key=key, headers=headers, body=body, dialect=dialect, before_create=before_create
         )
     count_key(digest[:16])
     return Caller(key=session.owner, upstream_key=upstream), session

@@ -8,21 +8,18 @@ append, session create / sections / tools, the one context build and usage.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from django.db import transaction
 
 from compaction.services.sync import compaction_overflow
+from contextsvc import telemetry
 from contextsvc.engine.providers import anthropic as anthropic_format
 from contextsvc.engine.providers import openai_chat
 from contextsvc.engine.providers.common import Converted, Reply, attach_meta
-from contextsvc.engine.providers.fingerprint import (
-    chain_hashes,
-    fingerprints,
-    message_fingerprint,
-)
+from contextsvc.engine.providers.fingerprint import message_fingerprint
 from contextsvc.errors import NotFound
 from prompting.context.build import context_preview
 from prompting.context.service import context_for_call
@@ -37,7 +34,7 @@ from sessions.services.tools import session_set_tools
 from sessions.services.usage import session_record_usage
 
 from ..providers import Dialect
-from ..selectors import client_view, match_view
+from ..selectors import client_chains, client_view, match_view
 from . import responses_body
 from .builtins import (
     builtin_tool_data,
@@ -52,7 +49,13 @@ from .caller import Caller, caller_and_session, caller_for, client_messages, ses
 from .client_fit import cap_breakpoints, session_follow_tool_search, window_shortfall
 from .final import anthropic_as_text, final_tool_to_answer, message_as_text, openai_as_text
 from .identity import session_for_side_request
-from .sync import Synced, client_view_add_reply, session_sync_client_view
+from .sync import (
+    Synced,
+    ToTranscript,
+    client_view_add_reply,
+    plan_client_sync,
+    session_sync_client_view,
+)
 
 
 class ContextTooLarge(Exception):
@@ -81,15 +84,12 @@ class Recorded:
     shown: dict[str, Any] | None
 
 
-ToTranscript = Callable[[list[dict[str, Any]], int], list[dict[str, Any]]]
-
-
 def _to_transcript(dialect: Dialect, lead: int) -> ToTranscript:
     """The converter ``session_sync_client_view`` applies to a slice of the client's messages."""
 
     def convert(messages: list[dict[str, Any]], offset: int) -> list[dict[str, Any]]:
         if dialect.name == "anthropic":
-            return anthropic_format.messages_to_transcript(messages)
+            return anthropic_format.messages_to_transcript(messages, offset=offset)
         if dialect.name == "responses":
             return responses_body.units_to_transcript(messages, offset)
         return openai_chat.messages_to_transcript(messages, offset=lead + offset)
@@ -104,10 +104,32 @@ def prepare(
     body: dict[str, Any],
     converted: Converted,
 ) -> tuple[Caller, Prepared]:
-    """Everything before forwarding, in one trip to a thread: caller, session, sync, build."""
-    caller, session = caller_and_session(dialect=dialect, headers=headers, body=body)
-    session = session_for_side_request(main=session, body=body, converted=converted)
-    return caller, prepare_call(session=session, dialect=dialect, body=body, converted=converted)
+    """Everything before forwarding, in one trip to a thread: caller, session, sync, build.
+
+    ``converted`` is the request without its messages (``Dialect.envelope``):
+    the sync converts those its session does not hold. A session is created
+    only for a history that converts whole (a refused call creates nothing).
+    """
+    messages = client_messages(dialect, body)
+    to_transcript = _to_transcript(dialect, _lead(body, messages))
+
+    def validate() -> None:
+        to_transcript(list(messages), 0)
+
+    caller, session = caller_and_session(
+        dialect=dialect, headers=headers, body=body, before_create=validate
+    )
+    session = session_for_side_request(
+        main=session, body=body, converted=converted, before_create=validate
+    )
+    return caller, prepare_call(
+        session=session, dialect=dialect, body=body, converted=converted, messages=messages
+    )
+
+
+def _lead(body: dict[str, Any], messages: list[dict[str, Any]]) -> int:
+    """How many leading messages are Chat Completions' system ones (sections, not history)."""
+    return len(body.get("messages") or ()) - len(messages)
 
 
 def count_body(
@@ -126,7 +148,8 @@ def count_body(
     except NotFound:
         return caller, body
     messages = client_messages(dialect, body)
-    match = match_view(client_view(session.pk), chain_hashes(fingerprints(messages)), messages)
+    view = client_view(session.pk)
+    match = match_view(view, client_chains(view, messages), messages)
     prefix = match.prefix
     if prefix < match.stored:
         return caller, body
@@ -156,26 +179,35 @@ def _tools(converted: Converted) -> list[ToolData]:
 
 
 def prepare_call(
-    *, session: Session, dialect: Dialect, body: dict[str, Any], converted: Converted
+    *,
+    session: Session,
+    dialect: Dialect,
+    body: dict[str, Any],
+    converted: Converted,
+    messages: list[dict[str, Any]],
 ) -> Prepared:
     """Sync the transcript, the sections and the tools; build the managed body (guard applied).
 
     ``session`` may come without its tools (``caller_and_session``): they are
     compared on the one full read after the sync, which the build needs anyway.
+    ``messages``: the client's conversation (``client_messages``).
     """
     shortfall = window_shortfall(session, body, converted)
     if shortfall is not None:  # before any write: a refused call changes nothing
         raise ContextTooLarge(shortfall)
+    to_transcript = _to_transcript(dialect, _lead(body, messages))
+    # Before any write too: converting what is new validates it (a ConversionError).
+    plan = plan_client_sync(
+        view=client_view(session.pk), messages=messages, to_transcript=to_transcript
+    )
     session = session_follow_tool_search(session=session, converted=converted)
     runnable = runnable_names(session, converted)
     sections = _sections(converted)
     if sections != (session.sections or []):
         session = session_set_sections(session=session, sections=sections)
     session = _follow_max_tokens(session, body)
-    messages = client_messages(dialect, body)
-    lead = len(body.get("messages") or ()) - len(messages)  # Chat Completions' leading system
     synced = session_sync_client_view(
-        session=session, messages=messages, to_transcript=_to_transcript(dialect, lead)
+        session=session, messages=messages, to_transcript=to_transcript, plan=plan
     )
     session = read_session(session.pk)
     tools = [*_tools(converted), *builtin_tool_data(runnable)]
@@ -293,6 +325,8 @@ def session_record_reply(
     runnable: frozenset[str] = frozenset(),
     last_round: bool = False,
     final_tool: str | None = None,
+    started_ns: int | None = None,
+    synced: Synced | None = None,
 ) -> Recorded:
     """Append the assistant's answer (marked if incomplete) and its usage; run its built-in calls.
 
@@ -307,6 +341,7 @@ def session_record_reply(
     message: dict[str, Any] = dict(reply.message)
     if reply.incomplete:
         message["content"] = attach_meta(message.get("content") or "", {"incomplete": True})
+    _trace_call(session, dialect, reply, started_ns)
     ours, theirs = split_calls(message.get("tool_calls") or (), runnable)
     if reply.incomplete:
         ours = []
@@ -334,8 +369,30 @@ def session_record_reply(
                 usage=reply.usage,
             )
             echoed = dialect.client_message(seen, shown)
-            client_view_add_reply(session=session, fingerprint=message_fingerprint(echoed))
+            client_view_add_reply(
+                session=session, fingerprint=message_fingerprint(echoed), synced=synced
+            )
     return Recorded(again=again, shown=shown)
+
+
+def _trace_call(session: Session, dialect: Dialect, reply: Reply, started_ns: int | None) -> None:
+    """The upstream call as a GenAI client span (``contextsvc.telemetry``), from its start."""
+    if not telemetry.enabled():
+        return
+    attributes: dict[str, Any] = {
+        **telemetry.session_attributes(session, "chat"),
+        telemetry.PROVIDER: "anthropic" if dialect.name == "anthropic" else "openai",
+        telemetry.RESPONSE_MODEL: reply.model,
+        telemetry.RESPONSE_ID: reply.id,
+        "gen_ai.response.finish_reasons": [reply.stop_reason] if reply.stop_reason else None,
+        "contextsvc.proxy.api": dialect.name,
+        "contextsvc.incomplete": reply.incomplete,
+        **telemetry.usage_attributes(reply.usage.to_dict()),
+    }
+    error = (reply.error or {}).get("message") if reply.error else None
+    telemetry.record_span(
+        f"chat {session.model}", attributes, start_ns=started_ns, error=error or None
+    )
 
 
 def _no_calls(reply: Reply) -> dict[str, Any]:

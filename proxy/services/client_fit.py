@@ -74,16 +74,24 @@ def _marked(block: Any) -> bool:
 
 
 def cap_breakpoints(body: dict[str, Any], limit: int = MAX_BREAKPOINTS) -> dict[str, Any]:
-    """``body`` with at most ``limit`` cache markers, ours removed from the front first."""
+    """``body`` with at most ``limit`` cache markers, ours removed from the front first.
+
+    The build marks at most one message block (the newest history turn,
+    ``engine.build``), so when the tools, the system and that one marker fit,
+    the history is not walked: the common call costs nothing per message.
+    """
     ours: list[dict[str, Any]] = [t for t in body.get("tools") or () if _marked(t)]
     system = body.get("system")
     if isinstance(system, list):
         ours.extend(b for b in system if _marked(b))
+    top = 1 if "cache_control" in body else 0
+    if len(ours) + 1 + top <= limit:
+        return body
     for message in body.get("messages") or ():
         content = message.get("content")
         if isinstance(content, list):
             ours.extend(b for b in content if _marked(b))
-    total = len(ours) + (1 if "cache_control" in body else 0)
+    total = len(ours) + top
     for block in ours[: max(0, total - limit)]:
         del block["cache_control"]
     return body

@@ -22,7 +22,7 @@ never sees it.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from django.db import transaction
@@ -81,9 +81,16 @@ def side_session_id(main: Session, owner_hash: str, body: dict[str, Any]) -> str
 
 
 def session_for_side_request(
-    *, main: Session, body: dict[str, Any], converted: Converted
+    *,
+    main: Session,
+    body: dict[str, Any],
+    converted: Converted,
+    before_create: Callable[[], None] | None = None,
 ) -> Session:
-    """``main`` itself, or the side session this call belongs to (created and linked on first use)."""
+    """``main`` itself, or the side session this call belongs to (created and linked on first use).
+
+    ``before_create`` runs before a side session is created (``caller.session_for_call``).
+    """
     if not is_side_request(main, body, converted):
         return main
     owner = main.owner
@@ -92,6 +99,8 @@ def session_for_side_request(
         return session_get(owner=owner, external_id=sid)
     except NotFound:
         pass
+    if before_create is not None:
+        before_create()
     data: dict[str, Any] = {
         "id": sid,
         "model": str(body.get("model") or main.model),

@@ -30,12 +30,13 @@ from sessions.services.tools import session_set_tools
 
 from ..models import ClientView, ClientViewEntry
 from ..providers import Dialect
+from ..selectors import client_view
 from .builtins import builtin_tool_data, runnable_names
 from .caller import SESSION_HEADER, Caller, caller_and_session, caller_for
 from .calls import Prepared, _build, _follow_max_tokens, _sections, _tools
 from .responses_body import client_units, units_to_transcript
 from .store import is_head, stored_response_get
-from .sync import Synced, _append, _rename, session_sync_client_view
+from .sync import Synced, _append, _rename, plan_client_sync, session_sync_client_view
 
 # The client's own names for its conversation, in the order they are taken.
 CONVERSATION_HEADERS = ("session-id", "thread-id")
@@ -61,6 +62,7 @@ def session_sync_responses(
 ) -> tuple[Caller, Session, Synced]:
     """Caller (counted against its rate limits), session and sync, without the build."""
     previous = body.get("previous_response_id")
+    units = client_units(body)
     if previous is not None:
         caller = caller_for(dialect, headers)
         if not isinstance(previous, str) or not previous:
@@ -71,17 +73,29 @@ def session_sync_responses(
                 f"previous_response_id '{previous}' is not the latest response of its "
                 "conversation: contextsvc continues a conversation from its latest response only"
             )
+        units_to_transcript(units, 0)  # what is new, checked before any write
         session = _with_prompt(record.session, converted)
-        synced = session_continue_client_view(session=session, units=client_units(body))
+        synced = session_continue_client_view(session=session, units=units)
     else:
         # The common call: key and session in one query (the session without its tools).
-        caller, session = caller_and_session(dialect=dialect, headers=_identity(headers), body=body)
-        session = _with_prompt(session, converted, tools=False)
+        caller, session = caller_and_session(
+            dialect=dialect,
+            headers=_identity(headers),
+            body=body,
+            before_create=lambda: units_to_transcript(units, 0),
+        )
         summary = session.summary
+
+        def to_transcript(part: list[dict[str, Any]], offset: int) -> list[dict[str, Any]]:
+            return units_to_transcript(part, offset, summary)
+
+        # Planned before the first write: converting what is new validates it.
+        plan = plan_client_sync(
+            view=client_view(session.pk), messages=units, to_transcript=to_transcript
+        )
+        session = _with_prompt(session, converted, tools=False)
         synced = session_sync_client_view(
-            session=session,
-            messages=client_units(body),
-            to_transcript=lambda units, offset: units_to_transcript(units, offset, summary),
+            session=session, messages=units, to_transcript=to_transcript, plan=plan
         )
     session = read_session(session.pk)  # the one full read the build needs
     return caller, _with_tools(session, converted), synced

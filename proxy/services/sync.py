@@ -33,9 +33,10 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 
 from compaction.services.window import set_window
-from contextsvc.engine.providers.fingerprint import chain_hashes, chain_next, fingerprints
+from contextsvc.engine.providers.fingerprint import ClientChains, chain_next
 from contextsvc.engine.strategies.base import TokenCounter
 from sessions import accounting, hotpath
 from sessions.models import Session
@@ -43,7 +44,7 @@ from sessions.services.append import session_append_messages
 from sessions.services.inputs import MessageData
 
 from ..models import ClientCompaction, ClientView, ClientViewEntry
-from ..selectors import match_view
+from ..selectors import Match, client_chains, match_view
 
 MARKER = (
     "[contextsvc proxy: the client's history changed at its message {at} (it compacted or "
@@ -58,6 +59,9 @@ class Synced:
 
     appended: int
     diverged: bool
+    # The view after the sync (its length and chain), for the reply's one-statement update.
+    count: int = -1
+    chain: str = ""
 
 
 def _rename(messages: list[dict[str, Any]], renamed: dict[str, str]) -> list[dict[str, Any]]:
@@ -101,68 +105,137 @@ def _restart_window(session: Session, start_seq: int) -> None:
     session.save()
 
 
-def _write_view(view: ClientView, chains: list[str], same: int) -> None:
+def _write_view(view: ClientView, chains: ClientChains, same: int) -> None:
     """The view becomes ``chains``; its entries are rewritten from ``same`` on (the rest hold)."""
-    entries = [
-        ClientViewEntry(view=view, index=i, chain=chains[i]) for i in range(same, len(chains))
-    ]
+    after = chains.after(same)
+    entries = [ClientViewEntry(view=view, index=same + k, chain=c) for k, c in enumerate(after)]
     if entries:
         ClientViewEntry.objects.bulk_create(
             entries, update_conflicts=True, unique_fields=["view", "index"], update_fields=["chain"]
         )
     view.count = len(chains)
-    view.chain = chains[-1] if chains else ""
+    view.chain = chains.last()
     view.reply_at = None
     view.reply_chain = ""
+    view.raw_count = len(chains) if chains.digest else 0
+    view.raw_chain = view.chain if chains.digest else ""
+    view.raw_digest = chains.digest
     view.save()
+
+
+ToTranscript = Callable[[list[dict[str, Any]], int], list[dict[str, Any]]]
+
+
+def _state(view: ClientView | None) -> tuple[Any, ...]:
+    """What a plan depends on: a sync between the plan and its lock means planning again."""
+    if view is None:
+        return (0, "", None, "", 0)
+    return (view.count, view.chain, view.reply_at, view.reply_chain, view.divergences)
+
+
+@dataclass(slots=True)
+class SyncPlan:
+    """A sync worked out before any write: the match and the new messages, converted.
+
+    Converting what is new is the validation of the client's history (a bad
+    message raises ``ConversionError`` before anything is written); what the
+    view already holds was converted on the call that sent it.
+    """
+
+    messages: Sequence[dict[str, Any]]
+    chains: ClientChains
+    match: Match
+    state: tuple[Any, ...]
+    diverged: bool
+    new: list[dict[str, Any]]
+
+
+def plan_client_sync(
+    *, view: ClientView | None, messages: Sequence[dict[str, Any]], to_transcript: ToTranscript
+) -> SyncPlan:
+    """Match ``messages`` with ``view`` and convert what the session does not hold (module doc)."""
+    chains = client_chains(view, messages)
+    match = match_view(view, chains, messages)
+    prefix = match.prefix
+    retry = (
+        view is not None and view.reply_at is not None and prefix == view.reply_at == len(chains)
+    )
+    diverged = prefix < match.stored and not retry
+    if diverged:
+        new = to_transcript(list(messages), 0)
+    else:
+        if match.same < prefix:  # the echoed reply: not appended, but it must be valid
+            to_transcript(list(messages[match.same : prefix]), match.same)
+        new = to_transcript(list(messages[prefix:]), prefix)
+    return SyncPlan(messages, chains, match, _state(view), diverged, new)
 
 
 def session_sync_client_view(
     *,
     session: Session,
     messages: Sequence[dict[str, Any]],
-    to_transcript: Callable[[list[dict[str, Any]], int], list[dict[str, Any]]],
+    to_transcript: ToTranscript,
+    plan: SyncPlan | None = None,
 ) -> Synced:
     """Append what ``messages`` (the client's history, provider format) adds; record the view.
 
     ``to_transcript(slice, offset)`` converts a slice of the client's messages
-    that starts at ``offset``. The work does not grow with the session: the
-    view is one row (its chain hash), and only the new messages are written.
+    that starts at ``offset``. ``plan`` (``plan_client_sync``, made before the
+    call's first write) is used when the view has not changed since. The work
+    does not grow with the session: the view is one row, only the messages
+    past the client's previous request are fingerprinted and converted, and
+    only the new ones are written.
     """
-    chains = chain_hashes(fingerprints(messages))
     with transaction.atomic():
         view, _ = ClientView.objects.select_for_update().get_or_create(session=session)
-        match = match_view(view, chains, messages)
-        prefix = match.prefix
-        retry = view.reply_at is not None and prefix == view.reply_at == len(chains)
-        diverged = prefix < match.stored and not retry
+        if plan is None or plan.state != _state(view):
+            plan = plan_client_sync(view=view, messages=messages, to_transcript=to_transcript)
+        match, new = plan.match, plan.new
         renamed = dict(view.renamed or {})
-        if diverged:
+        if plan.diverged:
             view.divergences += 1
-            new = to_transcript(list(messages), 0)
             for message in new:
                 for call in message.get("tool_calls") or ():
                     renamed[call["id"]] = f"{call['id']}_v{view.divergences}"
-            marker = {"role": "user", "content": MARKER.format(at=prefix)}
+            marker = {"role": "user", "content": MARKER.format(at=match.prefix)}
             marker_seq = _append(session, [marker])
             ClientCompaction.objects.create(
-                session=session, marker_seq=marker_seq, at_message=prefix
+                session=session, marker_seq=marker_seq, at_message=match.prefix
             )
             new = _rename(new, renamed)
             if new:
                 _append(session, new)
             _restart_window(session, marker_seq + 1)
         else:
-            new = _rename(to_transcript(list(messages[prefix:]), prefix), renamed)
+            new = _rename(new, renamed)
             if new:
                 _append(session, new)
         view.renamed = renamed
-        _write_view(view, chains, match.same)
-    return Synced(appended=len(new), diverged=diverged)
+        _write_view(view, plan.chains, match.same)
+    return Synced(len(new), plan.diverged, view.count, view.chain)
 
 
-def client_view_add_reply(*, session: Session, fingerprint: str) -> None:
-    """Record the reply the client got, as the next message of its view (one row, no entry)."""
+def client_view_add_reply(
+    *, session: Session, fingerprint: str, synced: Synced | None = None
+) -> None:
+    """Record the reply the client got, as the next message of its view (one row, no entry).
+
+    With ``synced`` (the call's sync) it is one conditional UPDATE: the view
+    must still be the one that sync wrote; otherwise (a concurrent call) the
+    row is locked and read.
+    """
+    if synced is not None and synced.count >= 0:
+        done = ClientView.objects.filter(
+            session=session, count=synced.count, chain=synced.chain, reply_at=None
+        ).update(
+            reply_at=synced.count,
+            reply_chain=synced.chain,
+            chain=chain_next(synced.chain, fingerprint),
+            count=synced.count + 1,
+            updated_at=timezone.now(),
+        )
+        if done:
+            return
     with transaction.atomic():
         view, _ = ClientView.objects.select_for_update().get_or_create(session=session)
         view.reply_at = view.count

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -393,7 +394,11 @@ def test_tool_clearing_persists_views_and_logs_the_old_ones(session_factory):
     assert [t.view_state for t in tools[-2:]] != ["cleared", "cleared"]
     cleared = [t for t in tools if t.view_state == "cleared"]
     assert len(cleared) == len(tools) - 2
-    assert all(t.view == f"[tool output cleared; ref={t.output_ref}]" for t in cleared)
+    # spec 002 §6: the note names the original size.
+    assert all(
+        re.fullmatch(rf"\[tool output cleared; ref={t.output_ref}; was [\d,]+ bytes\]", t.view)
+        for t in cleared
+    )
     assert ViewChange.objects.filter(snapshot__run=run).count() >= len(cleared)
     # The context sends placeholders and no inputs for cleared calls.
     raw = context_preview(session, "raw")["messages"]

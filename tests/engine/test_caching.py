@@ -32,6 +32,12 @@ def test_chain_has_one_digest_per_block():
     assert chain([]) == b""
 
 
+def test_chain_goes_on_from_a_previous_builds_prefix():
+    whole = keys("tools", "sys", "m1", "m2", "m3")
+    for k in range(len(whole) + 1):  # incremental accounting hashes only the blocks past k
+        assert chain(whole[k:], chain(whole[:k])) == chain(whole)
+
+
 def test_common_prefix_of_identical_grown_and_changed_builds():
     base = chain(keys("tools", "sys", "m1", "m2"))
     assert common_prefix_blocks(base, base) == 4

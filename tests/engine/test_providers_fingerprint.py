@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from contextsvc.engine.providers.fingerprint import (
+    ClientChains,
     canonical_json,
     chain_hashes,
     chain_next,
@@ -100,3 +101,21 @@ def test_chain_hashes_equal_exactly_where_the_views_share_a_prefix():
     edited = chain_hashes(fingerprints([{"role": "user", "content": "Fix b.py"}, *HISTORY[1:]]))
     assert all(a != b for a, b in zip(before, edited, strict=True))  # a change carries forward
     assert before[-1] == chain_next(before[-2], message_fingerprint(HISTORY[-1]))
+
+
+def test_client_chains_past_a_known_prefix_equal_the_full_chains():
+    grown = [
+        *HISTORY,
+        {"role": "assistant", "content": "Fixed."},
+        {"role": "user", "content": "ok"},
+    ]
+    full = chain_hashes(fingerprints(grown))
+    chains = ClientChains(grown, len(HISTORY), full[len(HISTORY) - 1])
+    assert chains._full is None  # the known messages were not fingerprinted
+    assert [chains.at(n) for n in range(len(HISTORY), len(grown) + 1)] == [
+        full[len(HISTORY) - 1],
+        *full[len(HISTORY) :],
+    ]
+    assert chains.after(len(HISTORY)) == full[len(HISTORY) :]
+    assert chains.at(1) == full[0] and chains.after(0) == full  # before it: computed on demand
+    assert ClientChains(grown).last() == full[-1] and chains.at(0) == ""

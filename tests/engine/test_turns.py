@@ -10,8 +10,10 @@ from hypothesis import strategies as st
 
 from contextsvc.engine.errors import EngineValidationError
 from contextsvc.engine.messages import Message, ToolCall
+from contextsvc.engine.strategies.cuts import snap_cut
 from contextsvc.engine.turns import (
     find_safe_boundary,
+    is_safe_boundary,
     last_turns_start,
     parse_turn_boundaries,
     turn_spans,
@@ -115,7 +117,7 @@ def test_find_safe_boundary_prefers_boundary_at_or_before_target_spec003():
     assert find_safe_boundary(HISTORY, 5) == 5
     assert find_safe_boundary(HISTORY, 6) == 5
     assert find_safe_boundary(HISTORY, 9) == 7
-    assert find_safe_boundary(HISTORY, 10) == 7
+    assert find_safe_boundary(HISTORY, 10) == len(HISTORY)  # the end itself
 
 
 def test_find_safe_boundary_falls_forward_when_nothing_before():
@@ -124,18 +126,54 @@ def test_find_safe_boundary_falls_forward_when_nothing_before():
     assert find_safe_boundary(HISTORY, 3) == 5
 
 
-def test_find_safe_boundary_clamps_target():
-    assert find_safe_boundary(HISTORY, 1_000) == 7
+def test_spec003_turn_boundaries_find_safe_boundary_clamps_out_of_range_targets_to_the_ends():
+    # Before the start is the start; at or past the end is the end; never an error.
     assert find_safe_boundary(HISTORY, -5) == 0
     assert find_safe_boundary(HISTORY, 0) == 0
+    assert find_safe_boundary(HISTORY, len(HISTORY)) == len(HISTORY)
+    assert find_safe_boundary(HISTORY, 1_000) == len(HISTORY)
+    assert find_safe_boundary([], 3) == 0
+    assert find_safe_boundary([], -3) == 0
+
+
+def test_spec003_turn_boundaries_no_user_message_leaves_the_target_unchanged():
+    no_turns = [say(), call("x"), result("x"), say(), say()]
+    for target in range(1, len(no_turns)):
+        assert find_safe_boundary(no_turns, target) == target
+    assert find_safe_boundary([say(), say()], 1) == 1
+    assert find_safe_boundary(no_turns, 99) == len(no_turns)
+
+
+def test_spec003_turn_boundaries_only_turn_starts_are_safe():
+    # 4 is mid-turn (an assistant text after every result came back): no orphan,
+    # but not a turn start, so not a safe boundary.
+    assert not is_safe_boundary(HISTORY, 4)
+    assert not is_safe_boundary(HISTORY, 1)
+    assert is_safe_boundary(HISTORY, 5) and is_safe_boundary(HISTORY, 7)
+    assert find_safe_boundary(HISTORY, 4) == 5  # not 4: snaps to the next turn start
+    # The ends are safe, and out-of-range positions count as the ends.
+    assert is_safe_boundary(HISTORY, 0) and is_safe_boundary(HISTORY, len(HISTORY))
+    assert is_safe_boundary(HISTORY, -3) and is_safe_boundary(HISTORY, len(HISTORY) + 3)
+
+
+def test_spec003_turn_boundaries_interjected_user_message_is_not_a_safe_boundary():
+    history = [user(), say(), user(), call("k"), user("interrupt"), result("k"), say()]
+    assert not is_safe_boundary(history, 4)
+    assert is_safe_boundary(history, 2)
 
 
 def test_find_safe_boundary_returns_zero_when_nothing_can_be_cut_spec003():
     # spec 003's single-turn case: one user message and a massive tool response.
     single = [user(), call("big"), result("big"), say()]
     assert find_safe_boundary(single, 2) == 0
-    assert find_safe_boundary([], 3) == 0
-    assert find_safe_boundary([say(), say()], 1) == 0
+
+
+def test_snap_cut_never_cuts_a_history_without_turns_spec003():
+    # findSafeBoundary hands the target back; a compaction still only cuts at a turn start.
+    no_turns = [say(), call("x"), result("x"), say()]
+    assert snap_cut(no_turns, 2) == 0
+    assert snap_cut(no_turns, 3) == 0
+    assert snap_cut(no_turns, len(no_turns)) == len(no_turns)
 
 
 def test_turn_spans_cover_history():
@@ -193,9 +231,13 @@ def test_find_safe_boundary_always_returns_a_safe_turn_start(history, data):
     target = data.draw(st.integers(min_value=-2, max_value=len(history) + 2))
     cut = find_safe_boundary(history, target)
     assert 0 <= cut <= len(history)
+    if not any(m.role == "user" for m in history):
+        assert cut == min(max(target, 0), len(history))
+        return
     assert is_safe_cut(history, cut)
     assert _oracle_safe(history, cut)
-    assert cut == 0 or history[cut].role == "user"
+    assert cut in (0, len(history)) or history[cut].role == "user"
+    assert is_safe_boundary(history, cut)
 
 
 @given(history=well_formed_histories())
@@ -206,8 +248,14 @@ def test_is_safe_cut_matches_brute_force(history):
 
 @given(history=well_formed_histories(), data=st.data())
 def test_find_safe_boundary_prefers_at_or_before(history, data):
-    target = data.draw(st.integers(min_value=1, max_value=max(1, len(history))))
+    target = data.draw(st.integers(min_value=1, max_value=max(1, len(history) - 1)))
     cut = find_safe_boundary(history, target)
+    if not any(m.role == "user" for m in history):
+        assert cut == min(target, len(history))
+        return
+    if target >= len(history):
+        assert cut == len(history)  # at or past the end: the end
+        return
     safe_starts = [b for b in parse_turn_boundaries(history) if b > 0 and _oracle_safe(history, b)]
     at_or_before = [b for b in safe_starts if b <= target]
     after = [b for b in safe_starts if b > target]
@@ -228,8 +276,11 @@ arbitrary_message = st.one_of(
 def test_find_safe_boundary_is_safe_on_malformed_histories(history, data):
     target = data.draw(st.integers(min_value=0, max_value=len(history)))
     cut = find_safe_boundary(history, target)
-    assert is_safe_cut(history, cut)
-    assert cut == 0 or history[cut].role == "user"
+    if any(m.role == "user" for m in history):
+        assert is_safe_cut(history, cut)
+        assert cut in (0, len(history)) or history[cut].role == "user"
+    snapped = snap_cut(history, target)
+    assert is_safe_boundary(history, snapped) and is_safe_cut(history, snapped)
     spans = turn_spans(history)
     # Spans tile the history exactly.
     assert [i for s, e in spans for i in range(s, e)] == list(range(len(history)))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import anthropic
+import pytest
 from asgiref.sync import async_to_sync
 
 from proxy.models import ClientView
@@ -118,3 +120,32 @@ def test_a_client_that_compacts_itself_restarts_the_window_and_loses_nothing(ups
     send(key, "ses_sync2", compacted, tools=TOOLS)
     assert [r[1] for r in rows("ses_sync2")[len(after) :]] == ["user", "assistant"]
     assert ClientView.objects.get(session=session).divergences == 1
+
+
+def test_a_grown_history_is_checked_past_its_known_prefix_and_its_new_part_validated(
+    upstreams, alice_key
+):
+    """CX speed (issue 13): only what follows the client's previous request is fingerprinted
+    and converted; a bad message there is still the provider's 400, and nothing is written."""
+    key = alice_key[1]
+    history = [{"role": "user", "content": "first question"}]
+    first = send(key, "ses_sync_fast", history)
+    view = ClientView.objects.get(session__external_id="ses_sync_fast")
+    assert (view.raw_count, view.raw_chain) == (1, view.reply_chain)  # the request as sent
+    history += [echo(first), {"role": "user", "content": "second question"}]
+    send(key, "ses_sync_fast", history)
+    view.refresh_from_db()
+    assert view.raw_count == 3 and view.divergences == 0
+    before = rows("ses_sync_fast")
+    bad = [*history, {"role": "assistant", "content": [{"text": "no type"}]}]
+    bad.append({"role": "user", "content": "third"})
+    with pytest.raises(anthropic.BadRequestError) as raised:
+        send(key, "ses_sync_fast", bad)
+    assert "messages.3.content.0" in raised.value.body["error"]["message"]  # the request's index
+    assert rows("ses_sync_fast") == before
+    view.refresh_from_db()
+    assert view.raw_count == 3  # the refused call left the view as it was
+    # A refused first call creates no session.
+    with pytest.raises(anthropic.BadRequestError):
+        send(key, "ses_sync_bad_first", [{"role": "robot", "content": "hi"}])
+    assert not Session.objects.filter(external_id="ses_sync_bad_first").exists()

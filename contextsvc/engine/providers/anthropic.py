@@ -54,13 +54,17 @@ _USE_KEYS = {"type", "id", "name", "input", "cache_control"}
 _TOOL_KEYS = {"name", "description", "input_schema", "cache_control"}
 
 
-def request_to_transcript(body: dict[str, Any]) -> Converted:
-    """Split a Messages request into transcript messages, sections, tools and the rest."""
+def request_to_transcript(body: dict[str, Any], *, messages: bool = True) -> Converted:
+    """Split a Messages request into transcript messages, sections, tools and the rest.
+
+    ``messages=False`` leaves the messages out (``Converted.messages`` empty):
+    the proxy converts only the ones its session does not hold yet.
+    """
     if not isinstance(body.get("messages"), list):
         raise ConversionError("Field required", "messages")
     tools, other_tools, extras = tools_to_defs(body.get("tools") or [])
     return Converted(
-        messages=messages_to_transcript(body["messages"]),
+        messages=messages_to_transcript(body["messages"]) if messages else [],
         sections=system_to_sections(body.get("system")),
         tools=tools,
         other_tools=other_tools,
@@ -187,11 +191,16 @@ def _extra(message: dict[str, Any]) -> dict[str, Any]:
     return {"message": extra} if extra else {}
 
 
-def messages_to_transcript(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Anthropic messages → transcript message dicts (module doc: the rules)."""
+def messages_to_transcript(
+    messages: list[dict[str, Any]], *, offset: int = 0
+) -> list[dict[str, Any]]:
+    """Anthropic messages → transcript message dicts (module doc: the rules).
+
+    ``offset``: the index of the first of ``messages`` in the request (error paths).
+    """
     out: list[dict[str, Any]] = []
     names: dict[str, str] = {}  # tool_use id → tool name, for the tool messages
-    for i, message in enumerate(messages):
+    for i, message in enumerate(messages, offset):
         path = f"messages.{i}"
         if not isinstance(message, dict):
             raise ConversionError("Input should be an object", path)

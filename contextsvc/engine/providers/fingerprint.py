@@ -91,6 +91,57 @@ def chain_hashes(fingerprints: Sequence[str]) -> list[str]:
     return out
 
 
+class ClientChains:
+    """The chain hashes of a client's history, computed only past a known prefix.
+
+    ``base`` leading messages are known to have the chain ``base_chain``
+    (the proxy matched them, as JSON, with the client's previous request): the chains
+    after them are computed at once, the ones before only if asked for (a
+    divergence, rare), by fingerprinting everything. ``at(n)`` is the chain
+    of the first ``n`` messages (``""`` for none), ``after(i)`` the chains
+    after each message from index ``i`` on.
+    """
+
+    def __init__(
+        self, messages: Sequence[dict[str, Any]], base: int = 0, base_chain: str = ""
+    ) -> None:
+        self.messages = messages
+        self.base = base if 0 < base <= len(messages) else 0
+        self.base_chain = base_chain if self.base else ""
+        self._tail: list[str] = []
+        previous = self.base_chain
+        for message in messages[self.base :]:
+            previous = chain_next(previous, message_fingerprint(message))
+            self._tail.append(previous)
+        self._full: list[str] | None = None if self.base else self._tail
+        self.digest = ""  # the digest of all the messages as sent, when the caller took it
+
+    def __len__(self) -> int:
+        return len(self.messages)
+
+    def full(self) -> list[str]:
+        if self._full is None:
+            self._full = chain_hashes(fingerprints(self.messages))
+        return self._full
+
+    def at(self, n: int) -> str:
+        if n <= 0:
+            return ""
+        if n == self.base:
+            return self.base_chain
+        if n > self.base:
+            return self._tail[n - self.base - 1]
+        return self.full()[n - 1]
+
+    def after(self, start: int) -> list[str]:
+        if start >= self.base:
+            return self._tail[start - self.base :]
+        return self.full()[start:]
+
+    def last(self) -> str:
+        return self.at(len(self.messages))
+
+
 def common_prefix(previous: Sequence[str], current: Sequence[str]) -> int:
     """How many leading fingerprints the two lists share."""
     n = 0

@@ -58,8 +58,12 @@ _KNOWN = {
 }
 
 
-def request_to_transcript(body: dict[str, Any]) -> Converted:
-    """Split a Chat Completions request into transcript messages, sections, tools and the rest."""
+def request_to_transcript(body: dict[str, Any], *, messages: bool = True) -> Converted:
+    """Split a Chat Completions request into transcript messages, sections, tools and the rest.
+
+    ``messages=False`` leaves the conversation messages out (``Converted.messages`` empty).
+    """
+    with_messages = messages
     messages = body.get("messages")
     if not isinstance(messages, list):
         raise ConversionError("Missing required parameter: 'messages'.", "messages")
@@ -74,7 +78,7 @@ def request_to_transcript(body: dict[str, Any]) -> Converted:
     ]
     tools, other_tools, extras = tools_to_defs(body.get("tools") or [])
     return Converted(
-        messages=messages_to_transcript(messages[lead:], offset=lead),
+        messages=messages_to_transcript(messages[lead:], offset=lead) if with_messages else [],
         sections=sections,
         tools=tools,
         other_tools=other_tools,

@@ -126,8 +126,11 @@ def group_units(items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return units
 
 
-def request_to_transcript(body: dict[str, Any]) -> Converted:
-    """Split a Responses request into transcript messages, sections, tools and the rest."""
+def request_to_transcript(body: dict[str, Any], *, messages: bool = True) -> Converted:
+    """Split a Responses request into transcript messages, sections, tools and the rest.
+
+    ``messages=False`` leaves the conversation out (``Converted.messages`` empty).
+    """
     items = normalized_input(body)
     lead = leading_instructions(items)
     sections = []
@@ -140,7 +143,7 @@ def request_to_transcript(body: dict[str, Any]) -> Converted:
     tools, other_tools, extras = tools_to_defs(body.get("tools") or [])
     rest = {k: v for k, v in body.items() if k not in ("input", "tools", "instructions")}
     return Converted(
-        messages=units_to_transcript(group_units(items[lead:]), offset=lead),
+        messages=units_to_transcript(group_units(items[lead:]), offset=lead) if messages else [],
         sections=sections,
         tools=tools,
         other_tools=other_tools,

@@ -74,6 +74,8 @@ class Window:
 
 # --- configuration -------------------------------------------------------------------
 
+CLEAR_MODES: tuple[str, ...] = ("keep_recent", "oldest_half")
+
 
 def check_nonneg_int(value: Any, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -92,9 +94,22 @@ class CompactionConfig:
     exclude_tools: frozenset[str] = frozenset()
     clear_at_least: int = 0
     clear_tool_inputs: bool = False
+    # spec 002 §6 / clear_tool_uses: results under this many bytes are not
+    # worth clearing (the note and the broken cache prefix cost more).
+    clear_min_bytes: int = 1024
+    # "keep_recent" (keep the ``keep_tool_uses`` newest) or "oldest_half".
+    clear_mode: str = "keep_recent"
+    # Keep more results in error-heavy or tool-dense stretches; errors longer.
+    adaptive_keep: bool = False
+    error_keep_factor: int = 2
+    dense_tool_uses: int = 8
     preserve_top: int = 5
     preserve_bottom: int = 5
     sandwich_threshold: float = 0.7
+    # spec 004: the middle must hold at least this many messages to be compressed.
+    sandwich_min_middle: int = 1
+    # spec 004's prompt asks to preserve four kinds of content: ask for them as sections.
+    sandwich_sections: bool = True
     summary_max_tokens: int = 4096
     # Cap on what is sent to the summariser (None: no cap).
     summary_input_tokens: int | None = None
@@ -106,10 +121,19 @@ class CompactionConfig:
             "retain_last_turns",
             "keep_tool_uses",
             "clear_at_least",
+            "clear_min_bytes",
             "preserve_top",
             "preserve_bottom",
+            "sandwich_min_middle",
         ):
             check_nonneg_int(getattr(self, name), name)
+        if self.clear_mode not in CLEAR_MODES:
+            raise EngineValidationError(
+                f"clear_mode must be one of {', '.join(CLEAR_MODES)}", field="clear_mode"
+            )
+        for name in ("error_keep_factor", "dense_tool_uses"):
+            if check_nonneg_int(getattr(self, name), name) < 1:
+                raise EngineValidationError(f"{name} must be at least 1", field=name)
         if not 0 < self.sandwich_threshold <= 1:
             raise EngineValidationError(
                 "sandwich_threshold must be in (0, 1]", field="sandwich_threshold"
@@ -148,9 +172,16 @@ class CompactionConfig:
             exclude_tools=frozenset(p.get("exclude_tools") or ()),
             clear_at_least=p.get("clear_at_least", 0),
             clear_tool_inputs=bool(p.get("clear_tool_inputs", False)),
+            clear_min_bytes=p.get("clear_min_bytes", 1024),
+            clear_mode=p.get("clear_mode") or "keep_recent",
+            adaptive_keep=bool(p.get("adaptive_keep", False)),
+            error_keep_factor=p.get("error_keep_factor", 2),
+            dense_tool_uses=p.get("dense_tool_uses", 8),
             preserve_top=p.get("preserve_top", 5),
             preserve_bottom=p.get("preserve_bottom", 5),
             sandwich_threshold=p.get("sandwich_threshold", 0.7),
+            sandwich_min_middle=p.get("sandwich_min_middle", 1),
+            sandwich_sections=bool(p.get("sandwich_sections", True)),
             summary_max_tokens=p.get("summary_max_tokens", 4096),
             summary_input_tokens=summary_input_tokens,
             # spec 000 §2.6.2: compaction.model wins over the caller's model.
@@ -191,6 +222,13 @@ class StrategyContext:
     reason: str = "budget"
     # spec 004 max_context_tokens for the sandwich threshold (None: the target).
     max_context_tokens: int | None = None
+    # The hard limit for the window (what the provider accepts, by our count):
+    # cutting inside the newest turn only aims here, never at the lower target.
+    # None: ``max_context_tokens``.
+    limit_tokens: int | None = None
+    # A forced run of the sandwich alone: a conversation too short to compress
+    # is an error (CompressionNotNeededError), not a silent no-op.
+    strict: bool = False
     sandwich_state: ContextState | None = None
     # The whole transcript (seq order) for the sandwich; None: the window's messages.
     transcript: Callable[[], list[Message]] | None = None

@@ -1,4 +1,11 @@
-"""Tool clearing: old tool results replaced by their ref (spec 002 chain link 1)."""
+"""Tool clearing: old tool results replaced by their ref (spec 002 chain link 1).
+
+The knobs follow Anthropic's ``clear_tool_uses`` context edit and spec 002 §6:
+keep the N newest results (``keep_tool_uses``) or clear the oldest half
+(``clear_mode="oldest_half"``); leave results under ``clear_min_bytes``
+alone; with ``adaptive_keep`` keep more in error-heavy or tool-dense
+stretches and keep error results longer; the note names the original size.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +14,9 @@ from typing import Any
 
 from contextsvc.engine.messages import Message, ToolCall
 from contextsvc.engine.pairing import pair_tool_calls
+from contextsvc.engine.providers.common import take_meta
 from contextsvc.engine.strategies.base import (
+    CompactionConfig,
     StrategyContext,
     StrategyOutcome,
     TokenCounter,
@@ -15,16 +24,66 @@ from contextsvc.engine.strategies.base import (
     make_outcome,
 )
 
-CLEARED_VIEW = "[tool output cleared; ref={ref}]"
-CLEARED_VIEW_NO_REF = "[tool output cleared]"
+CLEARED_VIEW = "[tool output cleared; ref={ref}; was {size:,} bytes]"
+CLEARED_VIEW_NO_REF = "[tool output cleared; was {size:,} bytes]"
+# How a tool error starts when the provider did not flag it (Claude Code's
+# own errors, a Python traceback, a shell's "error:").
+ERROR_PREFIXES = ("<tool_use_error>", "error:", "error ", "traceback (most recent call last)")
 
 
-def cleared_view(ref: str | None) -> str:
-    return CLEARED_VIEW.format(ref=ref) if ref else CLEARED_VIEW_NO_REF
+def original_bytes(msg: Message) -> int:
+    """The output's size before any view: the stored content, else the view."""
+    return len((msg.text or msg.context_text).encode("utf-8"))
+
+
+def view_bytes(msg: Message) -> int:
+    """What the result costs in the context now (what clearing would free)."""
+    return len(msg.context_text.encode("utf-8"))
+
+
+def cleared_view(ref: str | None, size: int = 0) -> str:
+    return CLEARED_VIEW.format(ref=ref, size=size) if ref else CLEARED_VIEW_NO_REF.format(size=size)
 
 
 def clear_output(msg: Message, counter: TokenCounter) -> Message:
-    return counter.recount(replace(msg, view=cleared_view(msg.output_ref), view_state="cleared"))
+    view = cleared_view(msg.output_ref, original_bytes(msg))
+    return counter.recount(replace(msg, view=view, view_state="cleared"))
+
+
+def is_error_result(msg: Message) -> bool:
+    """A tool result that reports a failure (``is_error`` from the provider, or its text)."""
+    if take_meta(msg.content)[1].get("is_error"):
+        return True
+    return msg.text.lstrip()[:40].lower().startswith(ERROR_PREFIXES)
+
+
+def kept_results(msgs: list[Message], tool_at: list[int], cfg: CompactionConfig) -> set[int]:
+    """Indices of the tool results clearing leaves alone, whatever their size.
+
+    ``keep_recent``: the ``keep_tool_uses`` newest. ``oldest_half``: the newer
+    half (the older half is what may go). ``adaptive_keep`` doubles the count
+    in an error-heavy stretch (half the recent results failed: the agent is
+    debugging and re-reads them) and again in a tool-dense one (the last turn
+    ran ``dense_tool_uses`` tools or more), and keeps each error result for
+    ``error_keep_factor`` times as long as a plain one.
+    """
+    total = len(tool_at)
+    if cfg.clear_mode == "oldest_half":
+        n = total - total // 2
+    else:
+        n = cfg.keep_tool_uses
+    if cfg.adaptive_keep and total:
+        recent = tool_at[-max(2 * n, 2) :]
+        if 2 * sum(1 for i in recent if is_error_result(msgs[i])) >= len(recent):
+            n *= 2
+        last_user = max((i for i, m in enumerate(msgs) if m.role == "user"), default=-1)
+        if sum(1 for i in tool_at if i > last_user) >= cfg.dense_tool_uses:
+            n *= 2
+    keep = set(tool_at[max(0, total - n) :]) if n else set()
+    if cfg.adaptive_keep and n:
+        longer = tool_at[max(0, total - n * cfg.error_keep_factor) :]
+        keep.update(i for i in longer if is_error_result(msgs[i]))
+    return keep
 
 
 def clear_inputs(msg: Message, counter: TokenCounter) -> Message:
@@ -36,8 +95,8 @@ def clear_inputs(msg: Message, counter: TokenCounter) -> Message:
 def tool_clearing(window: Window, ctx: StrategyContext) -> StrategyOutcome:
     """Replace old tool results by their ref (spec 002 chain link 1; context editing).
 
-    The ``keep_tool_uses`` most recent results stay; results of
-    ``exclude_tools`` are never cleared; unless forced, clearing goes oldest
+    The results ``kept_results`` names stay; results of ``exclude_tools`` and
+    results under ``clear_min_bytes`` are never cleared; unless forced, clearing goes oldest
     first and stops once the window is under the target — but never clears
     less than ``clear_at_least`` tokens (a cleared prefix invalidates the
     provider's prompt cache, so it must be worth it), and clears nothing when
@@ -47,7 +106,7 @@ def tool_clearing(window: Window, ctx: StrategyContext) -> StrategyOutcome:
     counter = ctx.counter
     msgs = list(window.messages)
     tool_at = [i for i, m in enumerate(msgs) if m.role == "tool"]
-    keep = set(tool_at[max(0, len(tool_at) - cfg.keep_tool_uses) :])
+    keep = kept_results(msgs, tool_at, cfg)
     start_tokens = window.tokens(counter)
     freed = 0
     cleared: list[int] = []
@@ -57,6 +116,7 @@ def tool_clearing(window: Window, ctx: StrategyContext) -> StrategyOutcome:
             i in keep
             or msg.view_state in ("cleared", "trimmed")
             or (msg.name or "") in cfg.exclude_tools
+            or view_bytes(msg) < cfg.clear_min_bytes
         ):
             continue
         if (
@@ -77,6 +137,7 @@ def tool_clearing(window: Window, ctx: StrategyContext) -> StrategyOutcome:
         "cleared_seqs": [msgs[i].seq for i in cleared],
         "freed_tokens": freed,
         "kept_recent": len(keep),
+        "mode": cfg.clear_mode,
     }
     if not cleared:
         return make_outcome(

@@ -9,6 +9,7 @@ from contextsvc.engine.pairing import pair_tool_calls
 from contextsvc.engine.strategies.base import TokenCounter
 from contextsvc.engine.turns import (
     find_safe_boundary,
+    is_safe_boundary,
     last_turns_start,
     parse_turn_boundaries,
     unsafe_cuts,
@@ -39,7 +40,11 @@ def snap_cut(messages: Sequence[Message], target: int, *, ceiling: int | None = 
     if target == n:
         return n
     cut = find_safe_boundary(messages, target)
-    return cut if cut <= ceiling else 0
+    # With no user message findSafeBoundary hands the target back as it is;
+    # a compaction only ever cuts at a real turn start.
+    if cut > ceiling or not is_safe_boundary(messages, cut):
+        return 0
+    return cut
 
 
 def summary_cut(messages: Sequence[Message], retain_last_turns: int) -> int:

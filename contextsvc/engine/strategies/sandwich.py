@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from contextsvc.engine.errors import EngineValidationError
+from contextsvc.engine.errors import CompressionNotNeededError, EngineValidationError
 from contextsvc.engine.messages import Message
 from contextsvc.engine.strategies.base import (
     ContextState,
@@ -33,6 +33,13 @@ from contextsvc.engine.turns import unsafe_cuts
 
 DEFAULT_PROMPTS = PromptConfig()
 TOP_HEADER = "[Start of the conversation, kept verbatim]"
+# spec 004's compression prompt names four things to preserve; asked for as
+# sections, a later compression (and the agent) finds each kind in one place.
+SECTIONS_INSTRUCTION = """Structure the summary under these headings, in this order (write "none" under an empty one):
+## Key facts and decisions
+## Context needed to continue
+## User preferences and requirements
+## Commitments and action items"""
 
 
 def _check_limit(max_context_tokens: int) -> None:
@@ -86,6 +93,8 @@ class SandwichStrategy:
         max_tokens: int = 4096,
         summary_input_tokens: int | None = None,
         incremental: bool = False,
+        min_middle: int = 1,
+        sections: bool = False,
     ) -> None:
         self.counter = counter
         self.preserve_top = check_nonneg_int(preserve_top, "preserve_top")
@@ -100,6 +109,8 @@ class SandwichStrategy:
         self.max_tokens = max_tokens
         self.summary_input_tokens = summary_input_tokens
         self.incremental = incremental
+        self.min_middle = check_nonneg_int(min_middle, "sandwich_min_middle")
+        self.sections = sections
         self.llm_calls: list[SummaryResult] = []
 
     def estimate(self, messages: Sequence[Message]) -> int:
@@ -108,10 +119,15 @@ class SandwichStrategy:
     def needs_compression(self, messages: Sequence[Message], max_context_tokens: int) -> bool:
         _check_limit(max_context_tokens)
         threshold = math.floor(max_context_tokens * self.compression_threshold)
-        return (
-            self.estimate(messages) > threshold
-            and len(messages) > self.preserve_top + self.preserve_bottom
-        )
+        return self.estimate(messages) > threshold and not self.too_short(messages)
+
+    def too_short(self, messages: Sequence[Message]) -> bool:
+        """spec 004 "not enough to compress": no middle of at least ``min_middle``
+        messages between the preserved top and bottom (snapped to safe cuts)."""
+        if len(messages) <= self.preserve_top + self.preserve_bottom:
+            return True
+        top_end, bottom_start = self.ranges(messages)
+        return bottom_start - top_end < max(1, self.min_middle)
 
     def ranges(self, messages: Sequence[Message]) -> tuple[int, int]:
         """(top_end, bottom_start): the middle is ``messages[top_end:bottom_start]``."""
@@ -137,6 +153,8 @@ class SandwichStrategy:
         request = make_compress_request(
             source, self.prompts, model=self.model, max_tokens=self.max_tokens
         )
+        if self.sections:
+            request = replace(request, prompt=with_sections(request.prompt))
         if summarizer is None:
             raise SummarizerError("No summariser is configured", transient=False)
         result = summarizer.complete(request)
@@ -159,10 +177,29 @@ class SandwichStrategy:
         *,
         summarizer: Summarizer | None = None,
         force: bool = False,
+        strict: bool = False,
     ) -> ContextResult:
+        """spec 004 Build Context. ``strict`` (a forced compression of the sandwich
+        alone): a conversation too short to compress raises
+        ``CompressionNotNeededError`` instead of coming back whole."""
         _check_limit(max_context_tokens)
         if not messages:
             raise EngineValidationError("Conversation has no messages", field="messages")
+        if strict and self.too_short(messages):
+            top_end, bottom_start = self.ranges(messages)
+            raise CompressionNotNeededError(
+                f"The conversation is too short to compress: {len(messages)} messages, with "
+                f"{self.preserve_top} kept at the top, {self.preserve_bottom} at the bottom and "
+                f"at least {max(1, self.min_middle)} needed in between",
+                field="messages",
+                details={
+                    "messages": len(messages),
+                    "preserve_top": self.preserve_top,
+                    "preserve_bottom": self.preserve_bottom,
+                    "min_middle": max(1, self.min_middle),
+                    "middle": max(0, bottom_start - top_end),
+                },
+            )
         full = ContextResult(
             messages=list(messages),
             summary_used=False,
@@ -171,13 +208,11 @@ class SandwichStrategy:
             top_end=len(messages),
             bottom_start=len(messages),
         )
-        if len(messages) <= self.preserve_top + self.preserve_bottom:
+        if self.too_short(messages):
             return full
         if not force and not self.needs_compression(messages, max_context_tokens):
             return full
         top_end, bottom_start = self.ranges(messages)
-        if bottom_start <= top_end:
-            return full
         new_state: ContextState | None = None
         if self.is_valid(cached_summary, messages):
             assert cached_summary is not None
@@ -212,6 +247,15 @@ class SandwichStrategy:
         )
 
 
+def with_sections(prompt: str) -> str:
+    """The compression prompt with the sections instruction before the conversation."""
+    marker = "\n\nConversation:\n"
+    if marker in prompt:
+        head, rest = prompt.split(marker, 1)
+        return f"{head}\n\n{SECTIONS_INSTRUCTION}{marker}{rest}"
+    return f"{prompt}\n\n{SECTIONS_INSTRUCTION}"
+
+
 def render_top(messages: Sequence[Message]) -> str:
     return f"{TOP_HEADER}\n{format_messages(messages)}" if messages else ""
 
@@ -235,12 +279,19 @@ def sandwich(window: Window, ctx: StrategyContext) -> StrategyOutcome:
         max_tokens=cfg.summary_max_tokens,
         summary_input_tokens=cfg.summary_input_tokens,
         incremental=True,
+        min_middle=cfg.sandwich_min_middle,
+        sections=cfg.sandwich_sections,
     )
     if not conversation:
         return make_outcome("sandwich", window, None, ctx, {"skipped": "no messages"})
     limit = ctx.max_context_tokens or max(1, ctx.target_tokens)
     result = strategy.build_context(
-        conversation, ctx.sandwich_state, limit, summarizer=ctx.summarizer, force=ctx.force
+        conversation,
+        ctx.sandwich_state,
+        limit,
+        summarizer=ctx.summarizer,
+        force=ctx.force,
+        strict=ctx.strict,
     )
     ctx.llm_calls.extend(strategy.llm_calls)
     details: dict[str, Any] = {

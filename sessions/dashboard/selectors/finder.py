@@ -3,7 +3,7 @@
 Every read here is one or two queries whatever the session's size: filters
 and search walk the (session, seq) index newest first and stop after a page;
 "largest" sorts one session's token counts; full-text search on PostgreSQL
-uses the GIN index of migration 0008 (its expression is ``FTS_DOCUMENT``,
+uses the GIN index of migration 0009 (its expression is ``FTS_DOCUMENT``,
 written the same way here so the planner matches it), and SQLite falls back
 to a case-insensitive substring match.
 """
@@ -32,7 +32,7 @@ MAX_QUERY_CHARS = 200
 LARGEST_PAGES = 20  # "largest" pages by offset: bounded, so no deep OFFSET scans
 ERROR_HEAD_CHARS = 2000  # the errors filter looks at the start of a tool result
 ERROR_WORDS = ("error", "traceback", "exception", "failed")
-# Kept in step with migration 0008's index (the same text, or the index is not used).
+# Kept in step with migration 0009's index (the same text, or the index is not used).
 FTS_DOCUMENT = (
     'to_tsvector(\'simple\'::regconfig, left("agent_sessions_message"."content", 100000))'
 )

@@ -41,6 +41,7 @@ class TimelineMessage:
     created_at: datetime
     compacted: bool  # before the live window: summarised away
     has_parts: bool
+    retracted: bool = False  # taken out of the window by the agent (kept for the record)
 
     @property
     def badges(self) -> list[str]:
@@ -51,6 +52,8 @@ class TimelineMessage:
             out.append("stored")
         if self.compacted:
             out.append("summarised")
+        if self.retracted:
+            out.append("retracted")
         return out
 
     @property
@@ -145,6 +148,7 @@ def _timeline_values(qs: QuerySet[Message]) -> QuerySet:
         "token_count",
         "created_at",
         "parts",
+        "retracted_at",
     )
 
 
@@ -193,6 +197,7 @@ def _to_timeline(row: dict[str, Any], window_start: int) -> TimelineMessage:
         created_at=row["created_at"],
         compacted=row["seq"] < window_start,
         has_parts=row["parts"] is not None,
+        retracted=row["retracted_at"] is not None,
     )
 
 

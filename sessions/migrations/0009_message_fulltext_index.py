@@ -28,6 +28,6 @@ def drop(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("agent_sessions", "0007_policy_change")]
+    dependencies = [("agent_sessions", "0008_policy_change")]
 
     operations = [migrations.RunPython(create, drop)]

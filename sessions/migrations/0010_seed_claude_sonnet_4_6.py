@@ -43,6 +43,6 @@ def unseed(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("agent_sessions", "0008_message_fulltext_index")]
+    dependencies = [("agent_sessions", "0009_message_fulltext_index")]
 
     operations = [migrations.RunPython(seed, unseed)]
