@@ -19,6 +19,7 @@ import os
 import statistics
 import time
 
+import dashboard_find
 from common import ROOT, django_on_scratch_database  # bench/ is sys.path[0] when run as a script
 
 WORKLOADS = ROOT.parent / "shared" / "workloads" / "real"
@@ -263,6 +264,8 @@ def main() -> None:
             ),
         ],
     )
+    # Policy page, finder, predicted vs actual; query counts beside a small session's.
+    dashboard_find.report(client, url, session, key)
 
 
 def report(client, rows) -> None:

@@ -72,6 +72,9 @@ class CompactionRun(models.Model):
 
     retention_score = models.FloatField(null=True, blank=True)
     retention = models.JSONField(null=True, blank=True)
+    # What the dry run (the dashboard's preview) predicted when the run was
+    # requested: kept beside the result, so the page shows predicted vs actual.
+    prediction = models.JSONField(null=True, blank=True)
 
     error_code = models.CharField(max_length=30, blank=True, default="")
     error = models.TextField(blank=True, default="")

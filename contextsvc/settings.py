@@ -68,7 +68,12 @@ if _weak_secret_key(SECRET_KEY):
         )
     SECRET_KEY = SECRET_KEY or _DEV_SECRET_KEY
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
-CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+# The origins a browser posts the dashboard's forms from when nothing says
+# otherwise: the quick start's own (bin/run and docker-compose pass their PORT).
+_PORT = env_int("PORT", 8000, minimum=1)
+CSRF_TRUSTED_ORIGINS = env_list(
+    "CSRF_TRUSTED_ORIGINS", [f"http://localhost:{_PORT}", f"http://127.0.0.1:{_PORT}"]
+)
 
 # HTTPS. Behind a TLS proxy, gunicorn marks requests secure from the proxy's
 # X-Forwarded-Proto when the proxy's address is in FORWARDED_ALLOW_IPS.

@@ -107,7 +107,9 @@ def patch_session(request: ApiRequest, sid: str, payload: SessionPatchIn) -> dic
         data["policy"] = payload.policy.model_dump(exclude_unset=True)
     # One transaction with the answer: a PATCH that cannot be answered is not kept.
     with transaction.atomic():
-        session = session_update(session=_session(request, sid), data=data)
+        session = session_update(
+            session=_session(request, sid), data=data, actor=f"agent key {_owner(request).name}"
+        )
         return selectors.session_to_dict(session)
 
 

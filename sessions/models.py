@@ -335,3 +335,6 @@ class ToolOutputChunk(models.Model):
 
     def __str__(self) -> str:
         return f"{self.output_id}[{self.index}] from line {self.first_line}"
+
+
+from .models_audit import PolicyChange  # noqa: E402,F401  (one app, models in two modules)

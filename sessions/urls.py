@@ -7,7 +7,7 @@ both have a session "run-42". The sessions list searches by external id.
 
 from django.urls import path
 
-from .dashboard import views
+from .dashboard import views, views_find, views_policy
 
 urlpatterns = [
     path("", views.session_list, name="session_list"),
@@ -16,6 +16,8 @@ urlpatterns = [
     path("sessions/<int:pk>/delete/", views.session_delete_view, name="session_delete"),
     path("sessions/<int:pk>/usage/", views.session_usage, name="session_usage"),
     path("sessions/<int:pk>/timeline/", views.session_timeline, name="session_timeline"),
+    path("sessions/<int:pk>/find/", views_find.session_find, name="session_find"),
+    path("sessions/<int:pk>/policy/", views_policy.session_policy, name="session_policy"),
     path("sessions/<int:pk>/messages/<int:seq>/", views.message_full, name="message_full"),
     path("sessions/<int:pk>/outputs/<str:ref>/", views.output_view, name="output_view"),
     path("sessions/<int:pk>/outputs/<str:ref>/grep/", views.output_grep, name="output_grep"),

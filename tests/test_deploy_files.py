@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import stat
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -428,3 +430,31 @@ def test_bin_manage_works_without_the_venv_or_a_secret_key(tmp_path):
     assert made.returncode == 0, made.stderr
     key = made.stdout.strip().splitlines()[-1]
     assert key.startswith("cx_") and len(key) > 20
+
+
+def test_csrf_trusted_origins_follow_port_issue_17():
+    """PORT=9000 bin/run (or docker compose): the dashboard's forms post from :9000."""
+    code = "from django.conf import settings as s; print(','.join(s.CSRF_TRUSTED_ORIGINS))"
+    base = {k: v for k, v in os.environ.items() if k not in ("CSRF_TRUSTED_ORIGINS", "PORT")}
+    base.update(
+        DJANGO_SETTINGS_MODULE="contextsvc.settings",
+        SECRET_KEY=secrets.token_urlsafe(50),
+        DEBUG="false",
+    )
+
+    def origins(**extra: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-c", f"import django; django.setup(); {code}"],
+            cwd=ROOT, env={**base, **extra}, capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        return done.stdout.strip().splitlines()[-1]
+
+    assert origins(PORT="9000") == "http://localhost:9000,http://127.0.0.1:9000"
+    assert origins() == "http://localhost:8000,http://127.0.0.1:8000"
+    assert origins(PORT="9000", CSRF_TRUSTED_ORIGINS="https://ops.example") == "https://ops.example"
+    env = _env(_compose()["services"]["web"])
+    assert (
+        env["PORT"] == "${PORT:-8000}"
+        and env["CSRF_TRUSTED_ORIGINS"] == "${CSRF_TRUSTED_ORIGINS:-}"
+    )
+    assert 'export PORT="${PORT:-8000}"' in (ROOT / "bin/run").read_text()

@@ -176,6 +176,8 @@ class CompactionPreview:
     kept_last: int | None
     retention: dict[str, Any] | None
     summarizer_note: str
+    summarizer_name: str = ""  # who the real run will ask: offline / anthropic / openai
+    summary_model: str = ""  # the model it will ask; "" for the offline summariser (no model)
 
     @property
     def saved_pct(self) -> float:
@@ -259,6 +261,8 @@ def compaction_preview(
         kept_last=kept_seqs[-1] if kept_seqs else None,
         retention=plan.retention,
         summarizer_note=note,
+        summarizer_name=name,
+        summary_model="" if name in ("offline", "unknown") else model,
     )
 
 

@@ -26,6 +26,7 @@ from sessions.dashboard.selectors.detail import session_for_operator
 from sessions.models import Session
 
 from .forms import CompactForm
+from .predictions import preview_prediction
 from .selectors import (
     active_run,
     compaction_preview,
@@ -70,6 +71,23 @@ def compact_panel(session: Session) -> tuple[str, dict[str, Any]]:
     return f"{PANELS}#compact-panel", _compact_context(session, run=active_run(session))
 
 
+def _prediction(session: Session, form: CompactForm) -> dict[str, Any] | None:
+    """The preview of this request, kept with the run (predicted vs actual).
+
+    A dry run that fails does not stop the run itself: the run reports its own error.
+    """
+    try:
+        preview = compaction_preview(
+            session,
+            strategy=form.cleaned_data["strategy"],
+            instructions=form.cleaned_data["instructions"] or "",
+            retain_last_turns=form.cleaned_data["retain_last_turns"],
+        )
+    except (ServiceError, EngineValidationError):
+        return None
+    return preview_prediction(preview)
+
+
 @require_POST
 @operator_required
 def compact_start(request: HtmxHttpRequest, pk: int) -> HttpResponse:
@@ -86,6 +104,7 @@ def compact_start(request: HtmxHttpRequest, pk: int) -> HttpResponse:
                 strategy=form.cleaned_data["strategy"],
                 instructions=form.cleaned_data["instructions"] or "",
                 retain_last_turns=form.cleaned_data["retain_last_turns"],
+                prediction=_prediction(session, form),
             )
             joined = not created
         except ServiceError as exc:

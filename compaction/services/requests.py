@@ -79,8 +79,12 @@ def compaction_request(
     instructions: str = "",
     retain_last_turns: int | None = None,
     enqueue: bool = True,
+    prediction: dict[str, Any] | None = None,
 ) -> tuple[CompactionRun, bool]:
     """Create a queued run, or join the one under way: ``(run, created)``.
+
+    ``prediction``: what a dry run of the same request computed (the dashboard's
+    preview), stored with a new run for predicted-vs-actual; a joined run keeps its own.
 
     ``enqueue``: send it to a worker once this transaction commits (never
     before: the worker must find the row).
@@ -135,6 +139,7 @@ def compaction_request(
                     forced=trigger != Trigger.AUTO,
                     instructions=instructions,
                     retain_last_turns=retain_last_turns,
+                    prediction=prediction,
                     celery_task_id=task_id,
                     lease_expires_at=timezone.now() + leases.STALE_QUEUED,
                 )

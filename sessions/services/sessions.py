@@ -22,6 +22,7 @@ from sessions.schemas import PolicyIn
 
 from .checks import check_item_count, reject_duplicate_names
 from .inputs import PolicyData, SectionData, SessionCreateData, SessionPatchData
+from .policy_audit import policy_change_record
 
 LIMIT_FIELDS = ("context_window", "max_output_tokens", "buffer_tokens", "tokenizer")
 
@@ -114,8 +115,12 @@ def session_create(*, owner: AgentKey, data: SessionCreateData) -> Session:
 
 
 @transaction.atomic
-def session_update(*, session: Session, data: SessionPatchData) -> Session:
-    """Apply a PATCH under the session lock: limits re-resolved, policy sections replaced."""
+def session_update(*, session: Session, data: SessionPatchData, actor: str = "service") -> Session:
+    """Apply a PATCH under the session lock: limits re-resolved, policy sections replaced.
+
+    A policy that changes leaves an audit line (``PolicyChange``) naming ``actor``:
+    the operator, the agent key, or the service itself (the proxy's own settings).
+    """
     session = hotpath.lock_session(session.pk)
     for field in ("agent", "model", "provider"):
         value = data.get(field)
@@ -141,8 +146,10 @@ def session_update(*, session: Session, data: SessionPatchData) -> Session:
     if patch is not None:
         # The patch replaces whole sections, so checking it checks what changes.
         _check_policy(patch)
-        merged = {**(session.policy or {}), **patch}
+        old_policy = session.policy or {}
+        merged = {**old_policy, **patch}
         session.policy = _normalise_policy(merged, tokenizer=session.tokenizer)
+        policy_change_record(session=session, old=old_policy, actor=actor)
     status.refresh_guard(session)
     session.updated_at = timezone.now()
     session.save()

@@ -42,13 +42,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _require_services() -> str:
     redis_url = os.environ.get("REDIS_URL")
-    problems = []
+    needs = []
     if not redis_url:
-        problems.append("REDIS_URL is not set")
+        needs.append("Redis (REDIS_URL is not set)")
     if connection.vendor != "postgresql":
-        problems.append("the test database is not PostgreSQL (SQLite test databases are in memory)")
-    if problems:
-        reason = "real-worker test needs " + " and ".join(problems)
+        needs.append("PostgreSQL (the test database is SQLite, in memory)")
+    if needs:
+        reason = "real-worker test needs " + " and ".join(needs)
         if IN_CI:
             pytest.fail(reason)
         pytest.skip(reason)

@@ -94,3 +94,16 @@ def test_beat_schedule_names_registered_tasks():
     app.loader.import_default_modules()
     for entry in settings.CELERY_BEAT_SCHEDULE.values():
         assert entry["task"] in app.tasks, entry["task"]
+
+
+def test_seed_demo_migrates_first_when_asked(settings, tmp_path):
+    """bin/run's one Python start for both steps: ``seed_demo --migrate``."""
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    settings.VAR_DIR = tmp_path
+    out = StringIO()
+    call_command("seed_demo", "--migrate", stdout=out)
+    executor = MigrationExecutor(connection)
+    assert executor.migration_plan(executor.loader.graph.leaf_nodes()) == []
+    assert "cx_" in out.getvalue()

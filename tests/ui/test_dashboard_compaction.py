@@ -246,7 +246,7 @@ def test_run_card_names_the_summariser_and_model_that_wrote_the_summary(op, big,
     body = op.get(
         reverse("dashboard:compaction_history", args=[big.pk]), headers=HX
     ).content.decode()
-    assert "summary by openai (gpt-fake-small)" in body
+    assert "summary: openai summariser · gpt-fake-small" in body
 
     settings.CONTEXTSVC_SUMMARIZER = "offline"
     op.post(reverse("dashboard:compact_start", args=[big.pk]), {"strategy": "sandwich"}, headers=HX)
@@ -257,5 +257,6 @@ def test_run_card_names_the_summariser_and_model_that_wrote_the_summary(op, big,
     body = op.get(
         reverse("dashboard:compaction_history", args=[big.pk]), headers=HX
     ).content.decode()
-    assert body.count("summary by openai (gpt-fake-small)") == 1
-    assert "summary by offline</span>" in body  # the model is not repeated
+    assert body.count("summary: openai summariser · gpt-fake-small") == 1
+    # The offline summariser is named as such, never credited with a model (issue 17).
+    assert "summary: offline summariser (deterministic, no model)</span>" in body

@@ -15,7 +15,7 @@ from typing import Any
 from django.db.models import QuerySet
 from django.db.models.functions import Length, Substr
 
-from sessions.models import Message, Session
+from sessions.models import Message, PolicyChange, Session
 
 PREVIEW_CHARS = 1200
 TIMELINE_PAGE = 40  # messages per page (a page may run a little longer to end on a turn)
@@ -71,6 +71,7 @@ class CallPair:
     name: str
     arguments: str  # pretty JSON, cut
     result: TimelineMessage | None = None
+    preview: str = ""  # the arguments on one line, cut: shown inline without a click
 
 
 @dataclass(slots=True)
@@ -96,6 +97,8 @@ class Turn:
     continued: bool  # the turn started on an older page
     first_seq: int
     last_seq: int
+    # Audit lines (policy changes) made while the session's last message was in this turn.
+    events: list[PolicyChange] = field(default_factory=list)
 
     @property
     def tokens(self) -> int:
@@ -115,6 +118,9 @@ class TimelinePage:
     turns: list[Turn]  # newest first
     before: int | None  # cursor for the next (older) page
     newest_seq: int
+    events_before: list[PolicyChange] = field(default_factory=list)  # before the first message
+    target_seq: int | None = None  # a jump's message, highlighted
+    partial_top: bool = False  # newer messages exist above this page (a jump)
 
 
 def _timeline_values(qs: QuerySet[Message]) -> QuerySet:
@@ -144,6 +150,20 @@ def _timeline_values(qs: QuerySet[Message]) -> QuerySet:
         "parts",
         "retracted_at",
     )
+
+
+INLINE_ARGS_CHARS = 160
+
+
+def _arguments_inline(arguments: Any, limit: int = INLINE_ARGS_CHARS) -> str:
+    """The arguments on one line (compact JSON), cut at ``limit`` characters."""
+    text = (
+        arguments
+        if isinstance(arguments, str)
+        else json.dumps(arguments, ensure_ascii=False, separators=(", ", ": "))
+    )
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _arguments_preview(arguments: Any, limit: int = 800) -> str:
@@ -218,7 +238,10 @@ def timeline_page(
     rows_desc = list(_timeline_values(qs.order_by("-seq")))
     rows_desc, more = _page_rows(rows_desc, limit, older=lower > 1)
     if not rows_desc:
-        return TimelinePage(turns=[], before=None, newest_seq=session.last_seq)
+        events = list(PolicyChange.objects.filter(session=session).order_by("id")[:50])
+        return TimelinePage(
+            turns=[], before=None, newest_seq=session.last_seq, events_before=events
+        )
     oldest = rows_desc[-1]["seq"]
     # Turn numbers: user messages up to and including the page's oldest message.
     users_before = Message.objects.filter(
@@ -249,15 +272,37 @@ def timeline_page(
         step = Step(message=msg)
         if msg.role == "assistant":
             for call in msg.tool_calls:
+                args = call.get("arguments") or {}
                 pair = CallPair(
                     id=str(call.get("id", "")),
                     name=str(call.get("name", "")),
-                    arguments=_arguments_preview(call.get("arguments") or {}),
+                    arguments=_arguments_preview(args),
+                    preview=_arguments_inline(args),
                 )
                 step.calls.append(pair)
                 open_calls[pair.id] = pair
         current.steps.append(step)
-    turns.reverse()
-    return TimelinePage(
-        turns=turns, before=oldest if more else None, newest_seq=rows_desc[0]["seq"]
+    page = TimelinePage(
+        turns=list(reversed(turns)),
+        before=oldest if more else None,
+        newest_seq=rows_desc[0]["seq"],
+        partial_top=rows_desc[0]["seq"] < session.last_seq,
     )
+    _place_events(session, page, turns, low=oldest if more else 0, high=rows_desc[0]["seq"])
+    return page
+
+
+def _place_events(
+    session: Session, page: TimelinePage, turns_asc: list[Turn], *, low: int, high: int
+) -> None:
+    """Put the audit lines made while the page's messages were the newest into
+    their turns: 1 query, bounded by the page's seq range."""
+    events = PolicyChange.objects.filter(
+        session=session, after_seq__gte=low, after_seq__lte=high
+    ).order_by("id")[:200]
+    for event in events:
+        turn = next((t for t in turns_asc if t.first_seq <= event.after_seq <= t.last_seq), None)
+        if turn is None:
+            page.events_before.append(event)
+        else:
+            turn.events.append(event)
