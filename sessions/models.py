@@ -203,6 +203,8 @@ class Message(models.Model):
     view = models.TextField(null=True, blank=True)
     view_state = models.CharField(max_length=10, default="full")
     token_count = models.PositiveIntegerField()  # of the in-context form, computed once
+    # Why and when the view became a placeholder: {reason, detail, at, tokens_before}.
+    trim_info = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -325,3 +327,6 @@ class ToolOutputChunk(models.Model):
 
     def __str__(self) -> str:
         return f"{self.output_id}[{self.index}] from line {self.first_line}"
+
+
+from .models_calls import ContextCall  # noqa: E402,F401  (one app, two modules)
