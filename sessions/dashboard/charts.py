@@ -66,6 +66,8 @@ class Bar:
     trimmed: int = 0
     cache: list[Rect] = field(default_factory=list)
     cx: float = 0.0  # centre of the bar
+    total: int = 0  # the bar's "used" figure
+    call_id: int | None = None  # the ContextCall drawn; None when recomputed
 
     @property
     def mark_x(self) -> float:
@@ -136,10 +138,13 @@ class Chart:
             )
         trim = format_html('<path class="trim-mark" d="{}"/>', bar.trim_path) if bar.trimmed else ""
         return format_html(
-            '<g class="bar{}" data-tip="{}">'
+            '<g class="bar{}{}" data-tip="{}" data-used="{}" data-call="{}">'
             '<rect class="hit" x="{}" y="{}" width="{}" height="{}"/>{}{}{}</g>',
             " bar-now" if bar.now else "",
+            "" if bar.call_id is not None or bar.now else " bar-recomputed",
             bar.tip,
+            bar.total,
+            bar.call_id or "",
             bar.x,
             self.plot_top,
             bar.w,
@@ -166,9 +171,14 @@ def _nice_step(top: float, target_ticks: int = 4) -> float:
 
 def _tip(t: TurnUsage) -> str:
     seqs = f"seq {t.first_seq}" if t.first_seq == t.last_seq else f"seq {t.first_seq}–{t.last_seq}"
+    source = (
+        f"as sent (call #{t.call_id})"
+        if t.call_id is not None
+        else "recomputed from today's messages (no build recorded)"
+    )
     lines = [
         f"{t.label} · {seqs}",
-        f"Context ≈ {t.total:,} tokens",
+        f"Used ≈ {t.total:,} tokens, {source}",
         f"  prompt & tools {t.overhead:,} · summary {t.summary:,}",
         f"  conversation {t.conversation:,} · tool outputs {t.outputs:,}",
     ]
@@ -283,6 +293,8 @@ def usage_chart(series: UsageSeries) -> Chart:
                 trimmed=t.trimmed,
                 cache=cache,
                 cx=round(x + bar_w / 2, 2),
+                total=t.total,
+                call_id=t.call_id,
             )
         )
 

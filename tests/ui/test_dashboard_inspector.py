@@ -94,7 +94,7 @@ def test_usage_chart_has_a_bar_per_turn_and_the_reported_line(op, make_dash_sess
     body = op.get(
         reverse("dashboard:session_usage", args=[session.pk]), headers=HX
     ).content.decode()
-    assert body.count('<g class="bar"') == PER_CALL_BELOW and "<polyline" in body
+    assert body.count(" data-used=") == PER_CALL_BELOW and "<polyline" in body
 
 
 def test_usage_chart_of_a_one_task_agent_run_has_a_bar_per_llm_call(op, make_dash_session):
