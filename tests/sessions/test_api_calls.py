@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from contextsvc.engine.build import ContextParts
+from contextsvc.engine.messages import Message, PromptSection, ToolDef
+from contextsvc.engine.prompt import CachePlan
+from prompting.services.calls import breakpoint_labels
+from prompting.services.sections import PromptPlan
 from sessions.models import ContextCall
 from tests.conftest import tool_turn
 
@@ -122,3 +127,25 @@ def test_tool_breakdown_counts_placeholders_and_tools_per_server(alice, make_ses
     assert placeholders["count"] >= 1
     assert placeholders["by_state"]["trimmed"]["count"] == placeholders["count"]
     assert call.components["outputs"] == call.breakdown["outputs_tokens"] > 0
+
+
+@pytest.mark.django_db(False)
+def test_breakpoint_labels_follow_the_cache_order_of_their_prefixes():
+    """spec 002 §4: prefix_tokens run tools → system… → history; labels must too."""
+    parts = ContextParts(
+        model="m",
+        max_output_tokens=10,
+        sections=[PromptSection("base", "a"), PromptSection("rules", "b")],
+        messages=[Message(role="user", content="hi", seq=7, token_count=3)],
+        tools=[ToolDef("read"), ToolDef("write")],
+    )
+    plan = PromptPlan(
+        sections=parts.sections,
+        cache=CachePlan(tools=True, system=(1,), history=True, prefix_tokens=(100, 300, 500)),
+    )
+    sections = [{"name": "base"}, {"name": "rules"}]
+    assert breakpoint_labels(parts, plan, sections) == [
+        {"label": "tools (last: write)", "prefix_tokens": 100},
+        {"label": "system · rules", "prefix_tokens": 300},
+        {"label": "history (through #7)", "prefix_tokens": 500},
+    ]

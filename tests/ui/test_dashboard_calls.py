@@ -204,3 +204,60 @@ def test_usage_report_completes_the_proxy_style_record_once(make_dash_session):
     session_record_usage(session=session, usage={"input_tokens": 999, "output_tokens": 10})
     call = ContextCall.objects.get(session=session)
     assert call.reported_input == 100 and call.cost_usd == pytest.approx((100 * 3 + 10 * 15) / 1e6)
+
+
+def test_context_tab_names_each_block_with_its_tokens_and_labels_breakpoints_in_order(
+    op, alice, make_session
+):
+    make_session(id="tab", policy={"tool_output_cache": {"context_budget_tokens": 2_000}})
+    alice.put(
+        "sessions/tab/system",
+        [
+            {"name": "base", "content": "You are a coding agent. " * 300, "kind": "base"},
+            {"name": "AGENT.md", "content": "Run the tests. " * 200, "kind": "rules"},
+        ],
+    )
+    tools = [
+        {
+            "name": f"mcp__repo__tool{i}",
+            "description": "Read a file " * 200,
+            "input_schema": {"type": "object"},
+        }
+        for i in range(3)
+    ]
+    alice.put("sessions/tab/tools", tools)
+    output = "\n".join(f"row {j}: " + "value " * 12 for j in range(60))
+    for turn in range(4):
+        batch = [{"role": "user", "content": f"step {turn}"}, *tool_turn(f"c{turn}", output)]
+        alice.post("sessions/tab/messages", {"messages": batch})
+    session = Session.objects.get(external_id="tab")
+    body = op.get(
+        reverse("dashboard:session_context", args=[session.pk]), {"format": "anthropic"}, headers=HX
+    ).content.decode()
+    # Section names and their tokens, as a recorded call would keep them.
+    alice.get("sessions/tab/context")
+    call = ContextCall.objects.get(session=session)
+    for i, section in enumerate(call.breakdown["sections"]):
+        assert re.search(
+            rf"system\[{i}\] · {re.escape(section['name'])}</span>"
+            rf'<span class="ctx-tokens"[^>]*>{section["tokens"]:,} tok',
+            body,
+        ), section
+    for tool in call.breakdown["tools"]["sent"]:
+        assert f'{tool["name"]}</span> <span class="ctx-tokens">{tool["tokens"]:,} tok' in body
+    # Breakpoints in cache order, each with its own prefix: prefixes only grow.
+    labels = re.findall(r'<li data-testid="breakpoint">([^<]+)</li>', body)
+    assert labels and labels[0].startswith(("tools (last: ", "system · "))
+    assert labels[-1].startswith("history (through #")
+    prefixes = [
+        int(re.search(r"prefix ([\d,]+) tokens", lb).group(1).replace(",", "")) for lb in labels
+    ]
+    assert prefixes == sorted(prefixes) and len(set(prefixes)) == len(prefixes)
+    assert [bp["label"] for bp in call.breakpoints] == [lb.split(" — ")[0] for lb in labels]
+    # Placeholders counted as one line with their total.
+    placeholders = call.breakdown["placeholders"]
+    assert placeholders["count"] >= 1
+    assert (
+        f"{placeholders['count']} placeholder{'s' if placeholders['count'] > 1 else ''} = "
+        f"{placeholders['tokens']:,} tokens" in body
+    )
