@@ -8,12 +8,14 @@ import re
 import pytest
 from django.test import Client
 from django.urls import reverse
+from django.utils.html import escape
 
 from prompting.context.service import context_for_call
 from sessions.dashboard.selectors.calls import meter_level
 from sessions.dashboard.selectors.usage import PER_CALL_BELOW, usage_over_turns
 from sessions.models import ContextCall, Message, Session
 from sessions.services.usage import session_record_usage
+from sessions.templatetags.figures import FIGURES, WHY
 from tests.conftest import tool_turn
 from tests.ui.conftest import HX
 
@@ -261,3 +263,20 @@ def test_context_tab_names_each_block_with_its_tokens_and_labels_breakpoints_in_
         f"{placeholders['count']} placeholder{'s' if placeholders['count'] > 1 else ''} = "
         f"{placeholders['tokens']:,} tokens" in body
     )
+
+
+def test_one_vocabulary_of_figures_each_labelled_with_why_they_differ(op, make_dash_session):
+    session = make_dash_session(turns=2, builds=True, usage=True)
+    page = op.get(reverse("dashboard:session_detail", args=[session.pk])).content.decode()
+    for name in ("used", "usable", "projected", "provider-reported"):
+        assert f'data-figure="{name}" title="{escape(FIGURES[name])}"' in page, name
+    assert escape(WHY[frozenset({"used", "provider-reported"})]) in page
+    listing = op.get(reverse("dashboard:session_list")).content.decode()
+    assert 'data-figure="used"' in listing and 'data-figure="usable"' in listing
+    tab = op.get(
+        reverse("dashboard:session_context", args=[session.pk]), {"format": "anthropic"}, headers=HX
+    ).content.decode()
+    assert 'data-figure="as sent"' in tab and escape(WHY[frozenset({"used", "as sent"})]) in tab
+    preview = op.get(reverse("dashboard:compact_preview", args=[session.pk]), headers=HX)
+    if b"tokens, " in preview.content:
+        assert b'data-figure="history-only"' in preview.content
