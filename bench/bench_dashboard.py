@@ -10,6 +10,11 @@ present), never compacted, so the whole transcript is the live window; plus
 server sees it (Django's test client in-process: view + templates + queries,
 no network), median and p95 of 15 runs after a warm-up, with the number of
 SQL queries. Targets: first page ≤ 150 ms, each htmx partial ≤ 50 ms.
+
+Then (issue 17, ``dashboard_calls``) 10,000 ContextCall records on the same
+session: the inspector, the calls card, "what was sent", cost per day, the
+query count against a 10-message session, and what writing a record adds to
+a context GET (≤ 1 ms).
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ import os
 import statistics
 import time
 
-from common import ROOT, django_on_scratch_database  # bench/ is sys.path[0] when run as a script
+import dashboard_calls  # bench/ is sys.path[0] when run as a script
+from common import ROOT, django_on_scratch_database
 
 WORKLOADS = ROOT.parent / "shared" / "workloads" / "real"
 MESSAGES = 10_000
@@ -236,6 +242,18 @@ def main() -> None:
     ]
     print(f"\n{'':11}{'page / partial':48}{'median':>9}{'p95':>9}{'queries':>9}{'KB':>8}  target")
     report(client, rows)
+
+    # issue 17: 10,000 context-build records on the same session.
+    start = time.perf_counter()
+    call_id = dashboard_calls.seed_calls(Session.objects.get(pk=pk))
+    print(f"\nseeded {dashboard_calls.CALLS:,} calls in {time.perf_counter() - start:.0f} s")
+    report(client, dashboard_calls.rows_for(url, pk, call_id, page, part))
+    small = dashboard_calls.make_session(key, "small", 10, outputs)
+    mid = dashboard_calls.make_session(key, "mid", 300, outputs)
+    dashboard_calls.query_counts(client, url, small.pk, pk, hx)
+    print("\nContextCall write on a context GET:")
+    for s, label in ((small, "10 messages"), (mid, "300 messages"), (session, "10,000 messages")):
+        dashboard_calls.write_cost(Session.objects.get(pk=s.pk), label)
 
     # The same inspector after one compaction (the usual shape of a long session).
     from compaction.services.execute import compaction_execute

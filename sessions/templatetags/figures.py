@@ -84,8 +84,16 @@ def usd(value: Any) -> str:
         amount = float(value)
     except (TypeError, ValueError):
         return "—"
-    if abs(amount) >= 1:
-        return f"${amount:,.2f}"
+    sign = "−" if amount < 0 else ""
+    amount = abs(amount)
+    if amount >= 1:
+        return f"{sign}${amount:,.2f}"
     if amount == 0:
         return "$0"
-    return f"${amount:.4f}"
+    return f"{sign}${amount:.4f}"
+
+
+@register.filter
+def label(key: Any) -> str:
+    """A component key as words: ``system_prompt`` → ``system prompt``."""
+    return str(key).replace("_", " ")
