@@ -6,6 +6,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from django.db import transaction
+
 from sessions.models import Session
 from sessions.selectors import context_messages
 from sessions.services.preflight import session_context_preflight
@@ -46,19 +48,22 @@ def context_for_call(
     tools_record_plan(session, tool_plan)
     body, parts, prompt_plan = build_context(session, fmt, messages, tool_plan, extra=extra)
     built = account_build(session, fmt, parts, tool_plan, prompt_plan)
-    build_record_save(built)
-    body["budget"].update(built.blocks())
-    context_call_record(
-        session=session,
-        source=source,
-        fmt=fmt,
-        parts=parts,
-        tool_plan=tool_plan,
-        prompt_plan=prompt_plan,
-        budget=body["budget"],
-        record=built.record,
-        build_ms=(time.perf_counter() - started) * 1000,
-    )
+    # One commit for the build's two writes (the state, the record): a second
+    # commit would cost a second WAL flush, the larger part of the record's price.
+    with transaction.atomic():
+        build_record_save(built)
+        body["budget"].update(built.blocks())
+        context_call_record(
+            session=session,
+            source=source,
+            fmt=fmt,
+            parts=parts,
+            tool_plan=tool_plan,
+            prompt_plan=prompt_plan,
+            budget=body["budget"],
+            record=built.record,
+            build_ms=(time.perf_counter() - started) * 1000,
+        )
     if body["budget"]["guard"]["status"] == "final":
         session_mark_final(session=session, reason="context")
     return body

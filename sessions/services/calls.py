@@ -2,12 +2,43 @@
 
 from __future__ import annotations
 
+from functools import cache
+from typing import Any
+
+from django.db import DEFAULT_DB_ALIAS, connections
 from django.utils import timezone
 
 from contextsvc.engine import caching
 from sessions.models import ContextCall, Session
 
 from .inputs import UsageData
+
+
+@cache
+def _insert_plan(vendor: str) -> tuple[str, tuple[Any, ...]]:
+    """The INSERT of one record, compiled once per database vendor."""
+    fields = tuple(f for f in ContextCall._meta.concrete_fields if not f.primary_key)
+    qn = connections[DEFAULT_DB_ALIAS].ops.quote_name
+    columns = ", ".join(qn(f.column) for f in fields)
+    marks = ", ".join(["%s"] * len(fields))
+    return f"INSERT INTO {qn(ContextCall._meta.db_table)} ({columns}) VALUES ({marks})", fields
+
+
+def context_call_insert(values: dict[str, Any]) -> None:
+    """Insert one ``ContextCall`` (``values`` by attname; defaults for the rest).
+
+    ``objects.create`` would build a model, compile the INSERT and read the id
+    back on every context GET; the record is written once per build and never
+    needed back, so the statement is compiled once and the row sent as is.
+    """
+    conn = connections[DEFAULT_DB_ALIAS]
+    sql, fields = _insert_plan(conn.vendor)
+    params = [
+        f.get_db_prep_save(values[f.attname] if f.attname in values else f.get_default(), conn)
+        for f in fields
+    ]
+    with conn.cursor() as cursor:
+        cursor.execute(sql, params)
 
 
 def call_cost(prices: dict | None, usage: UsageData) -> tuple[float | None, float | None]:
