@@ -132,13 +132,18 @@ def build_session(
             batch.append(
                 {"role": "tool", "tool_call_id": call_id, "content": tool_output(tool_lines)}
             )
-        batch.append({"role": "assistant", "content": f"Module {t} fixed."})
-        session_append_messages(session=session, messages=batch)
+        answer = {"role": "assistant", "content": f"Module {t} fixed."}
         if builds:
+            # The request that produced the turn's answer: built after its tool results.
             from prompting.context.service import context_for_call
 
+            session_append_messages(session=session, messages=batch)
             session.refresh_from_db()
             context_for_call(session=session, fmt="anthropic", preflight=False)
+            batch = [answer]
+        else:
+            batch.append(answer)
+        session_append_messages(session=session, messages=batch)
         if usage:
             session.refresh_from_db()
             session_record_usage(

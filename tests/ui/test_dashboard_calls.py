@@ -280,3 +280,18 @@ def test_one_vocabulary_of_figures_each_labelled_with_why_they_differ(op, make_d
     preview = op.get(reverse("dashboard:compact_preview", args=[session.pk]), headers=HX)
     if b"tokens, " in preview.content:
         assert b'data-figure="history-only"' in preview.content
+
+
+def test_each_bar_draws_the_call_that_its_answer_came_from(op, make_dash_session):
+    """The request built after message T is answered by T + 1: an LLM-call bar
+    (which starts at its answer) draws the build made just before it."""
+    session = make_dash_session(turns=3, builds=True, usage=False)
+    calls = list(ContextCall.objects.filter(session=session).order_by("id"))
+    series = usage_over_turns(session)
+    assert series.unit == "LLM call"
+    drawn = {b.call_id: b for b in series.bars if b.call_id is not None}
+    assert set(drawn) == {c.pk for c in calls}
+    for call in calls:
+        bar = drawn[call.pk]
+        assert bar.first_seq <= call.through_seq + 1 <= bar.last_seq
+        assert bar.total == call.estimated_input

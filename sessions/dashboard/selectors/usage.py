@@ -258,7 +258,7 @@ def usage_over_turns(session: Session, *, max_bars: int = MAX_BARS) -> UsageSeri
 
 
 def _as_sent(session: Session, bars: list[TurnUsage]) -> int:
-    """Draw each bar from the largest context build recorded in its seq range: 2 queries.
+    """Draw each bar from the largest context build answered in it: 2 queries.
 
     The first reads three integers per record (cheap for 10,000 records); the
     second the components of the (at most ``MAX_BARS``) records drawn.
@@ -272,8 +272,11 @@ def _as_sent(session: Session, bars: list[TurnUsage]) -> int:
         "id", "through_seq", "estimated_input"
     )
     for call_id, through, estimated in rows.iterator(chunk_size=5000):
-        i = bisect_right(starts, through) - 1
-        if i < 0 or through > real[i].last_seq:
+        # The request built after message T is answered by message T + 1: the
+        # call belongs to the bar holding its answer (a bar of one LLM call
+        # starts at its answer). A call not answered yet belongs to the last bar.
+        i = bisect_right(starts, through + 1) - 1
+        if i < 0:
             continue
         real[i].calls += 1
         if i not in best or estimated >= best[i][0]:
