@@ -12,6 +12,7 @@ from typing import Any
 from django.http import HttpResponse, StreamingHttpResponse
 from django.shortcuts import render
 from django.template.loader import render_to_string
+from django.urls import reverse
 from django.utils.safestring import SafeString
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
@@ -78,7 +79,9 @@ def session_list(request: HtmxHttpRequest) -> HttpResponse:
 
 def _usage_context(session: Session) -> dict[str, Any]:
     series = usage_over_turns(session)
-    return {"usage": series, "chart": charts.usage_chart(series)}
+    # The URL of call 0 with its id made a placeholder: one reverse() per chart.
+    call_url = reverse("dashboard:session_call", args=[session.pk, 0])[: -len("0/")] + "{}/"
+    return {"usage": series, "chart": charts.usage_chart(series, call_url=call_url)}
 
 
 def _panels(request: HtmxHttpRequest, session: Session) -> list[SafeString]:

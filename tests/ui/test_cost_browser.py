@@ -81,3 +81,7 @@ def test_operator_reads_the_cost_of_a_session(page, alice):  # noqa: F811
     first = ContextCall.objects.filter(session__external_id=sid).earliest("id")
     pg.wait_for_selector(f"#call-{first.pk}")
     shot(pg, "21-what-was-sent-at-turn-1")
+    # A bar of the usage chart opens the call it was drawn from.
+    second = ContextCall.objects.filter(session__external_id=sid).order_by("id")[1]
+    pg.locator(f'#usage g.bar[data-call="{second.pk}"] rect.hit').click()
+    pg.wait_for_selector(f"#call-{second.pk}")

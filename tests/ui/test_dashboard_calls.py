@@ -138,6 +138,9 @@ def test_chart_value_at_a_past_turn_is_what_was_sent_then_even_after_trimming(
     assert first_output.token_count < first_output.trim_info["tokens_before"]
     html = op.get(reverse("dashboard:session_usage", args=[session.pk]), headers=HX).content
     assert f'data-used="{sent[1][1]}" data-call="{sent[1][0]}"'.encode() in html
+    # A click on that bar opens what was sent then.
+    opens = reverse("dashboard:session_call", args=[session.pk, sent[1][0]])
+    assert f'hx-get="{opens}" hx-target="#call-detail"'.encode() in html
     assert s["id"] == "hist"
 
 
