@@ -29,6 +29,7 @@ class CompactionConfig(AppConfig):
             (REGISTRY.context_preflight, hooks.compact_before_call),
             (REGISTRY.window_events, dashboard_selectors.window_events),
             (REGISTRY.inspector_panels, dashboard_views.compact_panel),
+            (REGISTRY.before_delete, hooks.lock_runs_before_delete),
         ):
             REGISTRY.add(hooks_list, hook)
         REGISTRY.register_tool(tool.COMPACT_CONTEXT_TOOL, tool.compact_context_tool)

@@ -47,7 +47,8 @@ def window_messages(
     session: Session, *, start_seq: int, through_seq: int | None = None
 ) -> list[EngineMessage]:
     """Messages ``start_seq`` … ``through_seq`` (inclusive) as the engine sees them."""
-    qs = Message.objects.filter(session=session, seq__gte=start_seq)
+    # Retracted messages stay in the transcript but are out of every window.
+    qs = Message.objects.filter(session=session, seq__gte=start_seq, retracted_at__isnull=True)
     if through_seq is not None:
         qs = qs.filter(seq__lte=through_seq)
     rows = qs.order_by("seq").values_list(*_view_fields())
@@ -182,6 +183,18 @@ def session_resume(session: Session) -> dict[str, Any]:
     after = snapshot.through_seq + 1 if snapshot is not None else session.window_start_seq
     later = [message_to_dict(m) for m in window_messages(session, start_seq=after)]
     snap = snapshot_to_dict(snapshot) if snapshot is not None else None
+    if snap is not None and session.retract_count:
+        # Messages the agent retracted after the snapshot was taken are out of it too.
+        gone = set(
+            Message.objects.filter(
+                session=session,
+                seq__gte=snapshot.window_start_seq,
+                seq__lte=snapshot.through_seq,
+                retracted_at__isnull=False,
+            ).values_list("seq", flat=True)
+        )
+        if gone:
+            snap["messages"] = [m for m in snap["messages"] if m.get("seq") not in gone]
     return {
         "session_id": session.external_id,
         "snapshot": snap,

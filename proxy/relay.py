@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -48,6 +49,7 @@ class Call:
     prepared: Prepared
     converted: Any  # the client's request, converted (for a rebuild after an overflow)
     strip_usage: bool = False  # the usage chunk was the proxy's ask, not the client's
+    started_ns: int = 0  # when the current upstream round began (the call's span starts there)
 
 
 def json_or_none(raw: bytes) -> Any:
@@ -63,12 +65,17 @@ def _ours(response: HttpResponse | StreamingHttpResponse, prepared: Prepared) ->
 
 
 def _record_closing(
-    session: Session, dialect: Dialect, reply: Reply, final_tool: str | None
+    session: Session, dialect: Dialect, reply: Reply, final_tool: str | None, started_ns: int
 ) -> None:
     """Store a reply from outside the request's thread, then close that thread's connections."""
     try:
         session_record_reply(
-            session=session, dialect=dialect, reply=reply, response=None, final_tool=final_tool
+            session=session,
+            dialect=dialect,
+            reply=reply,
+            response=None,
+            final_tool=final_tool,
+            started_ns=started_ns,
         )
     except Exception:
         logger.exception("proxy: could not store the reply of session %s", session.pk)
@@ -89,6 +96,7 @@ async def forward(call: Call) -> HttpResponse | StreamingHttpResponse:
     overflowed, rounds = False, 0
     while True:
         body = _upstream_body(call, streaming)
+        call.started_ns = time.time_ns()
         response = await open_call("POST", url, headers=call.headers, json=body)
         if response.status_code >= 300:
             raw = await read_body(response)
@@ -120,6 +128,7 @@ async def forward(call: Call) -> HttpResponse | StreamingHttpResponse:
             runnable=call.prepared.runnable,
             last_round=rounds >= MAX_ROUNDS,
             final_tool=call.prepared.final_tool,
+            started_ns=call.started_ns,
         )
         if recorded.again:
             call.prepared = await sync_to_async(rebuild)(
@@ -238,6 +247,7 @@ async def _relay(response: httpx.Response, call: Call) -> AsyncIterator[bytes]:
                 runnable=call.prepared.runnable,
                 last_round=rounds >= MAX_ROUNDS or reply.incomplete,
                 final_tool=call.prepared.final_tool,
+                started_ns=call.started_ns,
             )
             stored = True
             tail = relay.end_round(again=False) if relay is not None and not recorded.again else b""
@@ -254,6 +264,7 @@ async def _relay(response: httpx.Response, call: Call) -> AsyncIterator[bytes]:
             call.prepared = await sync_to_async(rebuild)(
                 prepared=call.prepared, dialect=dialect, converted=converted
             )
+            call.started_ns = time.time_ns()
             response = await open_call(
                 "POST",
                 dialect.upstream_url(call.path),
@@ -274,7 +285,11 @@ async def _relay(response: httpx.Response, call: Call) -> AsyncIterator[bytes]:
             # happens to this task (a thread of its own, not the request's).
             record = asyncio.ensure_future(
                 sync_to_async(_record_closing, thread_sensitive=False)(
-                    call.prepared.session, dialect, accumulator.result(), call.prepared.final_tool
+                    call.prepared.session,
+                    dialect,
+                    accumulator.result(),
+                    call.prepared.final_tool,
+                    call.started_ns,
                 )
             )
             try:

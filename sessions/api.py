@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 from django.db import transaction
 from django.http import HttpResponse
@@ -10,6 +10,7 @@ from ninja import Body, Header, Query, Router, Schema, Status
 from pydantic import Field
 
 from contextsvc import nul
+from contextsvc.errors import ValidationFailed
 from contextsvc.http import json_response
 from contextsvc.openapi import ErrorOut, declare_errors
 
@@ -21,6 +22,7 @@ from .schemas import (
     MAX_ID,
     MAX_TOKENS,
     AppendIn,
+    RetractIn,
     SectionIn,
     SessionCreateIn,
     SessionPatchIn,
@@ -33,6 +35,8 @@ from .schemas_out import (
     BuiltinToolResultOut,
     BuiltinToolsOut,
     ContextCallListOut,
+    DeletedOut,
+    RetractOut,
     SectionsOut,
     SessionListOut,
     SessionOut,
@@ -40,6 +44,7 @@ from .schemas_out import (
     UsageOut,
 )
 from .services.append import session_append_messages
+from .services.delete import session_delete
 from .services.idempotency import request_fingerprint
 from .services.inputs import (
     MessageData,
@@ -49,6 +54,8 @@ from .services.inputs import (
     ToolData,
     UsageData,
 )
+from .services.native import native_messages
+from .services.retract import retract_fingerprint, session_retract_messages
 from .services.sessions import session_create, session_set_sections, session_update
 from .services.tools import session_set_tools
 from .services.usage import session_record_usage
@@ -105,6 +112,13 @@ def patch_session(request: ApiRequest, sid: str, payload: SessionPatchIn) -> dic
         return selectors.session_to_dict(session)
 
 
+@router.delete("/sessions/{sid}", response=DeletedOut)
+def delete_session(request: ApiRequest, sid: str) -> dict[str, Any]:
+    """Delete the session with its transcript, outputs, snapshots, runs and proxy state."""
+    session_delete(session=_session(request, sid))
+    return {"id": sid, "deleted": True}
+
+
 @router.put("/sessions/{sid}/system", response=SectionsOut)
 def put_system(request: ApiRequest, sid: str, payload: list[SectionIn]) -> dict[str, Any]:
     sections = [cast(SectionData, s.model_dump()) for s in payload]
@@ -122,16 +136,29 @@ def put_tools(request: ApiRequest, sid: str, payload: list[ToolDefIn]) -> dict[s
     }
 
 
+class AppendQuery(Schema):
+    format: Literal["anthropic", "openai", "responses"] | None = Field(
+        None,
+        description="Post messages as the agent holds them for this provider (default: "
+        "the service's own shape): Anthropic Messages, OpenAI Chat Completions messages, "
+        "or OpenAI Responses input items",
+    )
+
+
 @router.post("/sessions/{sid}/messages", response={200: AppendOut, 409: ErrorOut})
 def post_messages(
     request: ApiRequest,
     sid: str,
     payload: AppendIn,
+    q: Query[AppendQuery],
     idempotency_key: str | None = Header(None, alias="Idempotency-Key", max_length=200),
 ) -> HttpResponse:
     nul.reject_in_text(idempotency_key, "Idempotency-Key")
     session = _session(request, sid)
-    messages = cast(list[MessageData], [m.model_dump() for m in payload.messages])
+    if q.format is not None:
+        messages = native_messages(q.format, payload.messages)
+    else:
+        messages = cast(list[MessageData], [m.model_dump() for m in payload.messages])
     # Pre-rendered like the context: the hot path skips re-validating its own
     # answer against AppendOut (~55 µs); the contract tests hold it to the schema.
     return json_response(
@@ -141,6 +168,30 @@ def post_messages(
             idempotency_key=idempotency_key,
             fingerprint=request_fingerprint(messages) if idempotency_key else "",
         )
+    )
+
+
+@router.post("/sessions/{sid}/messages/retract", response={200: RetractOut, 409: ErrorOut})
+def retract_messages(
+    request: ApiRequest,
+    sid: str,
+    payload: RetractIn,
+    idempotency_key: str | None = Header(None, alias="Idempotency-Key", max_length=200),
+) -> dict[str, Any]:
+    """Take the last messages out of the live window; they stay in the transcript, retracted."""
+    nul.reject_in_text(idempotency_key, "Idempotency-Key")
+    if (payload.last is None) == (payload.from_seq is None):
+        field = "from_seq" if payload.last is not None else "last"
+        raise ValidationFailed(
+            "Give exactly one of last (the last N live messages) or from_seq",
+            details={"field": field},
+        )
+    return session_retract_messages(
+        session=_session(request, sid),
+        last=payload.last,
+        from_seq=payload.from_seq,
+        idempotency_key=idempotency_key,
+        fingerprint=retract_fingerprint(payload.last, payload.from_seq) if idempotency_key else "",
     )
 
 

@@ -59,6 +59,10 @@ WindowEvents = Callable[["Session"], list[WindowEvent]]
 # A panel in the dashboard's session inspector: a template (a named partial)
 # and its context (compaction: the Compact form and the run under way).
 InspectorPanel = Callable[["Session"], tuple[str, dict[str, Any]]]
+# Runs in the transaction that deletes a session, before its row is locked:
+# compaction locks the session's runs first, in the order its apply takes them
+# (run, then session), so a delete and a finishing run cannot deadlock.
+BeforeDelete = Callable[["Session"], None]
 # A built-in tool's handler: the session and the model's arguments → its result.
 ToolHandler = Callable[["Session", dict[str, Any]], dict[str, Any]]
 
@@ -84,6 +88,7 @@ class Extensions:
     tool_deferral: list[ToolDeferral] = field(default_factory=list)
     window_events: list[WindowEvents] = field(default_factory=list)
     inspector_panels: list[InspectorPanel] = field(default_factory=list)
+    before_delete: list[BeforeDelete] = field(default_factory=list)
     tools: dict[str, BuiltinTool] = field(default_factory=dict)
 
     def register_tool(self, definition: ToolDef, handler: ToolHandler) -> None:

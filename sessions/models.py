@@ -160,6 +160,10 @@ class Session(models.Model):
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="side_sessions"
     )
 
+    # Retractions so far: a compaction computed before the latest one is stale
+    # (its plan still holds the retracted messages), so apply recomputes.
+    retract_count = models.PositiveIntegerField(default=0)
+
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.ACTIVE)
     final_reason = models.CharField(max_length=50, blank=True, default="")
     guard_status = models.CharField(max_length=10, default="ok")
@@ -206,6 +210,9 @@ class Message(models.Model):
     # Why and when the view became a placeholder: {reason, detail, at, tokens_before}.
     trim_info = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
+    # Taken out of the live window by the agent (an undone or retried turn):
+    # kept in the transcript for the record, never sent or counted again.
+    retracted_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [

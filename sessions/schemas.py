@@ -6,7 +6,15 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from contextsvc.engine.errors import EngineValidationError
 from contextsvc.engine.strategies.chain import validate_chain
@@ -322,8 +330,37 @@ class MessageIn(In):
         return self
 
 
+# ``?format=`` of POST /messages: the agent's own provider shape instead of MessageIn.
+NATIVE_FORMATS = ("anthropic", "openai", "responses")
+
+
 class AppendIn(In):
     messages: list[MessageIn]
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _native(cls, data: Any, handler: Any, info: ValidationInfo) -> Any:
+        # ninja validates the body before the handler sees ``?format=``; with a
+        # native format the list is left to the provider converters
+        # (``sessions.services.native``), which name the field in the agent's shape.
+        request = (info.context or {}).get("request")
+        fmt = request.GET.get("format") if request is not None else None
+        if fmt not in NATIVE_FORMATS:
+            return handler(data)
+        if not isinstance(data, dict) or not isinstance(data.get("messages"), list):
+            raise ValueError("messages: a list of messages in the named format is required")
+        unknown = set(data) - {"messages"}
+        if unknown:
+            raise ValueError(f"unknown field(s): {', '.join(sorted(unknown))}")
+        return cls.model_construct(messages=data["messages"])
+
+
+class RetractIn(In):
+    """Exactly one of ``last`` (the last N live messages) or ``from_seq`` (every live
+    message from that seq on); the service names the field when both or neither come."""
+
+    last: int | None = Field(None, ge=1, le=MAX_TURNS)
+    from_seq: int | None = Field(None, ge=1, le=MAX_SEQ)
 
 
 class UsageIn(In):

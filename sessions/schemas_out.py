@@ -159,6 +159,26 @@ class AppendOut(Out):
     budget: BudgetOut
 
 
+class DeletedOut(Out):
+    id: str
+    deleted: bool
+
+
+class RetractedOut(Out):
+    seq: int
+    role: Literal["user", "assistant", "tool", "system"]
+    token_count: int
+
+
+class RetractOut(Out):
+    session_id: str
+    retracted: list[RetractedOut] = Field(
+        ..., description="The messages taken out of the live window now (empty on a repeat)"
+    )
+    live_message_count: int
+    budget: BudgetOut
+
+
 class UsageOut(Out):
     total_tokens: int
     estimated_tokens: int
@@ -167,16 +187,22 @@ class UsageOut(Out):
 
 
 class ContextOut(Out):
-    """The provider request body (format anthropic, openai or raw) plus the budget.
+    """The provider request body (format anthropic, openai, responses or raw) plus the budget.
 
     ``system``, ``tools`` and the raw format's extra keys are present as the
-    format has them; ``messages`` items are in the format's own shape.
+    format has them; ``messages`` items are in the format's own shape. The
+    ``responses`` format has ``instructions``, ``input`` (Responses input
+    items) and ``max_output_tokens`` instead of ``system``, ``messages`` and
+    ``max_tokens``.
     """
 
     model: str
     max_tokens: int | None = None
+    max_output_tokens: int | None = None
     system: Any = None
-    messages: list[dict[str, Any]]
+    instructions: str | None = None
+    messages: list[dict[str, Any]] | None = None
+    input: list[dict[str, Any]] | None = None
     tools: list[dict[str, Any]] | None = None
     budget: AppBlocksOut
 

@@ -159,7 +159,9 @@ def live_messages(
     ``after_seq`` / ``through_seq`` bound the seqs read (the context cache
     reads only what was appended since).
     """
-    qs = Message.objects.filter(session=session, seq__gte=session.window_start_seq)
+    qs = Message.objects.filter(
+        session=session, seq__gte=session.window_start_seq, retracted_at__isnull=True
+    )
     if after_seq:
         qs = qs.filter(seq__gt=after_seq)
     if through_seq is not None:

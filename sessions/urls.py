@@ -13,6 +13,7 @@ urlpatterns = [
     path("", views.session_list, name="session_list"),
     path("sessions/<int:pk>/", views.session_detail, name="session_detail"),
     path("sessions/<int:pk>/budget/", views.session_budget, name="session_budget"),
+    path("sessions/<int:pk>/delete/", views.session_delete_view, name="session_delete"),
     path("sessions/<int:pk>/usage/", views.session_usage, name="session_usage"),
     path("sessions/<int:pk>/timeline/", views.session_timeline, name="session_timeline"),
     path("sessions/<int:pk>/messages/<int:seq>/", views.message_full, name="message_full"),

@@ -37,8 +37,10 @@ def _pick(value: Any) -> int:
 def map_path_parameters(context: Any, path_parameters: dict[str, Any] | None) -> Any:
     if not path_parameters:
         return path_parameters
+    # DELETE /sessions/{sid} gets a session of its own: the seeded ones stay for the rest.
+    deleting = getattr(context.operation, "method", "").upper() == "DELETE"
     for name, value in list(path_parameters.items()):
-        real = IDS.get(name)
+        real = IDS.get("delete_sid") if deleting and name == "sid" else IDS.get(name)
         pick = _pick(value)
         if real and pick % 5:
             path_parameters[name] = real[pick % len(real)]

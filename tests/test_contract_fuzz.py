@@ -116,7 +116,9 @@ def _seed(base: str, raw_key: str) -> dict[str, list[str]]:
         runs.append(run["run_id"])
         snapshots.extend(str(s["id"]) for s in call("GET", f"/sessions/{sid}/snapshots")["items"])
     names = [t["name"] for t in call("GET", "/tools")["anthropic"]]
+    doomed = call("POST", "/sessions", json={"model": "claude-sonnet-4-5", "agent": "doomed"})
     return {
+        "delete_sid": [doomed["id"]],
         "sid": sids,
         "ref": refs,
         "run_id": runs,

@@ -53,7 +53,13 @@ def apply_plan(
             logger.info("compaction run %s: attempt %s superseded, not applying", run.pk, attempt)
             return run
         session = hotpath.lock_session(run.session_id)
-        if (session.window_start_seq, session.retain, session.summary) != plan.base:
+        now_base = (
+            session.window_start_seq,
+            session.retain,
+            session.summary,
+            session.retract_count,
+        )
+        if now_base != plan.base:
             raise WindowChanged
         before_used = accounting.compute_budget(session).budget.used
         shrinks = result.changed and result.result.after_tokens < result.result.before_tokens

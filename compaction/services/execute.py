@@ -14,9 +14,11 @@ from typing import Any
 from django.db import DatabaseError, transaction
 from django.utils import timezone
 
+from contextsvc import telemetry
 from contextsvc.engine.errors import EngineValidationError
 from contextsvc.engine.summarize import Summarizer, SummarizerError
 from contextsvc.errors import ServiceError
+from sessions.models import Session
 
 from .. import leases
 from ..models import CompactionRun
@@ -83,12 +85,52 @@ def compaction_execute(
         return CompactionRun.objects.filter(pk=run_id).first()
     run, attempt = claim
     with leases.Heartbeat(run.pk, attempt):
-        return _execute_claimed(run, attempt, can_retry=can_retry, summarizer=summarizer)
+        if not telemetry.enabled():
+            return _execute_claimed(run, attempt, can_retry=can_retry, summarizer=summarizer)
+        with telemetry.span("contextsvc.compaction", _run_attributes(run, attempt)) as span:
+            done = _execute_claimed(run, attempt, can_retry=can_retry, summarizer=summarizer)
+            _trace_result(span, done)
+            return done
+
+
+def _run_attributes(run: CompactionRun, attempt: int) -> dict[str, Any]:
+    session = Session.objects.filter(pk=run.session_id).only("external_id", "model", "provider")
+    found = session.first()
+    out: dict[str, Any] = {
+        "contextsvc.compaction.run_id": str(run.pk),
+        "contextsvc.compaction.trigger": run.trigger,
+        "contextsvc.compaction.attempt": attempt,
+    }
+    if found is not None:
+        out.update(telemetry.session_attributes(found, "contextsvc.compaction"))
+    return out
+
+
+def _trace_result(span: Any, run: CompactionRun | None) -> None:
+    """The run's outcome on its span, and the compaction event when the window shrank."""
+    if run is None:
+        span.set_attribute("contextsvc.compaction.status", "session_deleted")
+        return
+    span.set_attribute("contextsvc.compaction.status", run.status)
+    if run.status == Status.FAILED:
+        telemetry.set_error(span, run.error_code or "failed")
+    if run.status == Status.SUCCEEDED:
+        event = {
+            "contextsvc.compaction.changed": bool(run.changed),
+            "contextsvc.compaction.before_tokens": run.before_tokens or 0,
+            "contextsvc.compaction.after_tokens": run.after_tokens or 0,
+            "contextsvc.compaction.before_messages": run.before_msg_count or 0,
+            "contextsvc.compaction.after_messages": run.after_msg_count or 0,
+            "contextsvc.compaction.strategies": list(run.strategies_run or []),
+        }
+        if run.summarizer:
+            event[telemetry.REQUEST_MODEL] = run.model or ""
+        span.add_event(telemetry.COMPACTION_EVENT, event)
 
 
 def _execute_claimed(
     run: CompactionRun, attempt: int, *, can_retry: bool, summarizer: Summarizer | None
-) -> CompactionRun:
+) -> CompactionRun | None:
     started = time.perf_counter()
     cpu_started = time.thread_time()
     try:
@@ -116,6 +158,11 @@ def _execute_claimed(
             raise RetryableCompactionError(str(exc)) from exc
         compaction_mark_failed(run, attempt, "SERVICE_UNAVAILABLE", f"database: {exc}", started)
         raise
+    except (CompactionRun.DoesNotExist, Session.DoesNotExist):
+        # The session was deleted under the run (its rows with it): nothing to
+        # write, and nothing may be written — a save would bring it back.
+        logger.info("compaction run %s: its session was deleted, stopping", run.pk)
+        return None
     except Exception as exc:
         compaction_mark_failed(
             run, attempt, "INTERNAL_ERROR", f"{type(exc).__name__}: {exc}", started

@@ -80,3 +80,17 @@ def compact_before_call(session: Session, state: accounting.BudgetState) -> bool
 def context_note(session: Session, state: accounting.BudgetState) -> str | None:
     """``REGISTRY.context_notes``: spec 002 §7's non-cacheable note above 80 % usage."""
     return usage_note(state.budget.used, state.budget.effective_window)
+
+
+def lock_runs_before_delete(session: Session) -> None:
+    """``REGISTRY.before_delete``: lock the session's unfinished runs before its row.
+
+    The apply takes the run row, then the session row; the delete takes them
+    in the same order, so one waits for the other instead of deadlocking. An
+    apply that comes after finds its run gone and writes nothing.
+    """
+    list(
+        CompactionRun.objects.select_for_update()
+        .filter(session_id=session.pk, status__in=CompactionRun.ACTIVE)
+        .values_list("pk", flat=True)
+    )

@@ -48,7 +48,8 @@ class CompactionPlan:
     """A computed compaction: the window it started from and the chain's result."""
 
     through_seq: int
-    base: tuple[int, str, str]
+    # (window start, retain, summary, retract count): apply recomputes when it moved.
+    base: tuple[int, str, str, int]
     window: Window
     result: ChainResult
     counter: TokenCounter
@@ -90,7 +91,7 @@ def compute_plan(run: CompactionRun, summarizer: Summarizer | None) -> Compactio
     t0 = time.perf_counter()
     session = Session.objects.get(pk=run.session_id)
     through = session.last_seq
-    base = (session.window_start_seq, session.retain, session.summary)
+    base = (session.window_start_seq, session.retain, session.summary, session.retract_count)
     messages = selectors.window_messages(
         session, start_seq=session.window_start_seq, through_seq=through
     )

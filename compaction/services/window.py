@@ -132,9 +132,9 @@ def set_window(
     session.summary = summary
     session.summary_tokens = counter.messages(preamble(retain, summary))
     session.window_start_seq = start_seq
-    agg = Message.objects.filter(session=session, seq__gte=start_seq).aggregate(
-        tokens=Sum("token_count"), n=Count("id")
-    )
+    agg = Message.objects.filter(
+        session=session, seq__gte=start_seq, retracted_at__isnull=True
+    ).aggregate(tokens=Sum("token_count"), n=Count("id"))
     session.conversation_tokens = agg["tokens"] or 0
     session.live_message_count = agg["n"] or 0
     state = accounting.compute_budget(session)

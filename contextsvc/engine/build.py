@@ -25,14 +25,13 @@ instruction and the request stays valid.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .messages import Message, PromptSection, ToolDef
-from .parts import anthropic_part, openai_part
 from .prompt import MAX_BREAKPOINTS, CachePlan, plain_concatenation, split_sections
+from .providers.history import anthropic_content, openai_message
 from .providers.openai_responses_build import responses_body
 from .wellformed import well_formed
 
@@ -126,40 +125,6 @@ def _plan(parts: ContextParts) -> CachePlan | None:
 # --- anthropic ---------------------------------------------------------------
 
 
-def _anthropic_content(msg: Message) -> list[dict[str, Any]]:
-    blocks: list[dict[str, Any]] = []
-    if msg.role == "tool":
-        content: Any = msg.context_text if msg.context_text.strip() else "(no output)"
-        if msg.view is None and isinstance(msg.content, list) and msg.media_count:
-            # Blocks other than text (images, a client tool search's tool
-            # references) only work as blocks; empty texts are left out.
-            content = [
-                {"type": "text", "text": p["text"]} if p.get("type", "text") == "text" else dict(p)
-                for p in msg.content
-                if p.get("type", "text") != "text" or str(p.get("text") or "").strip()
-            ]
-        # The API rejects an empty or whitespace-only text.
-        blocks.append({"type": "tool_result", "tool_use_id": msg.tool_call_id, "content": content})
-        return blocks
-    if msg.view is None and isinstance(msg.content, list):
-        for part in msg.content:
-            kind = part.get("type", "text")
-            if kind == "text":
-                if str(part.get("text") or "").strip():
-                    blocks.append({"type": "text", "text": part["text"]})
-            elif (block := anthropic_part(part)) is not None:
-                blocks.append(block)
-    elif msg.context_text.strip():
-        # The API rejects empty (and whitespace-only) text blocks, so an
-        # assistant turn that only calls tools carries tool_use blocks alone.
-        blocks.append({"type": "text", "text": msg.context_text})
-    for call in msg.tool_calls:
-        blocks.append(
-            {"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments}
-        )
-    return blocks
-
-
 def system_reminder(msg: Message) -> str:
     """A system message as user text, for a model or a place that takes no system role."""
     return f"{SYSTEM_REMINDER_HEADER}\n{msg.context_text}"
@@ -169,7 +134,7 @@ def _anthropic_system(msg: Message, messages: list[dict[str, Any]], accepted: bo
     """Add a history ``system`` message in place; False when it must travel as user text."""
     if not accepted or not messages or messages[-1]["role"] not in ("user", "system"):
         return False
-    blocks = [b for b in _anthropic_content(msg) if b.get("type") == "text"]
+    blocks = [b for b in anthropic_content(msg)[0] if b.get("type") == "text"]
     if messages[-1]["role"] == "system":
         messages[-1]["content"].extend(blocks)
     else:
@@ -181,21 +146,27 @@ def _anthropic(parts: ContextParts) -> dict[str, Any]:
     lay = layout(parts)
     plan = _plan(parts)
     messages: list[dict[str, Any]] = []
+    # Output messages that are one history message posted as a string (given back as one).
+    strings: set[int] = set()
     for msg in sent_history(parts):
         role = "assistant" if msg.role == "assistant" else "user"
+        as_string = False
         if msg.role == "system":
             if _anthropic_system(msg, messages, parts.mid_system):
                 continue
             content = [{"type": "text", "text": system_reminder(msg)}]
         else:
-            content = _anthropic_content(msg)
+            content, as_string = anthropic_content(msg)
         if not content:
             continue
         # Tool results and user text are both "user" turns for Anthropic; merging
         # consecutive same-role turns keeps strict alternation.
         if messages and messages[-1]["role"] == role:
             messages[-1]["content"].extend(content)
+            strings.discard(len(messages) - 1)
         else:
+            if as_string:
+                strings.add(len(messages))
             messages.append({"role": role, "content": content})
     if messages and messages[-1]["role"] == "assistant":
         # A last assistant turn is a prefill; the API rejects one ending in whitespace.
@@ -233,6 +204,11 @@ def _anthropic(parts: ContextParts) -> dict[str, Any]:
             messages[-1]["content"].append(final)
         else:
             messages.append({"role": "user", "content": [final]})
+    for i in strings:
+        # Alone in its turn and unmarked: the agent's own string form again.
+        blocks = messages[i]["content"]
+        if len(blocks) == 1 and set(blocks[0]) == {"type", "text"}:
+            messages[i]["content"] = blocks[0]["text"]
     body: dict[str, Any] = {
         "model": parts.model,
         "max_tokens": parts.max_output_tokens,
@@ -254,34 +230,8 @@ def _anthropic(parts: ContextParts) -> dict[str, Any]:
 
 
 def _openai_message(msg: Message) -> dict[str, Any]:
-    if msg.role == "tool":
-        return {"role": "tool", "tool_call_id": msg.tool_call_id, "content": msg.context_text}
-    if msg.role == "system":
-        # Chat Completions takes a system message anywhere, as text.
-        return {"role": "system", "content": msg.context_text}
-    if msg.view is None and isinstance(msg.content, list):
-        content: Any = [
-            {"type": "text", "text": p.get("text", "")} if p.get("type", "text") == "text" else q
-            for p in msg.content
-            if p.get("type", "text") == "text" or (q := openai_part(p, msg.role)) is not None
-        ] or ""
-    else:
-        content = msg.context_text
-    out: dict[str, Any] = {"role": msg.role, "content": content}
-    if msg.tool_calls:
-        out["content"] = content or None
-        out["tool_calls"] = [
-            {
-                "id": call.id,
-                "type": "function",
-                "function": {
-                    "name": call.name,
-                    "arguments": json.dumps(call.arguments, ensure_ascii=False),
-                },
-            }
-            for call in msg.tool_calls
-        ]
-    return out
+    # Chat Completions takes a system (or developer) message anywhere.
+    return openai_message(msg)
 
 
 def _openai(parts: ContextParts) -> dict[str, Any]:

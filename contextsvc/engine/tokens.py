@@ -118,7 +118,9 @@ def segment_bounds(text: str, size: int = SEGMENT_CHARS) -> list[tuple[int, int,
     start, n = 0, len(text)
     while n - start > size:
         end = start + size
-        found = _PIECE_BOUNDARY.search(text, max(start + 1, end - _BOUNDARY_SEARCH_CHARS), end + 1)
+        found = _PIECE_BOUNDARY.search(
+            text, max(start + 1, end - _BOUNDARY_SEARCH_CHARS), end + 1, concurrent=True
+        )
         cut = found.start() if found else end
         bounds.append((start, cut, found is None))
         start = cut

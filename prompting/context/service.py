@@ -8,6 +8,7 @@ from typing import Any
 
 from django.db import transaction
 
+from contextsvc import telemetry
 from sessions.models import Session
 from sessions.selectors import context_messages
 from sessions.services.preflight import session_context_preflight
@@ -41,6 +42,21 @@ def context_for_call(
     """
     started = time.perf_counter()
     check_format(fmt)
+    kw: dict[str, Any] = {"extra": extra, "preflight": preflight, "source": source}
+    if not telemetry.enabled():
+        return _context_for_call(session=session, fmt=fmt, started=started, **kw)
+    attributes = telemetry.session_attributes(session, "contextsvc.context")
+    with telemetry.span("contextsvc.context", {**attributes, "contextsvc.format": fmt}) as span:
+        body = _context_for_call(session=session, fmt=fmt, started=started, **kw)
+        budget = body["budget"]
+        span.set_attribute("contextsvc.context.tokens", budget["used"])
+        span.set_attribute("contextsvc.guard", budget["guard"]["status"])
+        return body
+
+
+def _context_for_call(
+    *, session: Session, fmt: str, extra: int, preflight: bool, source: str, started: float
+) -> dict[str, Any]:
     if preflight:
         session = session_context_preflight(session=session, extra=extra)
     messages = context_messages(session)

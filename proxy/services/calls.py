@@ -15,6 +15,7 @@ from typing import Any
 from django.db import transaction
 
 from compaction.services.sync import compaction_overflow
+from contextsvc import telemetry
 from contextsvc.engine.providers import anthropic as anthropic_format
 from contextsvc.engine.providers import openai_chat
 from contextsvc.engine.providers.common import Converted, Reply, attach_meta
@@ -293,6 +294,7 @@ def session_record_reply(
     runnable: frozenset[str] = frozenset(),
     last_round: bool = False,
     final_tool: str | None = None,
+    started_ns: int | None = None,
 ) -> Recorded:
     """Append the assistant's answer (marked if incomplete) and its usage; run its built-in calls.
 
@@ -307,6 +309,7 @@ def session_record_reply(
     message: dict[str, Any] = dict(reply.message)
     if reply.incomplete:
         message["content"] = attach_meta(message.get("content") or "", {"incomplete": True})
+    _trace_call(session, dialect, reply, started_ns)
     ours, theirs = split_calls(message.get("tool_calls") or (), runnable)
     if reply.incomplete:
         ours = []
@@ -336,6 +339,26 @@ def session_record_reply(
             echoed = dialect.client_message(seen, shown)
             client_view_add_reply(session=session, fingerprint=message_fingerprint(echoed))
     return Recorded(again=again, shown=shown)
+
+
+def _trace_call(session: Session, dialect: Dialect, reply: Reply, started_ns: int | None) -> None:
+    """The upstream call as a GenAI client span (``contextsvc.telemetry``), from its start."""
+    if not telemetry.enabled():
+        return
+    attributes: dict[str, Any] = {
+        **telemetry.session_attributes(session, "chat"),
+        telemetry.PROVIDER: "anthropic" if dialect.name == "anthropic" else "openai",
+        telemetry.RESPONSE_MODEL: reply.model,
+        telemetry.RESPONSE_ID: reply.id,
+        "gen_ai.response.finish_reasons": [reply.stop_reason] if reply.stop_reason else None,
+        "contextsvc.proxy.api": dialect.name,
+        "contextsvc.incomplete": reply.incomplete,
+        **telemetry.usage_attributes(reply.usage.to_dict()),
+    }
+    error = (reply.error or {}).get("message") if reply.error else None
+    telemetry.record_span(
+        f"chat {session.model}", attributes, start_ns=started_ns, error=error or None
+    )
 
 
 def _no_calls(reply: Reply) -> dict[str, Any]:

@@ -10,16 +10,18 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import HttpResponse, StreamingHttpResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils.safestring import SafeString
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django_htmx.http import HttpResponseClientRedirect
 
 from contextsvc.errors import ServiceError
 from sessions.extensions import REGISTRY
 from sessions.models import Session
 from sessions.outputs.read import output_iter_bytes
+from sessions.services.delete import session_delete
 from sessions.services.keys import agent_key_create, agent_key_revoke
 
 from . import charts
@@ -200,6 +202,26 @@ def key_revoke(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     if is_partial(request):
         return render(request, "sessions/keys.html#keys-panel", context)
     return render(request, "sessions/keys.html", context)
+
+
+# --- deleting a session ---------------------------------------------------------------
+
+
+@require_http_methods(["GET", "POST"])
+@operator_required
+def session_delete_view(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """GET: the confirmation (what will go); POST: delete, then back to the sessions list."""
+    session = session_for_operator(pk)
+    if request.method == "GET":
+        context = {"session": session, "confirm": True}
+        if is_partial(request):
+            return render(request, "sessions/detail.html#delete-panel", context)
+        return render(request, "sessions/delete.html", context)
+    session_delete(session=session)
+    target = reverse("dashboard:session_list")
+    if request.htmx:
+        return HttpResponseClientRedirect(target)
+    return redirect(target)
 
 
 # --- stored tool outputs ------------------------------------------------------------

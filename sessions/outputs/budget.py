@@ -58,7 +58,11 @@ def session_recount_tool_outputs(session: Session) -> None:
     The caller holds the session lock and saves the session.
     """
     live = Message.objects.filter(
-        session=session, role="tool", seq__gte=session.window_start_seq, output_ref__isnull=False
+        session=session,
+        role="tool",
+        seq__gte=session.window_start_seq,
+        output_ref__isnull=False,
+        retracted_at__isnull=True,
     )
     total = live.filter(view_state__in=TRIMMABLE_STATES).aggregate(t=Sum("token_count"))["t"]
     newest_trimmed = live.filter(view_state="trimmed").aggregate(s=Max("seq"))["s"]
@@ -82,6 +86,7 @@ def _stored_candidates(session: Session, placeholder: int) -> Iterator[TrimCandi
                 seq__gt=after,
                 view_state__in=TRIMMABLE_STATES,
                 output_ref__isnull=False,
+                retracted_at__isnull=True,
             )
             .order_by("seq")
             .values_list(*_FIELDS)[:_CANDIDATE_PAGE]

@@ -16,6 +16,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from contextsvc import telemetry
 from contextsvc.errors import ValidationFailed
 from sessions import hotpath, status
 from sessions.extensions import REGISTRY
@@ -113,7 +114,9 @@ def _answered_call_ids(session_pk: int, ids: list[str]) -> list[str]:
             cursor.execute(
                 f"SELECT {column} FROM {meta.db_table}"
                 f" WHERE {meta.get_field('session').column} = %s"
-                f" AND {column} IN ({', '.join(['%s'] * len(chunk))}) LIMIT 1",
+                f" AND {column} IN ({', '.join(['%s'] * len(chunk))})"
+                # A retracted result answers nothing: a retried turn may post it again.
+                f" AND {meta.get_field('retracted_at').column} IS NULL LIMIT 1",
                 [session_pk, *chunk],
             )
             found = [row[0] for row in cursor.fetchall()]
@@ -164,6 +167,26 @@ def session_append_messages(
     With an ``idempotency_key``, ``fingerprint`` is the batch's
     ``idempotency.request_fingerprint``.
     """
+    if not telemetry.enabled():
+        return _append(session, messages, idempotency_key, fingerprint)
+    attributes = telemetry.session_attributes(session, "contextsvc.append")
+    with telemetry.span("contextsvc.append", attributes) as span:
+        response = _append(session, messages, idempotency_key, fingerprint)
+        span.set_attribute("contextsvc.messages", len(response["messages"]))
+        span.set_attribute(
+            "contextsvc.tokens_added", sum(m["token_count"] for m in response["messages"])
+        )
+        span.set_attribute("contextsvc.context.tokens", response["budget"]["used"])
+        span.set_attribute("contextsvc.guard", response["budget"]["guard"]["status"])
+        return response
+
+
+def _append(
+    session: Session,
+    messages: Sequence[MessageData],
+    idempotency_key: str | None,
+    fingerprint: str,
+) -> dict[str, Any]:
     _check_batch_size(messages)
     if idempotency_key:
         replay = replayed_response(session, idempotency_key, fingerprint)

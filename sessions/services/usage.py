@@ -6,6 +6,7 @@ from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
 
+from contextsvc import telemetry
 from contextsvc.errors import ValidationFailed
 from sessions import accounting, hotpath, status
 from sessions.extensions import REGISTRY
@@ -41,7 +42,10 @@ def session_record_usage(
     if through < session.last_seq:
         later = (
             Message.objects.filter(
-                session=session, seq__gt=through, seq__gte=session.window_start_seq
+                session=session,
+                seq__gt=through,
+                seq__gte=session.window_start_seq,
+                retracted_at__isnull=True,
             ).aggregate(t=Sum("token_count"))["t"]
             or 0
         )
@@ -65,4 +69,7 @@ def session_record_usage(
     session.save()
     for hook in REGISTRY.after_append:
         transaction.on_commit(lambda hook=hook: hook(session, state, "usage"))
+    if telemetry.enabled():
+        # Counted once the report is kept (a rolled-back call was not recorded).
+        transaction.on_commit(lambda: telemetry.record_token_usage(session, usage))
     return report, state

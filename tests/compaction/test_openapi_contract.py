@@ -107,9 +107,21 @@ def test_every_answer_matches_its_declared_schema(document, alice, anon, session
         f"/sessions/{sid}/messages",
         {"messages": messages},
     )
+    call(
+        "POST",
+        "/api/v1/sessions/{sid}/messages",
+        f"/sessions/{sid}/messages?format=openai",
+        {"messages": [{"role": "user", "content": "and?"}]},
+    )
+    call(
+        "POST",
+        "/api/v1/sessions/{sid}/messages/retract",
+        f"/sessions/{sid}/messages/retract",
+        {"last": 1},
+    )
     call("POST", "/api/v1/sessions/{sid}/usage", f"/sessions/{sid}/usage", {"input_tokens": 9000})
     call("GET", "/api/v1/sessions/{sid}/budget", f"/sessions/{sid}/budget")
-    for fmt in ("anthropic", "openai", "raw"):
+    for fmt in ("anthropic", "openai", "raw", "responses"):
         call("GET", "/api/v1/sessions/{sid}/context", f"/sessions/{sid}/context", format=fmt)
     call("GET", "/api/v1/tools", "/tools")
     upload = call(
@@ -183,6 +195,7 @@ def test_every_answer_matches_its_declared_schema(document, alice, anon, session
     call("POST", "/api/v1/sessions", "/sessions", {"model": "m", "bogus": 1})  # 422
     call("POST", "/api/v1/sessions", "/sessions", {"model": "m", "id": other})  # 409
     call("GET", "/api/v1/sessions/{sid}/context", f"/sessions/{sid}/context", format="xml")
+    call("DELETE", "/api/v1/sessions/{sid}", f"/sessions/{other}")
     unauthorized = anon.get(f"{PREFIX}/sessions")
     _check(document, "GET", "/api/v1/sessions", unauthorized)
     assert unauthorized.status_code == 401

@@ -99,7 +99,10 @@ def budget_view(session: Session) -> BudgetView:
     state = accounting.compute_budget(session)
     budget = state.budget
     tool_agg = Message.objects.filter(
-        session=session, seq__gte=session.window_start_seq, role=Message.Role.TOOL
+        session=session,
+        seq__gte=session.window_start_seq,
+        role=Message.Role.TOOL,
+        retracted_at__isnull=True,
     ).aggregate(tokens=Sum("token_count"), n=Count("id"))
     tool_out = min(int(tool_agg["tokens"] or 0), budget.conversation)
     last_report = UsageReport.objects.filter(session=session).order_by("-id").first()

@@ -41,6 +41,7 @@ class TimelineMessage:
     created_at: datetime
     compacted: bool  # before the live window: summarised away
     has_parts: bool
+    retracted: bool = False  # taken out of the window by the agent (kept for the record)
 
     @property
     def badges(self) -> list[str]:
@@ -51,6 +52,8 @@ class TimelineMessage:
             out.append("stored")
         if self.compacted:
             out.append("summarised")
+        if self.retracted:
+            out.append("retracted")
         return out
 
     @property
@@ -139,6 +142,7 @@ def _timeline_values(qs: QuerySet[Message]) -> QuerySet:
         "token_count",
         "created_at",
         "parts",
+        "retracted_at",
     )
 
 
@@ -173,6 +177,7 @@ def _to_timeline(row: dict[str, Any], window_start: int) -> TimelineMessage:
         created_at=row["created_at"],
         compacted=row["seq"] < window_start,
         has_parts=row["parts"] is not None,
+        retracted=row["retracted_at"] is not None,
     )
 
 

@@ -8,7 +8,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("agent_sessions", "0006_session_parent"),
+        ("agent_sessions", "0007_retract"),
     ]
 
     operations = [
