@@ -14,7 +14,7 @@ from contextsvc.errors import ValidationFailed
 from contextsvc.http import json_response
 from contextsvc.openapi import ErrorOut, declare_errors
 
-from . import builtin_tools, selectors
+from . import builtin_tools, selectors, selectors_calls
 from .accounting import compute_budget
 from .auth import ApiRequest
 from .models import AgentKey, Session
@@ -34,6 +34,7 @@ from .schemas_out import (
     BudgetDetailOut,
     BuiltinToolResultOut,
     BuiltinToolsOut,
+    ContextCallListOut,
     DeletedOut,
     RetractOut,
     SectionsOut,
@@ -211,6 +212,23 @@ def get_budget(request: ApiRequest, sid: str, q: Query[BudgetQuery]) -> dict[str
     # deferral and degradations; compaction's auto-compaction and circuit breaker.
     out.update(selectors.app_budget_blocks(session))
     return out
+
+
+class CallListQuery(Schema):
+    cursor: int | None = Field(None, ge=1, le=MAX_ID)
+    limit: int = Field(50, ge=1, le=200)
+
+
+@router.get("/sessions/{sid}/calls", response=ContextCallListOut)
+def list_calls(request: ApiRequest, sid: str, q: Query[CallListQuery]) -> dict[str, Any]:
+    """One record per context build, newest first: what was sent, the guard, usage, cost."""
+    page, next_cursor = selectors_calls.context_call_page(
+        session=_session(request, sid), cursor=q.cursor, limit=q.limit
+    )
+    return {
+        "items": [selectors_calls.context_call_to_dict(c) for c in page],
+        "next_cursor": next_cursor,
+    }
 
 
 @router.post("/sessions/{sid}/usage", response=UsageOut)

@@ -210,6 +210,8 @@ class Message(models.Model):
     # verbatim above the summary, tool clearing leaves it.
     pinned = models.BooleanField(default=False)
     token_count = models.PositiveIntegerField()  # of the in-context form, computed once
+    # Why and when the view became a placeholder: {reason, detail, at, tokens_before}.
+    trim_info = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     # Taken out of the live window by the agent (an undone or retried turn):
     # kept in the transcript for the record, never sent or counted again.
@@ -338,3 +340,4 @@ class ToolOutputChunk(models.Model):
 
 
 from .models_audit import PolicyChange  # noqa: E402,F401  (one app, models in two modules)
+from .models_calls import ContextCall  # noqa: E402,F401  (one app, two modules)

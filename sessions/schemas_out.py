@@ -327,3 +327,46 @@ class ReleaseOut(Out):
     reserved_tokens: int
     can_execute: bool
     budget: BudgetOut
+
+
+# --- context-build records (GET /sessions/{sid}/calls) ----------------------------------
+
+
+class ContextCallOut(Out):
+    """One context build, as sent, completed by the usage report that followed it."""
+
+    id: int
+    source: str = Field(..., description="api (GET /context) or proxy")
+    format: str
+    model: str
+    created_at: datetime
+    first_seq: int
+    through_seq: int
+    message_count: int
+    guard_status: str
+    effective_window: int
+    compact_at: int
+    estimated_input: int = Field(..., description="'used' at build time (our estimate)")
+    components: dict[str, int]
+    breakdown: dict[str, Any] = Field(
+        ..., description="sections, tools (sent / deferred, per server), largest, placeholders"
+    )
+    breakpoints: list[dict[str, Any]] = Field(..., description="[{label, prefix_tokens}]")
+    cache_read_estimated: int
+    cache_write_estimated: int
+    build_ms: float
+    completed_at: datetime | None
+    reported_input: int | None = Field(..., description="uncached input, as reported")
+    reported_total_input: int | None = Field(..., description="input + cache reads + writes")
+    reported_output: int | None
+    cache_read: int | None
+    cache_write: int | None
+    cost_usd: float | None = Field(..., description="null when the model has no price")
+    cost_without_cache_usd: float | None
+    saved_usd: float | None
+    latency_ms: float | None = Field(..., description="from the build to the usage report")
+
+
+class ContextCallListOut(Out):
+    items: list[ContextCallOut]
+    next_cursor: int | None

@@ -7,7 +7,7 @@ both have a session "run-42". The sessions list searches by external id.
 
 from django.urls import path
 
-from .dashboard import views, views_find, views_policy
+from .dashboard import views, views_calls, views_find, views_policy
 
 urlpatterns = [
     path("", views.session_list, name="session_list"),
@@ -22,6 +22,10 @@ urlpatterns = [
     path("sessions/<int:pk>/outputs/<str:ref>/", views.output_view, name="output_view"),
     path("sessions/<int:pk>/outputs/<str:ref>/grep/", views.output_grep, name="output_grep"),
     path("sessions/<int:pk>/outputs/<str:ref>/raw/", views.output_raw, name="output_raw"),
+    path("sessions/<int:pk>/calls/", views_calls.session_calls, name="session_calls"),
+    path("sessions/<int:pk>/calls/at/", views_calls.session_call_at, name="session_call_at"),
+    path("sessions/<int:pk>/calls/<int:call_id>/", views_calls.session_call, name="session_call"),
+    path("cost/", views_calls.cost_overview, name="cost_overview"),
     path("keys/", views.key_list, name="key_list"),
     path("keys/<int:pk>/revoke/", views.key_revoke, name="key_revoke"),
 ]

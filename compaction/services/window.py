@@ -69,9 +69,10 @@ def set_message_views(
         return []
     rows = list(
         Message.objects.filter(session=session, seq__in=list(desired)).only(
-            "id", "seq", "view", "view_state", "token_count"
+            "id", "seq", "view", "view_state", "token_count", "trim_info"
         )
     )
+    now = timezone.now().isoformat()
     changes: list[ViewChange] = []
     changed_rows = []
     for row in rows:
@@ -90,6 +91,16 @@ def set_message_views(
                 new_tokens=tokens,
             )
         )
+        if state == "full":
+            row.trim_info = None
+        elif state != row.view_state:
+            # Why the placeholder (the inspector explains it); a restore puts "full" back.
+            row.trim_info = {
+                "reason": "compaction",
+                "detail": f"view {row.view_state} → {state} by a compaction",
+                "at": now,
+                "tokens_before": row.token_count,
+            }
         row.view, row.view_state, row.token_count = view, state, tokens
         changed_rows.append(row)
     if changed_rows:
@@ -98,11 +109,17 @@ def set_message_views(
         quote = connection.ops.quote_name
         sql = (
             f"UPDATE {quote(Message._meta.db_table)} SET {quote('view')} = %s,"
-            f" {quote('view_state')} = %s, {quote('token_count')} = %s WHERE {quote('id')} = %s"
+            f" {quote('view_state')} = %s, {quote('token_count')} = %s,"
+            f" {quote('trim_info')} = %s WHERE {quote('id')} = %s"
         )
+        prep = Message._meta.get_field("trim_info").get_db_prep_save
         with connection.cursor() as cursor:
             cursor.executemany(
-                sql, [(r.view, r.view_state, r.token_count, r.pk) for r in changed_rows]
+                sql,
+                [
+                    (r.view, r.view_state, r.token_count, prep(r.trim_info, connection), r.pk)
+                    for r in changed_rows
+                ],
             )
     return changes
 

@@ -15,6 +15,11 @@ from dataclasses import dataclass
 from contextsvc.engine.errors import EngineValidationError
 from contextsvc.engine.output_views import DEFAULT_TRIM_HYSTERESIS, ViewConfig
 
+# An output is worth trimming only when its placeholder frees at least this
+# many tokens (and at least the placeholder's own size): trimming a 234-byte
+# output to save ~20 tokens breaks the cached prefix for nothing.
+MIN_TRIM_SAVING = 64
+
 # spec 000 §1.3: budget = clamp(context_window * 0.25, 20_000, 60_000).
 BUDGET_RATIO = 0.25
 BUDGET_MIN = 20_000
@@ -55,6 +60,12 @@ class TrimCandidate:
 
     key: Hashable
     tokens: int
+    placeholder_tokens: int = 0  # what the placeholder replacing it costs
+
+    def worth_trimming(self, min_saving: int = 0) -> bool:
+        """Trimming must save at least what the placeholder costs, and ``min_saving``."""
+        saving = self.tokens - self.placeholder_tokens
+        return saving >= max(min_saving, self.placeholder_tokens)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +88,7 @@ def plan_trim(
     candidates: Iterable[TrimCandidate],
     *,
     hysteresis: float = DEFAULT_TRIM_HYSTERESIS,
+    min_saving: int = 0,
 ) -> TrimPlan:
     """spec 000 §1.7: which outputs to trim, oldest first.
 
@@ -85,7 +97,10 @@ def plan_trim(
     Nothing happens while ``total <= budget``. Over it, the oldest go until the
     total is at most ``(1 − hysteresis) × budget``, so the next trims are
     several outputs away (the prefix stays put). The newest output is never a
-    candidate: the model must see the result it just asked for.
+    candidate: the model must see the result it just asked for. An output
+    whose trim would save less than its placeholder costs (or less than
+    ``min_saving``; the service passes ``MIN_TRIM_SAVING``) is never trimmed:
+    it is skipped and stays counted.
     """
     if budget <= 0:
         raise EngineValidationError("The tool output budget must be positive", field="budget")
@@ -100,7 +115,7 @@ def plan_trim(
     held: TrimCandidate | None = None
     for candidate in candidates:
         # One-candidate lookahead: ``held`` is trimmable only once a newer one exists.
-        if held is not None:
+        if held is not None and held.worth_trimming(min_saving):
             trimmed.append(held.key)
             freed += held.tokens
             remaining -= held.tokens

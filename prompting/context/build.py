@@ -22,6 +22,7 @@ from sessions.selectors import context_messages
 
 from ..services.blocks import budget_blocks
 from ..services.cache import account_build
+from ..services.calls import breakpoint_labels, call_breakdown
 from ..services.policy import cache_profile
 from ..services.sections import PromptPlan, plain_plan, plan_prompt
 from ..services.selection import ToolPlan, plan_tools
@@ -138,6 +139,25 @@ def context_preview(session: Session, fmt: str, *, extra: int = 0) -> dict[str, 
     The figures are a build's (tool selection, cache estimate against the last
     recorded build); the sent tool tokens change on ``session`` in memory only.
     """
+    return _preview(session, fmt, extra=extra)[0]
+
+
+def context_preview_detail(session: Session, fmt: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``context_preview`` and its per-item breakdown, as a recorded call keeps it
+    (``ContextCall.breakdown``), plus the breakpoints in cache order and each
+    tool result's tokens by call id (what the context tab shows per block)."""
+    body, parts, tool_plan, prompt_plan = _preview(session, fmt)
+    detail = call_breakdown(session, parts, tool_plan, prompt_plan)
+    detail["breakpoints"] = breakpoint_labels(parts, prompt_plan, detail["sections"])
+    detail["result_tokens"] = {
+        m.tool_call_id: m.token_count or 0 for m in parts.messages if m.tool_call_id
+    }
+    return body, detail
+
+
+def _preview(
+    session: Session, fmt: str, *, extra: int = 0
+) -> tuple[dict[str, Any], ContextParts, ToolPlan, PromptPlan]:
     check_format(fmt)
     messages = context_messages(session)
     tool_plan = plan_tools(session, messages)
@@ -145,4 +165,4 @@ def context_preview(session: Session, fmt: str, *, extra: int = 0) -> dict[str, 
         session.tool_tokens = tool_plan.sent_tokens
     body, parts, prompt_plan = build_context(session, fmt, messages, tool_plan, extra=extra)
     body["budget"].update(account_build(session, fmt, parts, tool_plan, prompt_plan).blocks())
-    return body
+    return body, parts, tool_plan, prompt_plan

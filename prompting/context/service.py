@@ -3,7 +3,10 @@ enforces it (``GET /context`` and the overflow endpoint both answer with it)."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
+
+from django.db import transaction
 
 from contextsvc import telemetry
 from sessions.models import Session
@@ -12,13 +15,19 @@ from sessions.services.preflight import session_context_preflight
 from sessions.status import session_mark_final
 
 from ..services.cache import account_build, build_record_save
+from ..services.calls import context_call_record
 from ..services.selection import plan_tools, tools_record_plan
 from ..services.state import state_get_or_create
 from .build import build_context, check_format
 
 
 def context_for_call(
-    *, session: Session, fmt: str, extra: int = 0, preflight: bool = True
+    *,
+    session: Session,
+    fmt: str,
+    extra: int = 0,
+    preflight: bool = True,
+    source: str = "api",
 ) -> dict[str, Any]:
     """The body to send next, with its budget; the build is recorded.
 
@@ -28,20 +37,26 @@ def context_for_call(
     (spec 001 enforcement: the model is told to finish, so the session is).
     ``preflight=False`` when the caller has just compacted (the overflow
     endpoint): a second compaction could not make more room than that one.
+    Every build leaves a ``ContextCall`` (what was sent, as sent), which the
+    next usage report completes.
     """
+    started = time.perf_counter()
     check_format(fmt)
+    kw: dict[str, Any] = {"extra": extra, "preflight": preflight, "source": source}
     if not telemetry.enabled():
-        return _context_for_call(session=session, fmt=fmt, extra=extra, preflight=preflight)
+        return _context_for_call(session=session, fmt=fmt, started=started, **kw)
     attributes = telemetry.session_attributes(session, "contextsvc.context")
     with telemetry.span("contextsvc.context", {**attributes, "contextsvc.format": fmt}) as span:
-        body = _context_for_call(session=session, fmt=fmt, extra=extra, preflight=preflight)
+        body = _context_for_call(session=session, fmt=fmt, started=started, **kw)
         budget = body["budget"]
         span.set_attribute("contextsvc.context.tokens", budget["used"])
         span.set_attribute("contextsvc.guard", budget["guard"]["status"])
         return body
 
 
-def _context_for_call(*, session: Session, fmt: str, extra: int, preflight: bool) -> dict[str, Any]:
+def _context_for_call(
+    *, session: Session, fmt: str, extra: int, preflight: bool, source: str, started: float
+) -> dict[str, Any]:
     if preflight:
         session = session_context_preflight(session=session, extra=extra)
     messages = context_messages(session)
@@ -49,8 +64,22 @@ def _context_for_call(*, session: Session, fmt: str, extra: int, preflight: bool
     tools_record_plan(session, tool_plan)
     body, parts, prompt_plan = build_context(session, fmt, messages, tool_plan, extra=extra)
     built = account_build(session, fmt, parts, tool_plan, prompt_plan)
-    build_record_save(built)
-    body["budget"].update(built.blocks())
+    # One commit for the build's two writes (the state, the record): a second
+    # commit would cost a second WAL flush, the larger part of the record's price.
+    with transaction.atomic():
+        build_record_save(built)
+        body["budget"].update(built.blocks())
+        context_call_record(
+            session=session,
+            source=source,
+            fmt=fmt,
+            parts=parts,
+            tool_plan=tool_plan,
+            prompt_plan=prompt_plan,
+            budget=body["budget"],
+            record=built.record,
+            build_ms=(time.perf_counter() - started) * 1000,
+        )
     if body["budget"]["guard"]["status"] == "final":
         session_mark_final(session=session, reason="context")
     return body

@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from prompting.context.build import context_preview
+from prompting.context.build import context_preview, context_preview_detail
 from sessions.models import Session
 
 CONTEXT_PAGE = 25  # messages of the built body shown per page
@@ -24,6 +24,8 @@ class ContextBlock:
     text: str
     more_chars: int
     cache: str | None  # "ephemeral", "ephemeral · 1h", ... when the block carries a breakpoint
+    tokens: int | None = None
+    approx: bool = False  # tokens estimated as characters / 4 (exact counts are stored per item)
 
 
 @dataclass(slots=True)
@@ -47,11 +49,12 @@ class ContextView:
     messages: list[ContextMessage]
     total_messages: int
     start: int  # index of the first message shown
-    breakpoints: list[str]
+    breakpoints: list[dict[str, Any]]  # [{label, prefix_tokens}] in cache order
     budget: dict[str, Any]
     final_instruction: bool
     cache: dict[str, Any] | None = None
     deferral: dict[str, Any] | None = None
+    detail: dict[str, Any] | None = None  # the per-item breakdown (as a ContextCall keeps it)
 
 
 def _cut(text: str, limit: int = BLOCK_CHARS) -> tuple[str, int]:
@@ -115,56 +118,87 @@ def _openai_blocks(msg: dict[str, Any]) -> list[ContextBlock]:
     return blocks
 
 
+def _approx(text: str) -> int:
+    return -(-len(text) // 4)
+
+
+def _with_tokens(blocks: list[ContextBlock], results: dict[str, int]) -> None:
+    """Each block's tokens: a tool result's exact stored count, else characters / 4
+    (of the whole block, not the part displayed)."""
+    for block in blocks:
+        call_id = block.label.rsplit(" · ", 1)[-1] if block.kind == "tool_result" else None
+        if call_id is not None and call_id in results:
+            block.tokens = results[call_id]
+        else:
+            block.tokens, block.approx = -(-(len(block.text) + block.more_chars) // 4), True
+
+
 def context_view(
     session: Session, fmt: str, *, start: int | None = None, page: int = CONTEXT_PAGE
 ) -> ContextView:
     """The body ``GET /context`` returns, laid out for reading.
 
     Built by the same assembler the API's context service uses
-    (``context_preview``), so what the operator reads is byte for byte what the
-    agent gets; only the
-    display is cut (long blocks, messages shown a page at a time).
+    (``context_preview_detail``), so what the operator reads is byte for byte
+    what the agent gets; only the display is cut (long blocks, messages shown a
+    page at a time). System blocks carry their section's name and tokens, tools
+    their schema tokens, breakpoints their label and prefix in cache order.
     """
-    body = context_body(session, fmt)
+    body, detail = context_preview_detail(session, fmt)
     messages = body.get("messages") or []
+    sections = detail["sections"]
+    tool_tokens = {t["name"]: t["tokens"] for t in detail["tools"]["sent"]}
+    results = detail["result_tokens"]
     system: list[ContextBlock] = []
-    breakpoints: list[str] = []
     if fmt == "anthropic":
         for i, block in enumerate(body.get("system") or []):
-            text, more = _cut(block.get("text", ""))
-            cache = _cache_label(block)
-            system.append(ContextBlock("system", f"system[{i}]", text, more, cache))
-            if cache:
-                breakpoints.append(f"system[{i}]")
+            raw = block.get("text", "")
+            text, more = _cut(raw)
+            if i < len(sections):
+                label, tokens, approx = (
+                    f"system[{i}] · {sections[i]['name']}",
+                    sections[i]["tokens"],
+                    False,
+                )
+            else:
+                label, tokens, approx = f"system[{i}] · status notes", _approx(raw), True
+            system.append(
+                ContextBlock("system", label, text, more, _cache_label(block), tokens, approx)
+            )
     elif messages and messages[0].get("role") == "system":
-        text, more = _cut(messages[0].get("content") or "")
-        system.append(ContextBlock("system", "messages[0] · system", text, more, None))
+        raw = messages[0].get("content") or ""
+        text, more = _cut(raw)
+        names = ", ".join(s["name"] for s in sections)
+        total = sum(s["tokens"] for s in sections)
+        label = f"messages[0] · system ({names})" if names else "messages[0] · system"
+        system.append(
+            ContextBlock("system", label, text, more, None, total or _approx(raw), not total)
+        )
         messages = messages[1:]
 
     tools = []
-    for i, tool in enumerate(body.get("tools") or []):
+    for tool in body.get("tools") or []:
         fn = tool.get("function", tool)
         schema = fn.get("input_schema", fn.get("parameters", {}))
         text, more = _cut(f"{fn.get('description', '')}\n\n{_json(schema)}")
-        cache = _cache_label(tool)
-        tools.append(ContextBlock("tool", fn.get("name", "?"), text, more, cache))
-        if cache:
-            breakpoints.append(f"tools[{i}] ({fn.get('name')})")
+        name = fn.get("name", "?")
+        tools.append(
+            ContextBlock("tool", name, text, more, _cache_label(tool), tool_tokens.get(name))
+        )
 
-    offset = 1 if fmt == "openai" and system else 0
+    offset = (
+        1
+        if fmt == "openai" and body.get("messages") and body["messages"][0].get("role") == "system"
+        else 0
+    )
     total = len(messages)
-    for i, msg in enumerate(messages):
-        content = msg.get("content")
-        if isinstance(content, list) and any(
-            isinstance(b, dict) and "cache_control" in b for b in content
-        ):
-            breakpoints.append(f"messages[{i + offset}]")
     if start is None:
         start = max(0, total - page)
     start = min(max(0, start), total)
     shown = []
     for i, msg in enumerate(messages[start : start + page], start=start):
         blocks = _content_blocks(msg.get("content")) if fmt == "anthropic" else _openai_blocks(msg)
+        _with_tokens(blocks, results)
         shown.append(ContextMessage(index=i + offset, role=msg.get("role", "?"), blocks=blocks))
     return ContextView(
         fmt=fmt,
@@ -175,11 +209,12 @@ def context_view(
         messages=shown,
         total_messages=total,
         start=start,
-        breakpoints=breakpoints,
+        breakpoints=detail["breakpoints"] if fmt == "anthropic" else [],
         budget=body.get("budget", {}),
         final_instruction=bool(session.status == Session.Status.FINAL),
         cache=_cache_info(body.get("budget", {})),
         deferral=_deferral_info(body.get("budget", {})),
+        detail=detail,
     )
 
 

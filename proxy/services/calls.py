@@ -233,7 +233,7 @@ def _build(
     synced: Synced,
     runnable: frozenset[str],
 ) -> Prepared:
-    built = context_for_call(session=session, fmt=dialect.fmt)
+    built = context_for_call(session=session, fmt=dialect.fmt, source="proxy")
     budget = built.pop("budget")
     guard = budget["guard"]["status"]
     if guard == "final" and budget["estimated_tokens"] > budget["context_window"]:

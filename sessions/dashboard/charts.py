@@ -66,6 +66,8 @@ class Bar:
     trimmed: int = 0
     cache: list[Rect] = field(default_factory=list)
     cx: float = 0.0  # centre of the bar
+    total: int = 0  # the bar's "used" figure
+    call_id: int | None = None  # the ContextCall drawn; None when recomputed
 
     @property
     def mark_x(self) -> float:
@@ -108,6 +110,8 @@ class Chart:
     empty: bool
     per_bar: int = 1  # turns merged into one bar (peak kept)
     unit: str = "turn"  # or "LLM call" for one-task agent runs
+    # "…/calls/{}/": a bar drawn from a record opens "what was sent" in that call.
+    call_url: str = ""
 
     def bars_svg(self) -> SafeString:
         """The bars as SVG markup, built here rather than in the template: a
@@ -135,11 +139,21 @@ class Chart:
                 bar.flag_path,
             )
         trim = format_html('<path class="trim-mark" d="{}"/>', bar.trim_path) if bar.trimmed else ""
+        opens: SafeString | str = ""
+        if bar.call_id is not None and self.call_url:
+            opens = format_html(
+                ' hx-get="{}" hx-target="#call-detail" hx-swap="innerHTML show:top"',
+                self.call_url.format(bar.call_id),
+            )
         return format_html(
-            '<g class="bar{}" data-tip="{}">'
+            '<g class="bar{}{}" data-tip="{}" data-used="{}" data-call="{}"{}>'
             '<rect class="hit" x="{}" y="{}" width="{}" height="{}"/>{}{}{}</g>',
             " bar-now" if bar.now else "",
+            "" if bar.call_id is not None or bar.now else " bar-recomputed",
             bar.tip,
+            bar.total,
+            bar.call_id or "",
+            opens,
             bar.x,
             self.plot_top,
             bar.w,
@@ -166,9 +180,14 @@ def _nice_step(top: float, target_ticks: int = 4) -> float:
 
 def _tip(t: TurnUsage) -> str:
     seqs = f"seq {t.first_seq}" if t.first_seq == t.last_seq else f"seq {t.first_seq}–{t.last_seq}"
+    source = (
+        f"as sent (call #{t.call_id})"
+        if t.call_id is not None
+        else "recomputed from today's messages (no build recorded)"
+    )
     lines = [
         f"{t.label} · {seqs}",
-        f"Context ≈ {t.total:,} tokens",
+        f"Used ≈ {t.total:,} tokens, {source}",
         f"  prompt & tools {t.overhead:,} · summary {t.summary:,}",
         f"  conversation {t.conversation:,} · tool outputs {t.outputs:,}",
     ]
@@ -189,7 +208,7 @@ def _tip(t: TurnUsage) -> str:
     return "\n".join(lines)
 
 
-def usage_chart(series: UsageSeries) -> Chart:
+def usage_chart(series: UsageSeries, *, call_url: str = "") -> Chart:
     has_cache = series.has_cache
     height = HEIGHT + (CACHE_LANE if has_cache else 0)
     plot_top = PAD_TOP
@@ -283,6 +302,8 @@ def usage_chart(series: UsageSeries) -> Chart:
                 trimmed=t.trimmed,
                 cache=cache,
                 cx=round(x + bar_w / 2, 2),
+                total=t.total,
+                call_id=t.call_id,
             )
         )
 
@@ -310,4 +331,5 @@ def usage_chart(series: UsageSeries) -> Chart:
         unit=series.unit,
         empty=not bars_in,
         per_bar=max((b.last_turn - b.first_turn + 1 for b in bars_in), default=1),
+        call_url=call_url,
     )

@@ -27,6 +27,7 @@ from sessions.services.keys import agent_key_create, agent_key_revoke
 from . import charts
 from .forms import AgentKeyForm, SessionFilterForm, int_param
 from .http import HtmxHttpRequest, is_partial, operator_required
+from .selectors.calls import list_costs, meter_level
 from .selectors.detail import (
     budget_view,
     display_status,
@@ -40,9 +41,11 @@ from .selectors.outputs import (
     output_for_operator,
     output_grep_view,
     output_lines,
+    placeholder_info,
 )
 from .selectors.timeline import timeline_page
 from .selectors.usage import usage_over_turns
+from .views_calls import calls_context
 
 # --- sessions list ------------------------------------------------------------------
 
@@ -53,12 +56,15 @@ def session_list(request: HtmxHttpRequest) -> HttpResponse:
     form = SessionFilterForm(request.GET)
     filters = form.filters()
     page = session_page(filters)
+    costs = list_costs([s.pk for s in page.object_list])
     rows = [
         {
             "session": s,
             "status": display_status(s),
             "usage_pct": usage_pct(s),
+            "level": meter_level(s, display_status(s), usage_pct(s)),
             "usable": usable_tokens(s),
+            "cost": costs.get(s.pk),
         }
         for s in page.object_list
     ]
@@ -75,7 +81,9 @@ def session_list(request: HtmxHttpRequest) -> HttpResponse:
 
 def _usage_context(session: Session) -> dict[str, Any]:
     series = usage_over_turns(session)
-    return {"usage": series, "chart": charts.usage_chart(series)}
+    # The URL of call 0 with its id made a placeholder: one reverse() per chart.
+    call_url = reverse("dashboard:session_call", args=[session.pk, 0])[: -len("0/")] + "{}/"
+    return {"usage": series, "chart": charts.usage_chart(series, call_url=call_url)}
 
 
 def _panels(request: HtmxHttpRequest, session: Session) -> list[SafeString]:
@@ -91,12 +99,15 @@ def _panels(request: HtmxHttpRequest, session: Session) -> list[SafeString]:
 @operator_required
 def session_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     session = session_for_operator(pk)
+    budget = budget_view(session)
     context = {
         "session": session,
         "status": display_status(session),
-        "budget": budget_view(session),
+        "budget": budget,
+        "level": meter_level(session, display_status(session), budget.used_pct),
         "timeline": timeline_page(session),
         **_usage_context(session),
+        **calls_context(session),
         "panels": _panels(request, session),
     }
     return render(request, "sessions/detail.html", context)
@@ -110,10 +121,12 @@ def session_budget(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     Also carries the header's status and counters out of band, so one poll
     keeps the whole top of the page current."""
     session = session_for_operator(pk)
+    budget = budget_view(session)
     context = {
         "session": session,
         "status": display_status(session),
-        "budget": budget_view(session),
+        "budget": budget,
+        "level": meter_level(session, display_status(session), budget.used_pct),
         "oob": True,
         "seen_seq": int_param(request.GET.get("seen"), default=session.last_seq),
     }
@@ -218,7 +231,13 @@ def _output_context(request: HtmxHttpRequest, pk: int, ref: str) -> dict[str, An
     session = session_for_operator(pk)
     output = output_for_operator(session, ref)
     # ``m``: the message whose card hosts the viewer (one output may back several messages).
-    return {"session": session, "output": output, "m": int_param(request.GET.get("m"), default=0)}
+    m = int_param(request.GET.get("m"), default=0) or 0
+    return {
+        "session": session,
+        "output": output,
+        "m": m,
+        "placeholder": placeholder_info(session, output, m),
+    }
 
 
 @require_GET

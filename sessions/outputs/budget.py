@@ -11,10 +11,12 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from django.db.models import Max, Sum
+from django.utils import timezone
 
 from contextsvc.engine.messages import Message as EngineMessage
 from contextsvc.engine.output_fit import NEWEST_SHARE, head_tail_view
 from contextsvc.engine.output_trim import (
+    MIN_TRIM_SAVING,
     TrimCandidate,
     admit_outputs,
     plan_trim,
@@ -33,6 +35,7 @@ from .. import accounting
 from ..extensions import REGISTRY
 from ..models import Message, Session
 from .ingest import PreparedMessage
+from .store import new_ref
 
 # Views that still hold (part of) an output, so they count toward the tool
 # output budget and may be trimmed. "trimmed", "failed" and "cleared" do not.
@@ -76,7 +79,7 @@ def session_recount_tool_outputs(session: Session) -> None:
     session.tool_count_window_seq = session.window_start_seq
 
 
-def _stored_candidates(session: Session) -> Iterator[TrimCandidate]:
+def _stored_candidates(session: Session, placeholder: int) -> Iterator[TrimCandidate]:
     """Untrimmed outputs already stored, oldest first, a page at a time.
 
     Trimming is oldest first, so everything up to ``tool_trim_seq`` is already
@@ -97,10 +100,15 @@ def _stored_candidates(session: Session) -> Iterator[TrimCandidate]:
             .values_list(*_FIELDS)[:_CANDIDATE_PAGE]
         )
         for row in rows:
-            yield TrimCandidate(key=("stored", row), tokens=row[2])
+            yield TrimCandidate(key=("stored", row), tokens=row[2], placeholder_tokens=placeholder)
         if len(rows) < _CANDIDATE_PAGE:
             return
         after = rows[-1][1]
+
+
+def trim_info(reason: str, detail: str) -> dict[str, str]:
+    """Why and when a view was replaced by a placeholder (``Message.trim_info``)."""
+    return {"reason": reason, "detail": detail, "at": timezone.now().isoformat()}
 
 
 def _compaction_can_help(session: Session) -> bool:
@@ -218,12 +226,26 @@ def apply_tool_outputs(
     if config.budget_trim and total > budget and not (
         config.context_budget_tokens is None and _compaction_can_help(session)
     ):
-        fresh = (TrimCandidate(key=("batch", i), tokens=p.row["token_count"]) for i, p in batch)
+        # Placeholders differ only by their ref (same length), so one count serves all.
+        sample_ref = batch[0][1].row["output_ref"] if batch else new_ref()
+        placeholder = _placeholder_tokens(trimmed_view(sample_ref), None, None, session)
+        fresh = (
+            TrimCandidate(
+                key=("batch", i), tokens=p.row["token_count"], placeholder_tokens=placeholder
+            )
+            for i, p in batch
+        )
         plan = plan_trim(
             total,
             budget,
-            itertools.chain(_stored_candidates(session), fresh),
+            itertools.chain(_stored_candidates(session, placeholder), fresh),
             hysteresis=config.trim_hysteresis,
+            min_saving=MIN_TRIM_SAVING,
+        )
+        info = trim_info(
+            "budget",
+            f"tool outputs in context {total:,} > budget {budget:,} tokens; "
+            f"trimmed oldest first down to {plan.target:,}",
         )
         stored_updates: list[Message] = []
         for kind, item in plan.trimmed:
@@ -232,7 +254,13 @@ def apply_tool_outputs(
                 view = trimmed_view(ref)
                 new_tokens = _placeholder_tokens(view, call_id, name, session)
                 stored_updates.append(
-                    Message(pk=pk, view=view, view_state="trimmed", token_count=new_tokens)
+                    Message(
+                        pk=pk,
+                        view=view,
+                        view_state="trimmed",
+                        token_count=new_tokens,
+                        trim_info={**info, "tokens_before": tokens},
+                    )
                 )
                 effects.conversation_delta += new_tokens - tokens
                 session.tool_output_tokens -= tokens
@@ -243,13 +271,16 @@ def apply_tool_outputs(
                 p.row.update(
                     view=view,
                     view_state="trimmed",
+                    trim_info={**info, "tokens_before": p.row["token_count"]},
                     token_count=_placeholder_tokens(
                         view, p.row["tool_call_id"], p.row["name"], session
                     ),
                 )
                 effects.trimmed_seqs.append(first_seq + item)
         if stored_updates:
-            Message.objects.bulk_update(stored_updates, ["view", "view_state", "token_count"])
+            Message.objects.bulk_update(
+                stored_updates, ["view", "view_state", "token_count", "trim_info"]
+            )
         if effects.trimmed_seqs:
             session.tool_trim_seq = max(session.tool_trim_seq, max(effects.trimmed_seqs))
         session.conversation_tokens = max(
@@ -284,8 +315,15 @@ def apply_tool_outputs(
                     view, view_state = _fitted_view(session, state, p.message), "cut"
                     if view is None:
                         view, view_state = trimmed_view(row["output_ref"]), "trimmed"
+                    before = tokens
                     tokens = _placeholder_tokens(view, row["tool_call_id"], row["name"], session)
-                    row.update(view=view, view_state=view_state, token_count=tokens)
+                    reason = "would overflow the window; compaction makes room"
+                    row.update(
+                        view=view,
+                        view_state=view_state,
+                        token_count=tokens,
+                        trim_info={**trim_info("overflow", reason), "tokens_before": before},
+                    )
                     session.conversation_tokens = base + running + tokens
                     if accounting.compute_budget(session).guard.status == "final":
                         effects.overflow_seqs.append(first_seq + i)

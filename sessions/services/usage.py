@@ -12,6 +12,7 @@ from sessions import accounting, hotpath, status
 from sessions.extensions import REGISTRY
 from sessions.models import Message, Session, UsageReport
 
+from .calls import context_call_complete
 from .inputs import UsageData
 
 
@@ -59,6 +60,7 @@ def session_record_usage(
         total_tokens=total,
         estimated_tokens=estimated_then,
     )
+    context_call_complete(session=session, usage=usage, through_seq=through)
     session.reported_total = total
     session.reported_through_seq = through
     session.estimated_at_report = estimated_then

@@ -186,6 +186,9 @@ def test_every_answer_matches_its_declared_schema(document, alice, anon, session
             f"/sessions/{sid}/overflow?format={fmt}",
             {"detail": "prompt is too long"},
         )
+    # One record per context build above (three formats, two overflows), newest first.
+    records = call("GET", "/api/v1/sessions/{sid}/calls", f"/sessions/{sid}/calls", limit=2)
+    assert len(records.json()["items"]) == 2 and records.json()["next_cursor"]
 
     # The errors, in the one body.
     call("GET", "/api/v1/sessions/{sid}", "/sessions/nope")  # 404

@@ -10,6 +10,7 @@ from contextsvc.engine.build import ContextParts, build_request
 from contextsvc.engine.errors import EngineValidationError
 from contextsvc.engine.messages import Message, ToolCall, ToolDef
 from contextsvc.engine.output_trim import (
+    MIN_TRIM_SAVING,
     TrimCandidate,
     plan_trim,
     tool_output_budget,
@@ -421,3 +422,37 @@ def test_derived_trim_budget_is_capped_at_half_the_effective_window():
     assert tool_output_budget(ViewConfig(), 128_000, 128_000 - 32_000 - 8_192) == 32_000
     # an explicit budget is taken as given
     assert tool_output_budget(ViewConfig(context_budget_tokens=30_000), 16_000, 13_000) == 30_000
+
+
+def test_an_output_smaller_than_its_placeholder_saves_is_never_trimmed():
+    # The case: a 234-byte output (~60 tokens) behind a ~20-token placeholder
+    # would save ~40 tokens: below MIN_TRIM_SAVING, so it stays and the next goes.
+    small = TrimCandidate(key="small", tokens=60, placeholder_tokens=20)
+    big = TrimCandidate(key="big", tokens=900, placeholder_tokens=20)
+    newest = TrimCandidate(key="new", tokens=500, placeholder_tokens=20)
+    plan = plan_trim(1_460, 1_000, [small, big, newest], min_saving=MIN_TRIM_SAVING)
+    assert plan.trimmed == ("big",)
+    assert plan.freed == 900 and plan.total_after == 560
+    # Saving less than the placeholder's own size is refused too.
+    tiny = TrimCandidate(key="t", tokens=150, placeholder_tokens=80)
+    assert not tiny.worth_trimming(0) and not small.worth_trimming(MIN_TRIM_SAVING)
+    assert big.worth_trimming(MIN_TRIM_SAVING)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    tokens=st.lists(st.integers(0, 400), max_size=30),
+    placeholder=st.integers(0, 60),
+    budget=st.integers(1, 2000),
+)
+def test_trim_never_targets_an_output_smaller_than_its_placeholder_saves(
+    tokens, placeholder, budget
+):
+    candidates = [
+        TrimCandidate(key=i, tokens=t, placeholder_tokens=placeholder) for i, t in enumerate(tokens)
+    ]
+    plan = plan_trim(sum(tokens), budget, candidates, min_saving=MIN_TRIM_SAVING)
+    for key in plan.trimmed:
+        assert tokens[key] - placeholder >= max(MIN_TRIM_SAVING, placeholder)
+    assert plan.freed == sum(tokens[k] for k in plan.trimmed)
+    assert len(tokens) - 1 not in plan.trimmed or not tokens

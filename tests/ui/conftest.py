@@ -59,10 +59,12 @@ def build_session(
     usage: bool = True,
     window: int = 32_000,
     user_text: str | None = None,
+    builds: bool = False,
 ) -> Any:
     """A session as an agent loop posts it: per turn a user message, assistant
     tool calls with their results, a final assistant answer, and (optionally)
-    the provider's usage report."""
+    the provider's usage report. With ``builds``, the context is fetched after
+    each turn (one ContextCall per turn, completed by the usage report)."""
     from sessions.models import Session
     from sessions.services.append import session_append_messages
     from sessions.services.sessions import session_create, session_set_sections
@@ -130,7 +132,17 @@ def build_session(
             batch.append(
                 {"role": "tool", "tool_call_id": call_id, "content": tool_output(tool_lines)}
             )
-        batch.append({"role": "assistant", "content": f"Module {t} fixed."})
+        answer = {"role": "assistant", "content": f"Module {t} fixed."}
+        if builds:
+            # The request that produced the turn's answer: built after its tool results.
+            from prompting.context.service import context_for_call
+
+            session_append_messages(session=session, messages=batch)
+            session.refresh_from_db()
+            context_for_call(session=session, fmt="anthropic", preflight=False)
+            batch = [answer]
+        else:
+            batch.append(answer)
         session_append_messages(session=session, messages=batch)
         if usage:
             session.refresh_from_db()

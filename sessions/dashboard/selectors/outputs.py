@@ -7,15 +7,17 @@ agent can read.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import regex
 from django.http import Http404
 
-from sessions.models import Session, ToolOutput
+from sessions.models import Message, Session, ToolOutput
 from sessions.outputs.grep import output_grep
 from sessions.outputs.read import CUT_MARK, output_slice
 
@@ -138,3 +140,80 @@ def output_grep_view(
             groups[-1].append(GrepLine(number=number, segments=segments, is_match=is_match))
         printed = fresh[-1][0]
     return {**result, "groups": groups}
+
+
+# --- what a placeholder stands for ---------------------------------------------------------
+
+_SHOWING = re.compile(r"showing lines 1-([\d,]+) of")
+_ALL_SHOWN = re.compile(r"all ([\d,]+) lines shown")
+
+
+@dataclass(frozen=True, slots=True)
+class PlaceholderInfo:
+    """A message's in-context view of a stored output, explained: the original
+    sizes, what the view costs, why and when it was replaced, and (cut views)
+    how many leading lines the model saw."""
+
+    seq: int
+    state: str  # full, cut, offloaded, trimmed, cleared, failed
+    byte_size: int
+    line_count: int
+    tokens_before: int | None  # the output's view tokens before it was trimmed
+    tokens_estimated: bool  # tokens_before is bytes/4 (trimmed before this was recorded)
+    view_tokens: int
+    reason: str
+    detail: str
+    at: datetime | None
+    seen_lines: int | None  # None: not a cut view
+
+    @property
+    def saved(self) -> int | None:
+        return None if self.tokens_before is None else max(0, self.tokens_before - self.view_tokens)
+
+
+def seen_lines(view: str | None, line_count: int) -> int | None:
+    """How many leading lines a cut view showed (from its notice, spec 000 §1.6)."""
+    if not view:
+        return None
+    if m := _SHOWING.search(view):
+        return int(m.group(1).replace(",", ""))
+    if _ALL_SHOWN.search(view):
+        return line_count
+    if "no lines shown" in view:
+        return 0
+    return None
+
+
+def _when(value: Any) -> datetime | None:
+    try:
+        return datetime.fromisoformat(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+
+
+def placeholder_info(session: Session, output: ToolOutput, seq: int) -> PlaceholderInfo | None:
+    """The view of ``output`` in message ``seq``, when that message holds it: 1 query."""
+    if not seq:
+        return None
+    msg = (
+        Message.objects.filter(session=session, seq=seq, output_ref=output.ref)
+        .only("seq", "view", "view_state", "token_count", "trim_info")
+        .first()
+    )
+    if msg is None or msg.view_state == "full":
+        return None
+    info = msg.trim_info or {}
+    before = info.get("tokens_before")
+    return PlaceholderInfo(
+        seq=msg.seq,
+        state=msg.view_state,
+        byte_size=output.byte_size,
+        line_count=output.line_count,
+        tokens_before=before if before is not None else -(-output.byte_size // 4),
+        tokens_estimated=before is None,
+        view_tokens=msg.token_count,
+        reason=str(info.get("reason") or ""),
+        detail=str(info.get("detail") or ""),
+        at=_when(info.get("at")),
+        seen_lines=seen_lines(msg.view, output.line_count) if msg.view_state == "cut" else None,
+    )

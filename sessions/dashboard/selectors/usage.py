@@ -1,4 +1,10 @@
-"""The inspector's usage chart: the context at the end of each turn, from per-message counts.
+"""The inspector's usage chart: what was sent at each turn, from the context-build records.
+
+A bar whose turns have a ``ContextCall`` shows that record's components as
+sent (the largest build of the bar): a later trim or compaction rewrites
+today's messages, not what the model was sent then. Turns built before
+records existed (or never built through the service) fall back to today's
+per-message counts, and say so.
 
 Compactions and restores (which restart the live window) come through the
 registry from the app that keeps the snapshots; the chart draws them as marks.
@@ -12,7 +18,7 @@ from dataclasses import dataclass
 
 from sessions import accounting
 from sessions.extensions import CLIENT_COMPACTION, REGISTRY, WindowEvent
-from sessions.models import Message, Session, UsageReport
+from sessions.models import ContextCall, Message, Session, UsageReport
 
 MAX_BARS = 80
 
@@ -35,6 +41,8 @@ class TurnUsage:
     trimmed: int = 0  # tool outputs of these turns now cut / trimmed / cleared / offloaded
     now: bool = False  # the synthetic last bar: the window right now, after a compaction
     last_event: str = ""  # kind of the last window change after these turns
+    call_id: int | None = None  # the ContextCall drawn (None: recomputed from today's rows)
+    calls: int = 0  # context builds recorded in these turns
 
     @property
     def total(self) -> int:
@@ -67,6 +75,7 @@ class UsageSeries:
     has_reports: bool
     has_cache: bool
     events: list[WindowEvent]
+    recorded: int = 0  # bars drawn from ContextCall records
 
     @property
     def has_compactions(self) -> bool:
@@ -232,8 +241,10 @@ def usage_over_turns(session: Session, *, max_bars: int = MAX_BARS) -> UsageSeri
             has_reports = True
             has_cache = has_cache or bool(read or write)
 
+    bars = _bucket(turns, max_bars)
+    recorded = _as_sent(session, bars)
     return UsageSeries(
-        bars=_bucket(turns, max_bars),
+        bars=bars,
         turns=turn_no,
         unit="LLM call" if by_call else "turn",
         effective_window=budget.effective_window,
@@ -242,7 +253,55 @@ def usage_over_turns(session: Session, *, max_bars: int = MAX_BARS) -> UsageSeri
         has_reports=has_reports,
         has_cache=has_cache,
         events=events,
+        recorded=recorded,
     )
+
+
+def _as_sent(session: Session, bars: list[TurnUsage]) -> int:
+    """Draw each bar from the largest context build answered in it: 2 queries.
+
+    The first reads three integers per record (cheap for 10,000 records); the
+    second the components of the (at most ``MAX_BARS``) records drawn.
+    """
+    real = [b for b in bars if not b.now]
+    if not real:
+        return 0
+    starts = [b.first_seq for b in real]
+    best: dict[int, tuple[int, int]] = {}  # bar index -> (estimated_input, call id)
+    rows = ContextCall.objects.filter(session=session).values_list(
+        "id", "through_seq", "estimated_input"
+    )
+    for call_id, through, estimated in rows.iterator(chunk_size=5000):
+        # The request built after message T is answered by message T + 1: the
+        # call belongs to the bar holding its answer (a bar of one LLM call
+        # starts at its answer). A call not answered yet belongs to the last bar.
+        i = bisect_right(starts, through + 1) - 1
+        if i < 0:
+            continue
+        real[i].calls += 1
+        if i not in best or estimated >= best[i][0]:
+            best[i] = (estimated, call_id)
+    if not best:
+        return 0
+    components = dict(
+        ContextCall.objects.filter(pk__in=[c for _, c in best.values()]).values_list(
+            "id", "components"
+        )
+    )
+    for i, (_, call_id) in best.items():
+        c = components.get(call_id) or {}
+        bar = real[i]
+        outputs = int(c.get("outputs", 0))
+        bar.overhead = (
+            int(c.get("system_prompt", 0))
+            + int(c.get("skill_prompts", 0))
+            + int(c.get("tool_descriptions", 0))
+        )
+        bar.summary = int(c.get("summary", 0))
+        bar.conversation = max(0, int(c.get("conversation", 0)) - outputs)
+        bar.outputs = outputs
+        bar.call_id = call_id
+    return len(best)
 
 
 def _bucket(turns: list[TurnUsage], max_bars: int) -> list[TurnUsage]:
