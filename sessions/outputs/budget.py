@@ -121,8 +121,8 @@ class ToolEffects:
 
     trimmed_seqs: list[int] = field(default_factory=list)
     failed_seqs: list[int] = field(default_factory=list)
-    # Outputs that would have overflowed the limit while compaction could still
-    # make room: shown as trimmed placeholders, and compaction is due now.
+    # Outputs that overflow the limit even when cut (or as placeholders, when
+    # no cut fits) while compaction could still make room: compaction is due now.
     overflow_seqs: list[int] = field(default_factory=list)
     conversation_delta: int = 0  # change to stored rows' tokens (negative: freed)
 
@@ -211,8 +211,11 @@ def apply_tool_outputs(
     sticky = tool_budget_sticky(session)
 
     # 2. refusals first: an output that would not fit even with every older
-    # output trimmed is refused before anything is trimmed for it.
-    refused = _refuse_what_cannot_fit(session, prepared, batch, first_seq, effects, sticky)
+    # output trimmed is refused before anything is trimmed for it. With
+    # compaction available it is not failed but left to the preflight's cut.
+    refused, overflowing = _refuse_what_cannot_fit(
+        session, prepared, batch, first_seq, effects, sticky
+    )
     batch = [(i, p) for i, p in batch if i not in refused]
 
     # 3. budget trim (spec 000 §1.7), when the outputs in context exceed theirs
@@ -223,8 +226,10 @@ def apply_tool_outputs(
     # derived budget and automatic compaction on, old outputs are cleared in
     # one batch by the next compaction instead (engine.planner). An explicit
     # budget, or no compaction to count on, keeps spec 000 §1.7's trim.
-    if config.budget_trim and total > budget and not (
-        config.context_budget_tokens is None and _compaction_can_help(session)
+    if (
+        config.budget_trim
+        and total > budget
+        and not (config.context_budget_tokens is None and _compaction_can_help(session))
     ):
         # Placeholders differ only by their ref (same length), so one count serves all.
         sample_ref = batch[0][1].row["output_ref"] if batch else new_ref()
@@ -298,12 +303,12 @@ def apply_tool_outputs(
             and row.get("output_ref")
             and row["view_state"] not in ("trimmed", "failed")
         ):
-            over = sticky and session.tool_budget_exceeded
-            if not over:
+            over = i in overflowing or (sticky and session.tool_budget_exceeded)
+            if i in overflowing or not over:
                 session.conversation_tokens = base + running + tokens
                 state = accounting.compute_budget(session)
-                over = state.guard.status == "final"
-                if over and _compaction_can_help(session):
+                over = i in overflowing or state.guard.status == "final"
+                if over and (i in overflowing or _compaction_can_help(session)):
                     # With compaction available, ending the session would throw
                     # away a run that a summary can save. The agent acts on the
                     # result it just asked for, so the output keeps its head and
@@ -361,12 +366,16 @@ def _refuse_what_cannot_fit(
     first_seq: int,
     effects: ToolEffects,
     sticky: bool,
-) -> set[int]:
-    """Indices of the batch's outputs refused before the trim (``engine.output_trim.admit_outputs``).
+) -> tuple[set[int], set[int]]:
+    """Indices of the batch's outputs refused before the trim (``engine.output_trim.admit_outputs``),
+    and the subset left to the preflight's overflow cut.
 
     The room is the preferred target's, before the batch; the batch's other
-    messages take theirs first. With compaction available a refused output
-    becomes a trimmed placeholder and compaction is due (as in the preflight).
+    messages take theirs first. Without compaction a refused output gets the
+    failure view now. With compaction available it is neither failed nor
+    trimmed here: the preflight cuts it to its head and tail like any output
+    that would overflow (engine.output_fit), and asks for compaction when even
+    the cut does not fit.
     """
     state = accounting.compute_budget(session)
     others = sum(p.row["token_count"] for p in prepared if p.message.role != "tool")
@@ -378,6 +387,7 @@ def _refuse_what_cannot_fit(
         sticky=sticky,
     )
     refused: set[int] = set()
+    overflowing: set[int] = set()
     compaction = None
     for (i, p), ok in zip(batch, admitted, strict=True):
         if ok:
@@ -385,14 +395,9 @@ def _refuse_what_cannot_fit(
         refused.add(i)
         if compaction is None:
             compaction = _compaction_can_help(session)
-        row = p.row
         if compaction:
-            view = trimmed_view(row["output_ref"])
-            tokens = _placeholder_tokens(view, row["tool_call_id"], row["name"], session)
-            row.update(view=view, view_state="trimmed", token_count=tokens)
-            effects.overflow_seqs.append(first_seq + i)
-            effects.trimmed_seqs.append(first_seq + i)
+            overflowing.add(i)
         else:
             _refuse(session, p)
             effects.failed_seqs.append(first_seq + i)
-    return refused
+    return refused, overflowing
