@@ -210,6 +210,11 @@ def drop_oldest_turns(window: Window, ctx: StrategyContext) -> StrategyOutcome:
         return make_outcome("drop_oldest_turns", window, None, ctx, {"skipped": "no messages"})
     limit = ctx.limit_tokens if ctx.limit_tokens is not None else ctx.max_context_tokens
     goal = ctx.target_tokens if ctx.target_tokens > 0 else limit
+    if ctx.reason == "overflow" and ctx.room_tokens:
+        # The deep target is the summariser's goal; dropping turns loses them
+        # outright, so after an overflow it only has to get the window back
+        # into the history room (the bound, as in the chain).
+        goal = max(goal, ctx.room_tokens)
     # What the summary with the note (and a retain carrying the task's header,
     # should the task be lifted into it) will cost, reserved up front.
     draft = compression_note(  # the longest the note can be: every part, large figures
