@@ -251,7 +251,9 @@ def drop_oldest_turns(window: Window, ctx: StrategyContext) -> StrategyOutcome:
         # Halve what is left (spec 003's ~50 %) rather than resend the same request.
         soft = hard = (counter.messages(kept) + spare) // 2
     inner = 0
-    if hard is not None:
+    # Breaking turn atomicity is for one turn alone (spec 003's last resort):
+    # with whole turns still kept, the cut stays at a turn start.
+    if hard is not None and len(turn_spans(kept)) <= 1:
         soft = hard if soft is None else min(soft, hard)
         kept, inner = _shrink_turn(kept, max(0, soft), max(0, hard), spare, ctx)
     retain = window.retain

@@ -125,9 +125,13 @@ def summarize(window: Window, ctx: StrategyContext) -> StrategyOutcome:
     msgs = window.messages
     cut = summary_cut(msgs, cfg.retain_last_turns)
     split_turn = False
-    if ctx.target_tokens > 0 and cfg.retain_last_turns > 0:
-        # The kept turns get at most half the target; the rest is for the
-        # summary and what arrives next.
+    if cut == 0 and ctx.target_tokens > 0 and cfg.retain_last_turns > 0:
+        # spec 003's last resort, for a history with no whole turn to summarise
+        # (one agent task of many iterations): the kept turns get at most half
+        # the target; the rest is for the summary and what arrives next. With
+        # an earlier turn start to cut at, the cut stays there even when the
+        # kept turns exceed the target: it is a goal, and the emergency link
+        # fits a newest turn that overflows the room.
         keep = ctx.target_tokens // 2
         if ctx.counter.messages(msgs[cut:]) > keep:
             inner = iteration_cut(msgs, cut, keep, ctx.counter)
