@@ -245,3 +245,38 @@ def test_spec003_emergency_path_property_under_the_limit_and_paired(
         assert after.tokens(COUNTER) <= limit
     if turns > 1 or iterations > 1:
         assert out.report.applied  # progress whenever a turn or an iteration can go
+
+
+def _turns(sizes: list[int]) -> list[Message]:
+    msgs: list[Message] = []
+    for t, calls in enumerate(sizes):
+        msgs.append(Message(role="user", content=f"task {t}"))
+        for k in range(calls):
+            msgs.extend(iteration(f"t{t}c{k}", LOG * 30))
+        msgs.append(Message(role="assistant", content=f"task {t} done"))
+    return numbered(msgs)
+
+
+def test_spec003_emergency_path_stops_dropping_once_back_in_the_room_not_at_the_deep_target():
+    # The deep target is the summariser's goal; dropped turns are lost, so an
+    # overflow drops whole turns only until the window is back in the room.
+    msgs = _turns([2] * 8)
+    total = COUNTER.messages(msgs)
+    after, details = overflow(
+        Window(msgs), limit_tokens=total, room_tokens=total * 3 // 4, target_tokens=total // 8
+    )
+    assert details["dropped_turns"] == 4  # spec 003's ~half already fits the room
+    assert after.messages[0].role == "user" and after.tokens(COUNTER) <= total * 3 // 4
+
+
+def test_spec003_turn_boundaries_drop_keeps_whole_turns_when_several_remain_over_the_target():
+    # Uneven turns over a tiny target: the cut stays at a turn start (no
+    # iteration cut across the kept turns, which could drop a user message).
+    msgs = _turns([1, 4, 2, 3])
+    out = drop_oldest_turns(
+        Window(msgs), StrategyContext(counter=COUNTER, reason="budget", target_tokens=100)
+    )
+    kept = out.window.messages
+    assert out.report.applied and kept == msgs[len(msgs) - len(kept) :]
+    assert kept[0].role == "user" and not out.report.details["dropped_in_turn"]
+    assert sum(1 for m in kept if m.role == "user") == 2

@@ -885,6 +885,16 @@ def test_summarize_keeps_whole_turns_when_they_fit():
     assert "split_turn" not in out.report.details
 
 
+def test_summarize_cuts_at_a_turn_start_when_earlier_turns_exist_spec003():
+    # The newest turn alone is over half the target: with whole turns before it
+    # to summarise, the cut stays at its start (splitting is the one-turn resort).
+    msgs = numbered([*_agentic_single_turn(20), say("done"), *_agentic_single_turn(40)])
+    out = summarize(Window(msgs), ctx(summarizer=OfflineSummarizer(), target_tokens=400))
+    kept = out.window.messages
+    assert out.report.applied and "split_turn" not in out.report.details
+    assert kept == msgs[42:] and kept[0].role == "user"
+
+
 @STRATEGY_SETTINGS
 @given(conversations(), st.integers(1, 3), st.integers(50, 5_000))
 def test_property_summarize_with_a_target_keeps_a_safe_suffix(msgs, keep_turns, target):
