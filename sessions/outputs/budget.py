@@ -211,8 +211,7 @@ def apply_tool_outputs(
     sticky = tool_budget_sticky(session)
 
     # 2. refusals first: an output that would not fit even with every older
-    # output trimmed is refused before anything is trimmed for it. With
-    # compaction available it is not failed but left to the preflight's cut.
+    # output trimmed is refused before anything is trimmed for it.
     refused, overflowing = _refuse_what_cannot_fit(
         session, prepared, batch, first_seq, effects, sticky
     )
@@ -303,12 +302,13 @@ def apply_tool_outputs(
             and row.get("output_ref")
             and row["view_state"] not in ("trimmed", "failed")
         ):
-            over = i in overflowing or (sticky and session.tool_budget_exceeded)
-            if i in overflowing or not over:
+            forced = i in overflowing  # refused before the trim: cut, never failed
+            over = forced or (sticky and session.tool_budget_exceeded)
+            if forced or not over:
                 session.conversation_tokens = base + running + tokens
                 state = accounting.compute_budget(session)
-                over = i in overflowing or state.guard.status == "final"
-                if over and (i in overflowing or _compaction_can_help(session)):
+                over = forced or state.guard.status == "final"
+                if over and (forced or _compaction_can_help(session)):
                     # With compaction available, ending the session would throw
                     # away a run that a summary can save. The agent acts on the
                     # result it just asked for, so the output keeps its head and
@@ -368,14 +368,11 @@ def _refuse_what_cannot_fit(
     sticky: bool,
 ) -> tuple[set[int], set[int]]:
     """Indices of the batch's outputs refused before the trim (``engine.output_trim.admit_outputs``),
-    and the subset left to the preflight's overflow cut.
+    and those of them the preflight cuts instead (compaction available).
 
     The room is the preferred target's, before the batch; the batch's other
     messages take theirs first. Without compaction a refused output gets the
-    failure view now. With compaction available it is neither failed nor
-    trimmed here: the preflight cuts it to its head and tail like any output
-    that would overflow (engine.output_fit), and asks for compaction when even
-    the cut does not fit.
+    failure view now; with it, it is cut like any output that would overflow.
     """
     state = accounting.compute_budget(session)
     others = sum(p.row["token_count"] for p in prepared if p.message.role != "tool")
