@@ -19,7 +19,7 @@ from .schemas_base import (
     TOOL_CATEGORIES,
     TOOL_NAME_PATTERN,
     In,
-    check_depth,
+    check_json,
 )
 from .schemas_policy import PolicyIn
 
@@ -84,7 +84,7 @@ class ToolDefIn(In):
     # words a model would search with; never sent to the model.
     search_hint: str = Field("", max_length=MAX_SEARCH_HINT_CHARS)
 
-    _shallow_schema = field_validator("input_schema")(check_depth)
+    _shallow_schema = field_validator("input_schema")(check_json)
 
     @model_validator(mode="before")
     @classmethod
@@ -113,7 +113,7 @@ class ToolCallIn(In):
             return parsed if isinstance(parsed, dict) else {"_value": parsed}
         return value
 
-    _shallow_arguments = field_validator("arguments")(check_depth)
+    _shallow_arguments = field_validator("arguments")(check_json)
 
 
 class MessageIn(In):
@@ -136,7 +136,7 @@ class MessageIn(In):
                     raise ValueError(f"content[{i}] needs a string 'type'")
                 if part["type"] == "text" and not isinstance(part.get("text"), str):
                     raise ValueError(f"content[{i}] of type text needs a string 'text'")
-            check_depth(value)
+            check_json(value)
         return value
 
     @model_validator(mode="after")

@@ -26,11 +26,17 @@ MAX_LIST_ITEMS = 100  # directives, chain names, extra targets, excluded tools
 # the renderer (orjson) stops at 255 levels, which would make a 500 of every
 # later context call.
 MAX_JSON_DEPTH = 64
+# Integers in free-form JSON: the renderer (orjson) writes 64-bit ones only.
+# A bigger one (tool-call arguments given as JSON text are parsed by Python's
+# json, which keeps any size) would be stored and make a 500 of every later
+# read that renders it (GET /snapshot, the context).
+JSON_INT_RANGE = range(-(2**63), 2**64)
 MAX_SEARCH_HINT_CHARS = 1_000  # a tool's tool_search keywords
 
 
-def check_depth(value: Any) -> Any:
-    """``value`` unchanged, or a ValueError when it nests deeper than MAX_JSON_DEPTH."""
+def check_json(value: Any) -> Any:
+    """``value`` unchanged, or a ValueError when it nests deeper than MAX_JSON_DEPTH
+    or holds an integer outside JSON_INT_RANGE."""
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
@@ -39,6 +45,8 @@ def check_depth(value: Any) -> Any:
         elif isinstance(item, list):
             children = item
         else:
+            if isinstance(item, int) and not isinstance(item, bool) and item not in JSON_INT_RANGE:
+                raise ValueError("an integer outside the 64-bit range")
             continue
         if depth > MAX_JSON_DEPTH:
             raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels")

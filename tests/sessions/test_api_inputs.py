@@ -676,3 +676,23 @@ def test_a_capped_read_of_many_escaped_lines_reads_the_output_once(
     assert page["truncated"] and page["has_more"] and page["lines"] > 1
     assert page["next_offset"] == 1 + page["lines"]
     assert len(calls) == 1  # one read, not one per halving
+
+
+def test_integers_past_64_bits_are_refused_not_a_500_on_later_reads(alice, make_session):
+    """Arguments given as JSON text are parsed by Python's json, which keeps any
+    integer; the renderer (orjson) writes 64-bit ones only, so a bigger one stored
+    would make a 500 of GET /snapshot and the context for good."""
+    sid = make_session()["id"]
+    for big in (2**64, -(2**63) - 1):
+        call = {"id": "c1", "name": "b", "arguments": json.dumps({"n": big})}
+        message = {"role": "assistant", "tool_calls": [call]}
+        response = alice.post(f"sessions/{sid}/messages", {"messages": [message]})
+        assert response.status_code == 422, response.content
+    assert Message.objects.filter(session__external_id=sid).count() == 0
+    # The edges of the range are kept, and read back.
+    call = {"id": "c1", "name": "b", "arguments": json.dumps({"n": 2**64 - 1, "m": -(2**63)})}
+    message = {"role": "assistant", "tool_calls": [call]}
+    assert alice.post(f"sessions/{sid}/messages", {"messages": [message]}).status_code == 200
+    assert alice.get(f"sessions/{sid}/snapshot").status_code == 200
+    assert alice.get(f"sessions/{sid}/context").status_code == 200
+    still_works(alice, sid)
