@@ -9,6 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from compaction.models import Snapshot
+from contextsvc.http import dumps
 from sessions.models import IdempotencyRecord, Message, Session, ToolOutput
 from tests.conftest import tool_turn
 
@@ -696,3 +698,29 @@ def test_integers_past_64_bits_are_refused_not_a_500_on_later_reads(alice, make_
     assert alice.get(f"sessions/{sid}/snapshot").status_code == 200
     assert alice.get(f"sessions/{sid}/context").status_code == 200
     still_works(alice, sid)
+
+
+def test_a_big_float_in_a_snapshot_reads_back_not_a_500(alice, make_session):
+    """PostgreSQL's jsonb writes 1e23 back as 100000000000000000000000, which
+    Django reads as an int past 64 bits: GET /snapshot renders it as a float."""
+    sid = make_session()["id"]
+    session = Session.objects.get(external_id=sid)
+    part = {"type": "data", "n": 1e23, "m": -1.5e30}
+    Snapshot.objects.create(
+        session=session,
+        window_start_seq=1,
+        through_seq=0,
+        token_count=1,
+        message_count=1,
+        messages=[{"seq": 1, "role": "user", "content": [part]}],
+    )
+    response = alice.get(f"sessions/{sid}/snapshot")
+    assert response.status_code == 200, response.content
+    (stored,) = response.json()["snapshot"]["messages"][0]["content"]
+    assert stored["n"] == 1e23 and stored["m"] == -1.5e30
+
+
+def test_the_renderer_writes_ints_past_64_bits_as_floats():
+    assert json.loads(dumps({"a": [10**23, -(10**30), 2**64 - 1, True]})) == {
+        "a": [1e23, -1e30, 2**64 - 1, True]
+    }
