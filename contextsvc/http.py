@@ -25,7 +25,34 @@ class ORJSONRenderer(BaseRenderer):
     media_type = "application/json"
 
     def render(self, request: HttpRequest, data: Any, *, response_status: int) -> bytes:
+        return dumps(data)
+
+
+def dumps(data: Any) -> bytes:
+    """``data`` as JSON; an integer past 64 bits is written as a float, not a 500.
+
+    PostgreSQL's jsonb keeps numbers as numeric and writes a big float (1e23)
+    back without its exponent; Django's JSONField then reads an int that orjson
+    refuses. The walk runs only on that rare failure, never on the hot path.
+    """
+    try:
         return orjson.dumps(data, default=_json_default)
+    except TypeError as exc:
+        if "64-bit" not in str(exc):
+            raise
+        return orjson.dumps(_wide_ints_as_floats(data), default=_json_default)
+
+
+def _wide_ints_as_floats(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _wide_ints_as_floats(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_wide_ints_as_floats(v) for v in value]
+    if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**64:
+        return float(value)
+    if hasattr(value, "model_dump"):
+        return _wide_ints_as_floats(value.model_dump())
+    return value
 
 
 def _json_default(value: Any) -> Any:
@@ -38,6 +65,4 @@ def _json_default(value: Any) -> Any:
 
 def json_response(data: Any, status: int = 200) -> HttpResponse:
     """For handlers that build big bodies themselves (the context endpoint)."""
-    return HttpResponse(
-        orjson.dumps(data, default=_json_default), status=status, content_type="application/json"
-    )
+    return HttpResponse(dumps(data), status=status, content_type="application/json")

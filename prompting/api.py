@@ -9,7 +9,7 @@ from pydantic import Field
 from contextsvc.http import json_response
 from contextsvc.openapi import declare_errors
 from sessions.models import Session
-from sessions.schemas import MAX_TOKENS
+from sessions.schemas_base import MAX_TOKENS
 from sessions.schemas_out import ContextOut
 from sessions.selectors import session_get
 

@@ -27,7 +27,8 @@ from sessions.models import Session
 
 from .providers import Dialect, relayed_headers
 from .services.builtins import MAX_ROUNDS
-from .services.calls import Prepared, rebuild, rebuild_after_overflow, session_record_reply
+from .services.calls import Prepared, rebuild, rebuild_after_overflow
+from .services.reply import session_record_reply
 from .services.store import stored_response_add
 from .streaming import AnthropicFilter, OpenAIFilter, UsageStrip
 from .streaming_responses import ResponsesFilter

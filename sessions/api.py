@@ -19,8 +19,6 @@ from .accounting import compute_budget
 from .auth import ApiRequest
 from .models import AgentKey, Session
 from .schemas import (
-    MAX_ID,
-    MAX_TOKENS,
     AppendIn,
     RetractIn,
     SectionIn,
@@ -29,6 +27,7 @@ from .schemas import (
     ToolDefIn,
     UsageIn,
 )
+from .schemas_base import MAX_ID, MAX_TOKENS
 from .schemas_out import (
     AppendOut,
     BudgetDetailOut,

@@ -33,7 +33,7 @@ from .outputs.reservations import (
     tool_output_preview,
 )
 from .outputs.store import output_get, output_upload, ref_dict
-from .schemas import MAX_ID, MAX_SEQ, MAX_TOKENS
+from .schemas_base import MAX_ID, MAX_SEQ, MAX_TOKENS
 from .schemas_out import (
     GrepOut,
     OutputListOut,

@@ -1,264 +1,27 @@
 """API schemas for sessions. Inputs forbid unknown fields (a typo is a 422,
-not a silently ignored setting)."""
+not a silently ignored setting). Shared bounds live in ``schemas_base``, the
+policy in ``schemas_policy``."""
 
 from __future__ import annotations
 
 import json
 from typing import Any, Literal
 
-from pydantic import (
-    AliasChoices,
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationInfo,
-    field_validator,
-    model_validator,
+from pydantic import AliasChoices, Field, ValidationInfo, field_validator, model_validator
+
+from .schemas_base import (
+    ID_PATTERN,
+    MAX_SEARCH_HINT_CHARS,
+    MAX_SEQ,
+    MAX_TOKENS,
+    MAX_TURNS,
+    SECTION_KINDS,
+    TOOL_CATEGORIES,
+    TOOL_NAME_PATTERN,
+    In,
+    check_json,
 )
-
-from contextsvc.engine.errors import EngineValidationError
-from contextsvc.engine.strategies.chain import validate_chain
-from contextsvc.engine.summarize import SUMMARIZERS
-
-ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:\-]{0,127}$"
-TOOL_NAME_PATTERN = r"^[A-Za-z0-9_\-]{1,64}$"
-SECTION_KINDS = ("base", "rules", "memory", "skill", "scratchpad", "status")
-TOOL_CATEGORIES = ("builtin", "mcp", "skill")
-
-# Bounds on numbers (documented in the README): each fits its column
-# (PositiveIntegerField: 2**31 - 1) with room for the sums the service stores,
-# and is far beyond any real model; a policy number past them would be stored
-# and then break every later call on the session.
-MAX_TOKENS = 100_000_000  # windows, output limits, buffers, token counts
-MAX_SEQ = 2**31 - 1  # message seqs and line numbers (integer columns)
-MAX_ID = 2**63 - 1  # list cursors (bigint ids)
-MAX_TURNS = 10_000  # turns / tool uses / messages a policy keeps
-MAX_PROMPT_CHARS = 100_000  # a policy prompt or directive
-MAX_LIST_ITEMS = 100  # directives, chain names, extra targets, excluded tools
-# Free-form JSON (tool arguments, content parts, input schemas) nests at most
-# this deep: the stored JSON is later rendered inside the context body, and
-# the renderer (orjson) stops at 255 levels, which would make a 500 of every
-# later context call.
-MAX_JSON_DEPTH = 64
-MAX_SEARCH_HINT_CHARS = 1_000  # a tool's tool_search keywords
-
-
-def check_depth(value: Any) -> Any:
-    """``value`` unchanged, or a ValueError when it nests deeper than MAX_JSON_DEPTH."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            children: Any = item.values()
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
-        if depth > MAX_JSON_DEPTH:
-            raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels")
-        stack.extend((child, depth + 1) for child in children)
-    return value
-
-
-class In(BaseModel):
-    # Plain pydantic, not ninja.Schema: inputs are never read off ORM objects,
-    # and Schema's wrap validator for that costs on every message of a batch.
-    model_config = ConfigDict(extra="forbid")
-
-
-# --- policy ---------------------------------------------------------------------
-
-
-class CompactionPolicy(In):
-    enabled: bool = True
-    auto: bool = True
-    threshold_ratio: float | None = Field(None, gt=0, le=1)
-    # Where a compaction brings the history down to: a share of the room left in
-    # the effective window after the fixed part (system, skills, tool schemas).
-    target_ratio: float | None = Field(None, ge=0.05, le=0.95)
-    # "cost": compact when it pays for itself (engine.planner); "threshold": at the guard's tier.
-    planner: Literal["cost", "threshold"] | None = None
-    # The planner may also clear old tool outputs alone between compactions.
-    planner_clear: bool = False
-    summary_max_tokens: int | None = Field(None, ge=64, le=MAX_TOKENS)
-    # The first user message stays verbatim above the summary (in the cached prefix).
-    pin_task: bool = True
-    # The summary call re-reads the session's cached context (engine.summary_prefix).
-    summary_reuse_cache: bool = True
-    # A later compaction summarises only what left the window since the last one
-    # and merges with the earlier memory (False: it re-summarises that memory too).
-    incremental_summary: bool = True
-    # sliding_window: how many of the newest messages stay.
-    keep_last_n: int = Field(20, ge=1, le=MAX_TURNS)
-    # What is sent to the summariser at most (None: the effective window minus the summary).
-    summary_input_max_tokens: int | None = Field(None, ge=1_000, le=MAX_TOKENS)
-    model: str | None = Field(None, min_length=1, max_length=200)
-    # Who writes this session's summaries (CONTEXTSVC_SUMMARIZER when unset).
-    summarizer: str | None = Field(None, max_length=50)
-    strategy: str | None = Field(None, max_length=50)
-    chain: list[str] | None = Field(None, min_length=1, max_length=MAX_LIST_ITEMS)
-    summary_prompt: str | None = Field(None, max_length=MAX_PROMPT_CHARS)
-    summary_directives: list[str] = Field([], max_length=MAX_LIST_ITEMS)
-    retain_prompt: str | None = Field(None, max_length=MAX_PROMPT_CHARS)
-    retain_directives: list[str] = Field([], max_length=MAX_LIST_ITEMS)
-    retain_last_turns: int = Field(1, ge=0, le=MAX_TURNS)
-    compression_prompt: str | None = Field(None, max_length=MAX_PROMPT_CHARS)
-    preserve_top: int = Field(5, ge=0, le=MAX_TURNS)
-    preserve_bottom: int = Field(5, ge=0, le=MAX_TURNS)
-    sandwich_threshold: float = Field(0.7, gt=0, le=1)
-    # spec 004: the smallest middle worth compressing, the summary's sections,
-    # and where the summary goes (auto: system for the sandwich, else user).
-    sandwich_min_middle: int = Field(1, ge=1, le=MAX_TURNS)
-    sandwich_sections: bool = True
-    summary_role: Literal["auto", "user", "system"] = "auto"
-    keep_tool_uses: int = Field(3, ge=0, le=MAX_TURNS)
-    exclude_tools: list[str] = Field([], max_length=1000)
-    clear_at_least: int = Field(0, ge=0, le=MAX_TOKENS)
-    clear_tool_inputs: bool = False
-    # spec 002 §6 / Anthropic clear_tool_uses: the size below which a result
-    # stays, the "clear the oldest half" alternative, the adaptive keep count.
-    clear_min_bytes: int = Field(1024, ge=0, le=MAX_TOKENS)
-    clear_mode: Literal["keep_recent", "oldest_half"] = "keep_recent"
-    adaptive_keep: bool = False
-    error_keep_factor: int = Field(2, ge=1, le=100)
-    dense_tool_uses: int = Field(8, ge=1, le=MAX_TURNS)
-
-    @field_validator("summary_directives", "retain_directives", "exclude_tools")
-    @classmethod
-    def _short_items(cls, value: list[str]) -> list[str]:
-        for i, item in enumerate(value):
-            if len(item) > MAX_PROMPT_CHARS:
-                raise ValueError(f"item {i} is longer than {MAX_PROMPT_CHARS} characters")
-        return value
-
-    # A name the engine does not know would be stored and fail every later
-    # compaction; refused here, naming the field.
-    @field_validator("strategy")
-    @classmethod
-    def _known_strategy(cls, value: str | None) -> str | None:
-        if value is not None and value != "chain":
-            _check_chain([value])
-        return value
-
-    @field_validator("summarizer")
-    @classmethod
-    def _known_summarizer(cls, value: str | None) -> str | None:
-        if value is not None and value not in SUMMARIZERS:
-            raise ValueError(
-                f"unknown summarizer {value!r}; expected one of {', '.join(SUMMARIZERS)}"
-            )
-        return value
-
-    @field_validator("chain")
-    @classmethod
-    def _known_chain(cls, value: list[str] | None) -> list[str] | None:
-        if value is not None:
-            _check_chain(value)
-        return value
-
-
-def _check_chain(names: list[str]) -> None:
-    try:
-        validate_chain(names)  # the engine's own list, so the two cannot drift apart
-    except EngineValidationError as exc:
-        raise ValueError(exc.message) from None
-
-
-class ToolOutputCachePolicy(In):
-    enabled: bool = True
-    preset: Literal["default", "offload", "tool_response"] | None = None
-    context_budget_tokens: int | None = Field(None, gt=0, le=MAX_TOKENS)
-    max_message_bytes: int = Field(50 * 1024, gt=0, le=16 * 1024 * 1024)
-    max_line_length: int = Field(2000, gt=0, le=1_000_000)
-    trim_hysteresis: float = Field(0.25, ge=0, lt=1)
-    # false: no total-budget trim (spec 000 §1.7); per-message cuts stay.
-    budget_trim: bool = True
-
-
-class ThresholdsPolicy(In):
-    compact_at: float = Field(0.95, gt=0, le=1)
-    block_at: float = Field(0.98, gt=0, le=1)
-
-    @model_validator(mode="after")
-    def _ordered(self) -> ThresholdsPolicy:
-        if not self.compact_at < self.block_at:
-            raise ValueError("thresholds.compact_at must be below thresholds.block_at")
-        return self
-
-
-class EstimatePolicy(In):
-    # Multipliers of every message / image / tool schema: kept small so that
-    # a 32 MiB body's count still fits the integer token columns.
-    per_message_overhead: int = Field(4, ge=0, le=1_000)
-    media_item_tokens: int = Field(1600, ge=0, le=100_000)
-    tool_schema_scale: float = Field(2.09, gt=0, le=10)
-
-
-class PromptCachePolicy(In):
-    """Prompt caching (spec 002 §4): where ``cache_control`` markers go."""
-
-    enabled: bool = True
-    # Anthropic cache lifetimes: writes cost 1.25× input for 5 min, 2× for 1 h.
-    ttl: Literal["5m", "1h"] = "5m"
-    # The moving breakpoint on the newest history block.
-    history_breakpoint: bool = True
-    mark_tools: bool = True
-    max_breakpoints: int = Field(4, ge=1, le=4)
-    # Overrides the model profile's minimum cacheable prefix.
-    min_cacheable_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS)
-    # spec 002 §4: within a kind, cacheable sections before the others; false
-    # keeps the agent's order within a kind.
-    cacheable_first: bool = True
-
-
-class TargetIn(In):
-    provider: str = Field(..., min_length=1, max_length=50)
-    model: str = Field(..., min_length=1, max_length=200)
-    context_window: int | None = Field(None, le=MAX_TOKENS)
-    max_output_tokens: int | None = Field(None, le=MAX_TOKENS)
-    buffer_tokens: int | None = Field(None, le=MAX_TOKENS)
-
-
-class ProxyPolicy(In):
-    """The drop-in proxy (``proxy/``): whether it runs the built-in tools for the model itself."""
-
-    builtin_tools: bool = True
-    # The client defers its own tools (a tool-search tool, ``defer_loading``):
-    # the service's deferral stays off. The proxy sets it when it sees one.
-    client_tool_search: bool | None = None
-
-
-class ReasoningPolicy(In):
-    """Reasoning sent back: the current turn's always, as providers require."""
-
-    # Turns whose thinking blocks go back, the current one included (Anthropic's
-    # clear_thinking "keep thinking_turns"); null: every turn's.
-    keep_thinking_turns: int | None = Field(None, ge=1, le=MAX_TURNS)
-
-
-class PolicyIn(In):
-    compaction: CompactionPolicy | None = None
-    tool_output_cache: ToolOutputCachePolicy | None = None
-    thresholds: ThresholdsPolicy | None = None
-    estimate: EstimatePolicy | None = None
-    # Further provider targets the agent may fall back to (spec 001 ok/skip/final).
-    targets: list[TargetIn] | None = Field(None, max_length=MAX_LIST_ITEMS)
-    final_report_tool: str | None = Field(None, pattern=TOOL_NAME_PATTERN)
-    # spec 001: the task-status tool, left out of the schema tokens with the
-    # final-report tool unless count_report_tools.
-    task_status_tool: str | None = Field(None, pattern=TOOL_NAME_PATTERN)
-    count_report_tools: bool | None = None
-    # spec 001 as written: once an output is refused (toolBudgetExceeded), every
-    # later one is too. Default false: each output is judged on its own size.
-    tool_budget_sticky: bool | None = None
-    tool_deferral_threshold: float | None = Field(None, gt=0, le=1)
-    # spec 002 §5 note: "list" (the deferred tools under "## Available Tools",
-    # each with its first sentence) or "count" (the one-line note alone).
-    tool_deferral_note: Literal["list", "count"] | None = None
-    prompt_cache: PromptCachePolicy | None = None
-    proxy: ProxyPolicy | None = None
-    reasoning: ReasoningPolicy | None = None
-
+from .schemas_policy import PolicyIn
 
 # --- sessions ---------------------------------------------------------------------
 
@@ -321,7 +84,7 @@ class ToolDefIn(In):
     # words a model would search with; never sent to the model.
     search_hint: str = Field("", max_length=MAX_SEARCH_HINT_CHARS)
 
-    _shallow_schema = field_validator("input_schema")(check_depth)
+    _shallow_schema = field_validator("input_schema")(check_json)
 
     @model_validator(mode="before")
     @classmethod
@@ -350,7 +113,7 @@ class ToolCallIn(In):
             return parsed if isinstance(parsed, dict) else {"_value": parsed}
         return value
 
-    _shallow_arguments = field_validator("arguments")(check_depth)
+    _shallow_arguments = field_validator("arguments")(check_json)
 
 
 class MessageIn(In):
@@ -373,7 +136,7 @@ class MessageIn(In):
                     raise ValueError(f"content[{i}] needs a string 'type'")
                 if part["type"] == "text" and not isinstance(part.get("text"), str):
                     raise ValueError(f"content[{i}] of type text needs a string 'text'")
-            check_depth(value)
+            check_json(value)
         return value
 
     @model_validator(mode="after")

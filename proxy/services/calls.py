@@ -9,17 +9,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
-from django.db import transaction
-
 from compaction.services.sync import compaction_overflow
-from contextsvc import telemetry
 from contextsvc.engine.providers import anthropic as anthropic_format
 from contextsvc.engine.providers import openai_chat
-from contextsvc.engine.providers.common import Converted, Reply, attach_meta
-from contextsvc.engine.providers.fingerprint import message_fingerprint
+from contextsvc.engine.providers.common import Converted
 from contextsvc.errors import NotFound
 from prompting.context.build import context_preview
 from prompting.context.service import context_for_call
@@ -27,11 +23,9 @@ from sessions.accounting import final_tool_name
 from sessions.hotpath import read_session
 from sessions.models import Session
 from sessions.selectors import session_get
-from sessions.services.append import session_append_messages
-from sessions.services.inputs import MessageData, SectionData, ToolData
+from sessions.services.inputs import SectionData, ToolData
 from sessions.services.sessions import session_set_sections, session_update
 from sessions.services.tools import session_set_tools
-from sessions.services.usage import session_record_usage
 
 from ..providers import Dialect
 from ..selectors import client_chains, client_view, match_view
@@ -40,19 +34,14 @@ from .builtins import (
     builtin_tool_data,
     client_tool_names,
     runnable_names,
-    session_run_builtin_calls,
-    split_calls,
-    strip_anthropic,
-    strip_openai,
 )
 from .caller import Caller, caller_and_session, caller_for, client_messages, session_id
 from .client_fit import cap_breakpoints, session_follow_tool_search, window_shortfall
-from .final import anthropic_as_text, final_tool_to_answer, message_as_text, openai_as_text
+from .final import final_tool_to_answer
 from .identity import session_for_side_request
 from .sync import (
     Synced,
     ToTranscript,
-    client_view_add_reply,
     plan_client_sync,
     session_sync_client_view,
 )
@@ -74,14 +63,6 @@ class Prepared:
     final_tool: str | None = (
         None  # the final-report tool the proxy turns into text (``services.final``)
     )
-
-
-@dataclass(slots=True)
-class Recorded:
-    """A stored reply: whether to ask upstream again (only built-ins were called), what the client gets."""
-
-    again: bool
-    shown: dict[str, Any] | None
 
 
 def _to_transcript(dialect: Dialect, lead: int) -> ToTranscript:
@@ -314,96 +295,3 @@ def upstream_body(
 
 def _tool_name(tool: dict[str, Any]) -> str:
     return tool.get("name") or (tool.get("function") or {}).get("name", "")
-
-
-def session_record_reply(
-    *,
-    session: Session,
-    dialect: Dialect,
-    reply: Reply,
-    response: dict[str, Any] | None,
-    runnable: frozenset[str] = frozenset(),
-    last_round: bool = False,
-    final_tool: str | None = None,
-    started_ns: int | None = None,
-    synced: Synced | None = None,
-) -> Recorded:
-    """Append the assistant's answer (marked if incomplete) and its usage; run its built-in calls.
-
-    The client's view gets the answer as the client receives it: without the
-    built-in calls (``services.builtins``), its final-report call as text (``services.final``).
-    """
-    if final_tool:
-        reply = replace(reply, message=message_as_text(reply.message, final_tool))
-        if response is not None:
-            as_text = anthropic_as_text if dialect.name == "anthropic" else openai_as_text
-            response = as_text(response, final_tool)
-    message: dict[str, Any] = dict(reply.message)
-    if reply.incomplete:
-        message["content"] = attach_meta(message.get("content") or "", {"incomplete": True})
-    _trace_call(session, dialect, reply, started_ns)
-    ours, theirs = split_calls(message.get("tool_calls") or (), runnable)
-    if reply.incomplete:
-        ours = []
-    has_content = message.get("tool_calls") or _has_text(message.get("content"))
-    again = bool(ours) and not theirs and not last_round
-    shown = response
-    with transaction.atomic():
-        if has_content:
-            batch: list[MessageData] = [message]  # type: ignore[list-item]
-            session_append_messages(session=session, messages=batch)
-        usage = reply.usage.to_dict()
-        if any(usage.values()):
-            session_record_usage(session=session, usage=usage)  # type: ignore[arg-type]
-        if ours:
-            session_run_builtin_calls(session=session, calls=ours)
-        if has_content and not reply.incomplete and not again:
-            hidden = {c["name"] for c in ours}
-            if hidden and response is not None:
-                strip = {"anthropic": strip_anthropic, "responses": responses_body.strip_calls}.get(
-                    dialect.name, strip_openai
-                )
-                shown = strip(response, hidden)
-            seen = Reply(
-                message={**reply.message, "tool_calls": theirs} if theirs else _no_calls(reply),
-                usage=reply.usage,
-            )
-            echoed = dialect.client_message(seen, shown)
-            client_view_add_reply(
-                session=session, fingerprint=message_fingerprint(echoed), synced=synced
-            )
-    return Recorded(again=again, shown=shown)
-
-
-def _trace_call(session: Session, dialect: Dialect, reply: Reply, started_ns: int | None) -> None:
-    """The upstream call as a GenAI client span (``contextsvc.telemetry``), from its start."""
-    if not telemetry.enabled():
-        return
-    attributes: dict[str, Any] = {
-        **telemetry.session_attributes(session, "chat"),
-        telemetry.PROVIDER: "anthropic" if dialect.name == "anthropic" else "openai",
-        telemetry.RESPONSE_MODEL: reply.model,
-        telemetry.RESPONSE_ID: reply.id,
-        "gen_ai.response.finish_reasons": [reply.stop_reason] if reply.stop_reason else None,
-        "contextsvc.proxy.api": dialect.name,
-        "contextsvc.incomplete": reply.incomplete,
-        **telemetry.usage_attributes(reply.usage.to_dict()),
-    }
-    error = (reply.error or {}).get("message") if reply.error else None
-    telemetry.record_span(
-        f"chat {session.model}", attributes, start_ns=started_ns, error=error or None
-    )
-
-
-def _no_calls(reply: Reply) -> dict[str, Any]:
-    return {k: v for k, v in reply.message.items() if k != "tool_calls"}
-
-
-def _has_text(content: Any) -> bool:
-    if isinstance(content, str):
-        return bool(content.strip())
-    return any(
-        part.get("type") != "text" or str(part.get("text") or "").strip()
-        for part in content or ()
-        if isinstance(part, dict)
-    )

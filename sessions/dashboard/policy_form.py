@@ -15,7 +15,7 @@ from typing import Any
 import pydantic
 from django.http import QueryDict
 
-from sessions.schemas import PolicyIn
+from sessions.schemas_policy import PolicyIn
 
 from .selectors.policy import GENERAL, PolicySection
 

@@ -16,7 +16,7 @@ from contextsvc.engine.messages import ToolDef
 from contextsvc.errors import ValidationFailed
 
 from ..models import Session
-from ..schemas import MAX_SEQ
+from ..schemas_base import MAX_SEQ
 from .budget import cache_config
 from .pages import MAX_GREP_CONTEXT, MAX_GREP_MATCHES, MAX_SLICE_LINES, grep_page, read_page
 from .store import output_get

@@ -18,7 +18,7 @@ from contextsvc.engine.tokens import estimate_sections, get_tokenizer
 from contextsvc.errors import Conflict, ValidationFailed
 from sessions import accounting, hotpath, status
 from sessions.models import AgentKey, Session
-from sessions.schemas import PolicyIn
+from sessions.schemas_policy import PolicyIn
 
 from .checks import check_item_count, reject_duplicate_names
 from .inputs import PolicyData, SectionData, SessionCreateData, SessionPatchData

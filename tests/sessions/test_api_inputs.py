@@ -9,6 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from compaction.models import Snapshot
+from contextsvc.http import dumps
 from sessions.models import IdempotencyRecord, Message, Session, ToolOutput
 from tests.conftest import tool_turn
 
@@ -676,3 +678,49 @@ def test_a_capped_read_of_many_escaped_lines_reads_the_output_once(
     assert page["truncated"] and page["has_more"] and page["lines"] > 1
     assert page["next_offset"] == 1 + page["lines"]
     assert len(calls) == 1  # one read, not one per halving
+
+
+def test_integers_past_64_bits_are_refused_not_a_500_on_later_reads(alice, make_session):
+    """Arguments given as JSON text are parsed by Python's json, which keeps any
+    integer; the renderer (orjson) writes 64-bit ones only, so a bigger one stored
+    would make a 500 of GET /snapshot and the context for good."""
+    sid = make_session()["id"]
+    for big in (2**64, -(2**63) - 1):
+        call = {"id": "c1", "name": "b", "arguments": json.dumps({"n": big})}
+        message = {"role": "assistant", "tool_calls": [call]}
+        response = alice.post(f"sessions/{sid}/messages", {"messages": [message]})
+        assert response.status_code == 422, response.content
+    assert Message.objects.filter(session__external_id=sid).count() == 0
+    # The edges of the range are kept, and read back.
+    call = {"id": "c1", "name": "b", "arguments": json.dumps({"n": 2**64 - 1, "m": -(2**63)})}
+    message = {"role": "assistant", "tool_calls": [call]}
+    assert alice.post(f"sessions/{sid}/messages", {"messages": [message]}).status_code == 200
+    assert alice.get(f"sessions/{sid}/snapshot").status_code == 200
+    assert alice.get(f"sessions/{sid}/context").status_code == 200
+    still_works(alice, sid)
+
+
+def test_a_big_float_in_a_snapshot_reads_back_not_a_500(alice, make_session):
+    """PostgreSQL's jsonb writes 1e23 back as 100000000000000000000000, which
+    Django reads as an int past 64 bits: GET /snapshot renders it as a float."""
+    sid = make_session()["id"]
+    session = Session.objects.get(external_id=sid)
+    part = {"type": "data", "n": 1e23, "m": -1.5e30}
+    Snapshot.objects.create(
+        session=session,
+        window_start_seq=1,
+        through_seq=0,
+        token_count=1,
+        message_count=1,
+        messages=[{"seq": 1, "role": "user", "content": [part]}],
+    )
+    response = alice.get(f"sessions/{sid}/snapshot")
+    assert response.status_code == 200, response.content
+    (stored,) = response.json()["snapshot"]["messages"][0]["content"]
+    assert stored["n"] == 1e23 and stored["m"] == -1.5e30
+
+
+def test_the_renderer_writes_ints_past_64_bits_as_floats():
+    assert json.loads(dumps({"a": [10**23, -(10**30), 2**64 - 1, True]})) == {
+        "a": [1e23, -1e30, 2**64 - 1, True]
+    }

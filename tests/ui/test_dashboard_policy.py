@@ -10,7 +10,7 @@ from django.test import Client
 from django.urls import reverse
 
 from sessions.models import PolicyChange, Session
-from sessions.schemas import PolicyIn
+from sessions.schemas_policy import PolicyIn
 from tests.ui.conftest import HX
 
 pytestmark = pytest.mark.django_db
@@ -58,7 +58,7 @@ def test_a_new_schema_field_appears_without_a_template_edit(op, make_dash_sessio
     """Other helpers add knobs to the schema: the page reads PolicyIn, not a list of names."""
     from pydantic import Field, create_model
 
-    from sessions.schemas import CompactionPolicy
+    from sessions.schemas_policy import CompactionPolicy
 
     extended = create_model(
         "CompactionPolicyPlus", __base__=CompactionPolicy, clear_after_turns=(int, Field(7, ge=1))

@@ -12,6 +12,7 @@ from django.urls import reverse
 from compaction.dashboard.predictions import fact_groups, summary_credit
 from compaction.models import CompactionRun
 from compaction.services.execute import compaction_execute
+from sessions.dashboard.charts import short
 from tests.ui.conftest import HX
 
 pytestmark = pytest.mark.django_db
@@ -49,8 +50,9 @@ def test_predicted_vs_actual_from_queue_to_result(op, big):
     queued = _rows(body)
     assert queued["Tokens after"][1] == "…"  # the prediction is there before the run starts
     assert queued["Tokens after"][0] == f"{run.prediction['after_tokens']:,}"
-    # The preview's short form (e.g. 12.3k) and the stored prediction agree.
-    assert predicted_after.rstrip("k") in f"{run.prediction['after_tokens'] / 1000:.1f}"
+    # The preview's short form (e.g. 12.3k, or 379 under a thousand) and the
+    # stored prediction agree.
+    assert predicted_after == short(run.prediction["after_tokens"])
 
     compaction_execute(run_id=run.pk)
     run.refresh_from_db()

@@ -27,7 +27,7 @@ from contextsvc.engine.output_views import resolve_view_config
 from contextsvc.engine.strategies.chain import DEFAULT_CHAIN
 from sessions import accounting
 from sessions.models import PolicyChange, Session
-from sessions.schemas import PolicyIn
+from sessions.schemas_policy import PolicyIn
 from sessions.selectors import app_budget_blocks
 
 GENERAL = "general"  # the page's name for the schema's top-level scalar fields
