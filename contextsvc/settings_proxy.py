@@ -14,9 +14,15 @@ and gives it back when its database work is done (``views.proxy_call``), so
 a stream that waits minutes on upstream holds none.
 """
 
+import copy
+
 from .settings import *  # noqa: F403 - the one configuration, narrowed below
-from .settings import DATABASES
+from .settings import DATABASES as _WEB_DATABASES
 from .settings_env import env_int
+
+# A copy: importing this module (a test does) must not turn the web settings' own
+# dict into a pooled configuration.
+DATABASES = copy.deepcopy(_WEB_DATABASES)
 
 ROOT_URLCONF = "contextsvc.urls_proxy"
 MIDDLEWARE = [

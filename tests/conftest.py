@@ -3,11 +3,13 @@ speaks JSON with a bearer key, and session factories."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 from typing import Any
 
 import pytest
+from django.apps import apps
 from django.test import Client
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
@@ -135,3 +137,11 @@ def tool_turn(call_id: str, output: str, *, name: str = "bash", command: str = "
         },
         {"role": "tool", "tool_call_id": call_id, "content": output},
     ]
+
+
+@pytest.fixture
+def model_profiles(transactional_db):
+    """The model profiles the migrations seed, seeded again: a transactional
+    test's flush empties them, and limits and prices come from them."""
+    for name in ("0002_seed_model_profiles", "0011_seed_claude_sonnet_4_6"):
+        importlib.import_module(f"sessions.migrations.{name}").seed(apps, None)

@@ -338,7 +338,9 @@ TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_siz
 TEXT_BLOCK = st.builds(lambda t: {"type": "text", "text": t}, TEXT)
 USER_BLOCK = st.one_of(TEXT_BLOCK, st.just(IMAGE))
 ASSISTANT_BLOCK = st.one_of(TEXT_BLOCK, st.just(THINKING), st.just(REDACTED))
-ARGS = st.dictionaries(st.text(max_size=5), st.one_of(st.integers(), TEXT, st.none()), max_size=3)
+# The service refuses integers past 64 bits in JSON (a 422): agents' arguments stay within.
+INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+ARGS = st.dictionaries(st.text(max_size=5), st.one_of(INT64, TEXT, st.none()), max_size=3)
 
 
 @st.composite

@@ -28,7 +28,9 @@ TEXT = st.text(
     min_size=1,
     max_size=12,
 )
-ARGS = st.dictionaries(st.text(max_size=4), st.one_of(st.integers(), TEXT), max_size=3)
+# The service refuses integers past 64 bits in JSON (a 422): agents' arguments stay within.
+INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+ARGS = st.dictionaries(st.text(max_size=4), st.one_of(INT64, TEXT), max_size=3)
 IMAGE = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBO"}}
 IMAGE_URL = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBO"}}
 THINKING = {"type": "thinking", "thinking": "plan", "signature": "sig=="}

@@ -8,13 +8,10 @@ gunicorn's uvicorn worker instead.
 
 from __future__ import annotations
 
-import importlib
-
 import anthropic
 import httpx2
 import openai
 import pytest
-from django.apps import apps
 
 from contextsvc.asgi import application
 from tests.fakes.anthropic_server import FakeAnthropic
@@ -26,12 +23,6 @@ UPSTREAM_KEY = "sk-upstream-test"
 # (transactional), and a transactional test's flush also empties the model
 # profiles the migrations seed, so they are seeded again.
 PROXY_DB = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("model_profiles")]
-
-
-@pytest.fixture
-def model_profiles(transactional_db):
-    seeding = importlib.import_module("sessions.migrations.0002_seed_model_profiles")
-    seeding.seed(apps, None)
 
 
 @pytest.fixture

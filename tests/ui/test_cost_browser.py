@@ -52,6 +52,7 @@ def _session_with_calls(alice) -> tuple[str, float]:
     return sid, total
 
 
+@pytest.mark.usefixtures("model_profiles")
 def test_operator_reads_the_cost_of_a_session(page, alice):  # noqa: F811
     pg = page
     sid, total = _session_with_calls(alice)
