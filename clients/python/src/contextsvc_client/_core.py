@@ -114,7 +114,7 @@ def _drop_none(values: Mapping[str, Any]) -> Json:
 # --- sessions -------------------------------------------------------------------
 
 
-def create_session(fields: Mapping[str, Any]) -> Call:
+def create_session_call(fields: Mapping[str, Any]) -> Call:
     # A retried create of a chosen id answers 409 the second time: the caller
     # decides (get_or_create); without an id a retry could make a second session.
     return Call(
@@ -122,30 +122,30 @@ def create_session(fields: Mapping[str, Any]) -> Call:
     )
 
 
-def get_session(sid: str) -> Call:
+def get_session_call(sid: str) -> Call:
     return Call("GET", f"/sessions/{_sid(sid)}")
 
 
-def list_sessions(params: Mapping[str, Any]) -> Call:
+def list_sessions_call(params: Mapping[str, Any]) -> Call:
     return Call("GET", "/sessions", params=_drop_none(params))
 
 
-def delete_session(sid: str) -> Call:
+def delete_session_call(sid: str) -> Call:
     return Call("DELETE", f"/sessions/{_sid(sid)}", returns_json=False)
 
 
-def set_system(sid: str, sections: Sequence[Mapping[str, Any]]) -> Call:
+def set_system_call(sid: str, sections: Sequence[Mapping[str, Any]]) -> Call:
     return Call("PUT", f"/sessions/{_sid(sid)}/system", json=list(sections))
 
 
-def set_tools(sid: str, tools: Sequence[Mapping[str, Any]]) -> Call:
+def set_tools_call(sid: str, tools: Sequence[Mapping[str, Any]]) -> Call:
     return Call("PUT", f"/sessions/{_sid(sid)}/tools", json=list(tools))
 
 
 # --- messages, context, usage ---------------------------------------------------------
 
 
-def append(
+def append_call(
     sid: str,
     messages: Sequence[Mapping[str, Any]],
     *,
@@ -163,7 +163,7 @@ def append(
     )
 
 
-def retract(
+def retract_call(
     sid: str, *, last: int | None, from_seq: int | None, idempotency_key: str | None = None
 ) -> Call:
     if (last is None) == (from_seq is None):
@@ -176,19 +176,19 @@ def retract(
     )
 
 
-def context(sid: str, *, format: ContextFormat, extra_tokens: int) -> Call:  # noqa: A002
+def context_call(sid: str, *, format: ContextFormat, extra_tokens: int) -> Call:  # noqa: A002
     params: Json = {"format": format}
     if extra_tokens:
         params["extra_tokens"] = extra_tokens
     return Call("GET", f"/sessions/{_sid(sid)}/context", params=params)
 
 
-def budget(sid: str, *, extra_tokens: int) -> Call:
+def budget_call(sid: str, *, extra_tokens: int) -> Call:
     params = {"extra_tokens": extra_tokens} if extra_tokens else None
     return Call("GET", f"/sessions/{_sid(sid)}/budget", params=params)
 
 
-def usage(sid: str, report: Mapping[str, Any]) -> Call:
+def usage_call(sid: str, report: Mapping[str, Any]) -> Call:
     # Not repeated after a lost answer: a second report would be a second call.
     return Call("POST", f"/sessions/{_sid(sid)}/usage", json=_drop_none(report), idempotent=False)
 
@@ -196,19 +196,19 @@ def usage(sid: str, report: Mapping[str, Any]) -> Call:
 # --- compaction -------------------------------------------------------------------------
 
 
-def compact(sid: str, fields: Mapping[str, Any]) -> Call:
+def compact_call(sid: str, fields: Mapping[str, Any]) -> Call:
     # A repeat joins the run already queued (the service answers joined: true).
     return Call("POST", f"/sessions/{_sid(sid)}/compact", json=_drop_none(fields))
 
 
-def snapshot(sid: str) -> Call:
+def snapshot_call(sid: str) -> Call:
     return Call("GET", f"/sessions/{_sid(sid)}/snapshot")
 
 
 # --- tool outputs ---------------------------------------------------------------------
 
 
-def upload_output(sid: str, data: UploadData, *, tool_name: str) -> Call:
+def upload_output_call(sid: str, data: UploadData, *, tool_name: str) -> Call:
     # Stored by content hash: a repeat answers 200 with the same ref.
     headers = {"Content-Type": "application/octet-stream"}
     if tool_name:
@@ -221,12 +221,12 @@ def upload_output(sid: str, data: UploadData, *, tool_name: str) -> Call:
     return Call("PUT", path, content=data, headers=headers, retryable=False)
 
 
-def read_ref(ref: str, *, offset: int, limit: int, max_line_length: int | None) -> Call:
+def read_ref_call(ref: str, *, offset: int, limit: int, max_line_length: int | None) -> Call:
     params = _drop_none({"offset": offset, "limit": limit, "max_line_length": max_line_length})
     return Call("GET", f"/refs/{_sid(ref)}", params=params)
 
 
-def grep_ref(
+def grep_ref_call(
     ref: str,
     pattern: str,
     *,
@@ -257,3 +257,16 @@ def usage_fields(
         "cache_read_tokens": cache_read_tokens,
         "through_seq": through_seq,
     }
+
+
+DEFAULT_TIMEOUT = 60.0
+
+
+def api_base(base_url: str) -> str:
+    """The API root from the service's address (``/api/v1`` added unless given)."""
+    base = base_url.rstrip("/")
+    return base if base.endswith("/api/v1") else f"{base}/api/v1"
+
+
+def auth_headers(api_key: str, extra: Mapping[str, str] | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {api_key}", "Accept": "application/json", **(extra or {})}

@@ -8,9 +8,36 @@ from typing import Any
 
 import httpx
 
-from . import _core
-from ._core import Call, ContextFormat, Json, MessageFormat, RetryPolicy, UploadData
-from .client import DEFAULT_TIMEOUT, api_base, auth_headers
+from ._core import (
+    DEFAULT_TIMEOUT,
+    RETRY_STATUSES,
+    Call,
+    ContextFormat,
+    Json,
+    MessageFormat,
+    RetryPolicy,
+    UploadData,
+    api_base,
+    append_call,
+    auth_headers,
+    budget_call,
+    compact_call,
+    context_call,
+    create_session_call,
+    delete_session_call,
+    get_session_call,
+    grep_ref_call,
+    list_sessions_call,
+    may_retry,
+    read_ref_call,
+    retract_call,
+    set_system_call,
+    set_tools_call,
+    snapshot_call,
+    upload_output_call,
+    usage_call,
+    usage_fields,
+)
 from .errors import ConnectionFailedError, error_from_response
 
 
@@ -61,18 +88,14 @@ class AsyncClient:
                 if (
                     not call.retryable
                     or attempt >= self.retry.max_retries
-                    or not _core.may_retry(call, exc)
+                    or not may_retry(call, exc)
                 ):
                     raise ConnectionFailedError(f"{call.method} {call.path}: {exc!r}") from exc
                 await asyncio.sleep(self.retry.delay(attempt))
                 attempt += 1
                 continue
             status = response.status_code
-            if (
-                status in _core.RETRY_STATUSES
-                and call.retryable
-                and attempt < self.retry.max_retries
-            ):
+            if status in RETRY_STATUSES and call.retryable and attempt < self.retry.max_retries:
                 await asyncio.sleep(self.retry.delay(attempt, response))
                 attempt += 1
                 continue
@@ -107,12 +130,12 @@ class AsyncClient:
             "tokenizer": tokenizer,
             "policy": policy,
         }
-        data = await self.send(_core.create_session(fields))
+        data = await self.send(create_session_call(fields))
         return AsyncSession(self, data["id"], data)
 
     async def get_session(self, sid: str) -> AsyncSession:
         """An existing session, its state loaded (``NotFoundError`` when there is none)."""
-        return AsyncSession(self, sid, await self.send(_core.get_session(sid)))
+        return AsyncSession(self, sid, await self.send(get_session_call(sid)))
 
     def session(self, sid: str) -> AsyncSession:
         """The object for session ``sid`` without a request (for a session you know exists)."""
@@ -127,11 +150,11 @@ class AsyncClient:
         limit: int = 50,
     ) -> Json:
         params = {"agent": agent, "status": status, "cursor": cursor, "limit": limit}
-        return await self.send(_core.list_sessions(params))
+        return await self.send(list_sessions_call(params))
 
     async def delete_session(self, sid: str) -> None:
         """Delete the session with its transcript, outputs and snapshots."""
-        await self.send(_core.delete_session(sid))
+        await self.send(delete_session_call(sid))
 
     # --- stored tool outputs (not bound to a session) -------------------------------------
 
@@ -140,7 +163,7 @@ class AsyncClient:
     ) -> Json:
         """Lines ``offset``… (1-based) of a stored output: ``text``, ``total_lines``, ``has_more``."""
         return await self.send(
-            _core.read_ref(ref, offset=offset, limit=limit, max_line_length=max_line_length)
+            read_ref_call(ref, offset=offset, limit=limit, max_line_length=max_line_length)
         )
 
     async def grep_ref(
@@ -155,7 +178,7 @@ class AsyncClient:
     ) -> Json:
         """Lines of a stored output matching ``pattern`` (a regex), with ``context`` lines around."""
         return await self.send(
-            _core.grep_ref(
+            grep_ref_call(
                 ref,
                 pattern,
                 context=context,
@@ -181,7 +204,7 @@ class AsyncSession:
         return f"AsyncSession({self.id!r})"
 
     async def refresh(self) -> Json:
-        self.data = await self.client.send(_core.get_session(self.id))
+        self.data = await self.client.send(get_session_call(self.id))
         return self.data
 
     async def delete(self) -> None:
@@ -189,11 +212,11 @@ class AsyncSession:
 
     async def set_system(self, sections: Sequence[Mapping[str, Any]]) -> Json:
         """The system prompt as sections ``[{name, content, cacheable?, kind?}]``."""
-        return await self.client.send(_core.set_system(self.id, sections))
+        return await self.client.send(set_system_call(self.id, sections))
 
     async def set_tools(self, tools: Sequence[Mapping[str, Any]]) -> Json:
         """The tools offered to the model ``[{name, description, input_schema, category?}]``."""
-        return await self.client.send(_core.set_tools(self.id, tools))
+        return await self.client.send(set_tools_call(self.id, tools))
 
     async def append(
         self,
@@ -208,7 +231,7 @@ class AsyncSession:
         its retries are stored once. Returns per message ``seq``, ``token_count``,
         ``view`` …, and the new ``budget``.
         """
-        call = _core.append(self.id, messages, format=format, idempotency_key=idempotency_key)
+        call = append_call(self.id, messages, format=format, idempotency_key=idempotency_key)
         return await self.client.send(call)
 
     async def retract(
@@ -219,17 +242,17 @@ class AsyncSession:
         idempotency_key: str | None = None,
     ) -> Json:
         """Take the last ``last`` live messages (or those from ``from_seq`` on) out of the window."""
-        call = _core.retract(self.id, last=last, from_seq=from_seq, idempotency_key=idempotency_key)
+        call = retract_call(self.id, last=last, from_seq=from_seq, idempotency_key=idempotency_key)
         return await self.client.send(call)
 
     async def context(self, format: ContextFormat = "anthropic", *, extra_tokens: int = 0) -> Json:  # noqa: A002
         """The request body to send next, with its ``budget`` (remove that key before sending)."""
         return await self.client.send(
-            _core.context(self.id, format=format, extra_tokens=extra_tokens)
+            context_call(self.id, format=format, extra_tokens=extra_tokens)
         )
 
     async def budget(self, *, extra_tokens: int = 0) -> Json:
-        return await self.client.send(_core.budget(self.id, extra_tokens=extra_tokens))
+        return await self.client.send(budget_call(self.id, extra_tokens=extra_tokens))
 
     async def usage(
         self,
@@ -241,10 +264,10 @@ class AsyncSession:
         through_seq: int | None = None,
     ) -> Json:
         """Report what the provider counted for the last call."""
-        fields = _core.usage_fields(
+        fields = usage_fields(
             input_tokens, output_tokens, cache_creation_tokens, cache_read_tokens, through_seq
         )
-        return await self.client.send(_core.usage(self.id, fields))
+        return await self.client.send(usage_call(self.id, fields))
 
     async def compact(
         self,
@@ -261,11 +284,11 @@ class AsyncSession:
             "retain_last_turns": retain_last_turns,
             "wait": wait,
         }
-        return await self.client.send(_core.compact(self.id, fields))
+        return await self.client.send(compact_call(self.id, fields))
 
     async def snapshot(self) -> Json:
         """Resume data: the newest snapshot and the messages after it."""
-        return await self.client.send(_core.snapshot(self.id))
+        return await self.client.send(snapshot_call(self.id))
 
     async def upload_output(self, data: UploadData, *, tool_name: str = "") -> Json:
         """Store a large tool output; a tool message then carries its ``ref`` as ``output_ref``.
@@ -274,7 +297,7 @@ class AsyncSession:
         an iterable of byte chunks (an async iterable for the async client),
         streamed as read and so sent once.
         """
-        return await self.client.send(_core.upload_output(self.id, data, tool_name=tool_name))
+        return await self.client.send(upload_output_call(self.id, data, tool_name=tool_name))
 
     async def read_ref(
         self, ref: str, *, offset: int = 1, limit: int = 100, max_line_length: int | None = None

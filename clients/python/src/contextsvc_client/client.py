@@ -8,21 +8,37 @@ from typing import Any
 
 import httpx
 
-from . import _core
-from ._core import Call, ContextFormat, Json, MessageFormat, RetryPolicy, UploadData
+from ._core import (
+    DEFAULT_TIMEOUT,
+    RETRY_STATUSES,
+    Call,
+    ContextFormat,
+    Json,
+    MessageFormat,
+    RetryPolicy,
+    UploadData,
+    api_base,
+    append_call,
+    auth_headers,
+    budget_call,
+    compact_call,
+    context_call,
+    create_session_call,
+    delete_session_call,
+    get_session_call,
+    grep_ref_call,
+    list_sessions_call,
+    may_retry,
+    read_ref_call,
+    retract_call,
+    set_system_call,
+    set_tools_call,
+    snapshot_call,
+    upload_output_call,
+    usage_call,
+    usage_fields,
+)
 from .errors import ConnectionFailedError, error_from_response
-
-DEFAULT_TIMEOUT = 60.0
-
-
-def api_base(base_url: str) -> str:
-    """The API root from the service's address (``/api/v1`` added unless given)."""
-    base = base_url.rstrip("/")
-    return base if base.endswith("/api/v1") else f"{base}/api/v1"
-
-
-def auth_headers(api_key: str, extra: Mapping[str, str] | None) -> dict[str, str]:
-    return {"Authorization": f"Bearer {api_key}", "Accept": "application/json", **(extra or {})}
 
 
 class Client:
@@ -72,18 +88,14 @@ class Client:
                 if (
                     not call.retryable
                     or attempt >= self.retry.max_retries
-                    or not _core.may_retry(call, exc)
+                    or not may_retry(call, exc)
                 ):
                     raise ConnectionFailedError(f"{call.method} {call.path}: {exc!r}") from exc
                 time.sleep(self.retry.delay(attempt))
                 attempt += 1
                 continue
             status = response.status_code
-            if (
-                status in _core.RETRY_STATUSES
-                and call.retryable
-                and attempt < self.retry.max_retries
-            ):
+            if status in RETRY_STATUSES and call.retryable and attempt < self.retry.max_retries:
                 time.sleep(self.retry.delay(attempt, response))
                 attempt += 1
                 continue
@@ -118,12 +130,12 @@ class Client:
             "tokenizer": tokenizer,
             "policy": policy,
         }
-        data = self.send(_core.create_session(fields))
+        data = self.send(create_session_call(fields))
         return Session(self, data["id"], data)
 
     def get_session(self, sid: str) -> Session:
         """An existing session, its state loaded (``NotFoundError`` when there is none)."""
-        return Session(self, sid, self.send(_core.get_session(sid)))
+        return Session(self, sid, self.send(get_session_call(sid)))
 
     def session(self, sid: str) -> Session:
         """The object for session ``sid`` without a request (for a session you know exists)."""
@@ -138,11 +150,11 @@ class Client:
         limit: int = 50,
     ) -> Json:
         params = {"agent": agent, "status": status, "cursor": cursor, "limit": limit}
-        return self.send(_core.list_sessions(params))
+        return self.send(list_sessions_call(params))
 
     def delete_session(self, sid: str) -> None:
         """Delete the session with its transcript, outputs and snapshots."""
-        self.send(_core.delete_session(sid))
+        self.send(delete_session_call(sid))
 
     # --- stored tool outputs (not bound to a session) -------------------------------------
 
@@ -151,7 +163,7 @@ class Client:
     ) -> Json:
         """Lines ``offset``… (1-based) of a stored output: ``text``, ``total_lines``, ``has_more``."""
         return self.send(
-            _core.read_ref(ref, offset=offset, limit=limit, max_line_length=max_line_length)
+            read_ref_call(ref, offset=offset, limit=limit, max_line_length=max_line_length)
         )
 
     def grep_ref(
@@ -166,7 +178,7 @@ class Client:
     ) -> Json:
         """Lines of a stored output matching ``pattern`` (a regex), with ``context`` lines around."""
         return self.send(
-            _core.grep_ref(
+            grep_ref_call(
                 ref,
                 pattern,
                 context=context,
@@ -192,7 +204,7 @@ class Session:
         return f"Session({self.id!r})"
 
     def refresh(self) -> Json:
-        self.data = self.client.send(_core.get_session(self.id))
+        self.data = self.client.send(get_session_call(self.id))
         return self.data
 
     def delete(self) -> None:
@@ -200,11 +212,11 @@ class Session:
 
     def set_system(self, sections: Sequence[Mapping[str, Any]]) -> Json:
         """The system prompt as sections ``[{name, content, cacheable?, kind?}]``."""
-        return self.client.send(_core.set_system(self.id, sections))
+        return self.client.send(set_system_call(self.id, sections))
 
     def set_tools(self, tools: Sequence[Mapping[str, Any]]) -> Json:
         """The tools offered to the model ``[{name, description, input_schema, category?}]``."""
-        return self.client.send(_core.set_tools(self.id, tools))
+        return self.client.send(set_tools_call(self.id, tools))
 
     def append(
         self,
@@ -219,7 +231,7 @@ class Session:
         its retries are stored once. Returns per message ``seq``, ``token_count``,
         ``view`` …, and the new ``budget``.
         """
-        call = _core.append(self.id, messages, format=format, idempotency_key=idempotency_key)
+        call = append_call(self.id, messages, format=format, idempotency_key=idempotency_key)
         return self.client.send(call)
 
     def retract(
@@ -230,15 +242,15 @@ class Session:
         idempotency_key: str | None = None,
     ) -> Json:
         """Take the last ``last`` live messages (or those from ``from_seq`` on) out of the window."""
-        call = _core.retract(self.id, last=last, from_seq=from_seq, idempotency_key=idempotency_key)
+        call = retract_call(self.id, last=last, from_seq=from_seq, idempotency_key=idempotency_key)
         return self.client.send(call)
 
     def context(self, format: ContextFormat = "anthropic", *, extra_tokens: int = 0) -> Json:  # noqa: A002
         """The request body to send next, with its ``budget`` (remove that key before sending)."""
-        return self.client.send(_core.context(self.id, format=format, extra_tokens=extra_tokens))
+        return self.client.send(context_call(self.id, format=format, extra_tokens=extra_tokens))
 
     def budget(self, *, extra_tokens: int = 0) -> Json:
-        return self.client.send(_core.budget(self.id, extra_tokens=extra_tokens))
+        return self.client.send(budget_call(self.id, extra_tokens=extra_tokens))
 
     def usage(
         self,
@@ -250,10 +262,10 @@ class Session:
         through_seq: int | None = None,
     ) -> Json:
         """Report what the provider counted for the last call."""
-        fields = _core.usage_fields(
+        fields = usage_fields(
             input_tokens, output_tokens, cache_creation_tokens, cache_read_tokens, through_seq
         )
-        return self.client.send(_core.usage(self.id, fields))
+        return self.client.send(usage_call(self.id, fields))
 
     def compact(
         self,
@@ -270,11 +282,11 @@ class Session:
             "retain_last_turns": retain_last_turns,
             "wait": wait,
         }
-        return self.client.send(_core.compact(self.id, fields))
+        return self.client.send(compact_call(self.id, fields))
 
     def snapshot(self) -> Json:
         """Resume data: the newest snapshot and the messages after it."""
-        return self.client.send(_core.snapshot(self.id))
+        return self.client.send(snapshot_call(self.id))
 
     def upload_output(self, data: UploadData, *, tool_name: str = "") -> Json:
         """Store a large tool output; a tool message then carries its ``ref`` as ``output_ref``.
@@ -283,7 +295,7 @@ class Session:
         an iterable of byte chunks (an async iterable for the async client),
         streamed as read and so sent once.
         """
-        return self.client.send(_core.upload_output(self.id, data, tool_name=tool_name))
+        return self.client.send(upload_output_call(self.id, data, tool_name=tool_name))
 
     def read_ref(
         self, ref: str, *, offset: int = 1, limit: int = 100, max_line_length: int | None = None
