@@ -182,10 +182,7 @@ def limit_tokens(session: Session, state: accounting.BudgetState) -> int:
     the effective window leaves after the fixed parts, the reservations and
     the provider's calibration. Cutting inside the newest turn aims here
     (spec 003 emergency path), never at the lower ``target_tokens``."""
-    budget = state.budget
-    fixed = budget.system_prompt + budget.skill_prompts + budget.tool_descriptions + state.reserved
-    calibration = max(0, (state.calibrated or state.estimated) - state.estimated)
-    return max(0, budget.effective_window - fixed - calibration)
+    return max(0, state.budget.effective_window - _not_history(state))
 
 
 # The knobs the dashboard shows, with the value a session gets when it sets none.
