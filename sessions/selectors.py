@@ -15,6 +15,7 @@ from django.db.models.functions import Cast
 
 from contextsvc.engine.messages import Message as EngineMessage
 from contextsvc.engine.messages import ToolCall
+from contextsvc.engine.window_stats import WindowStats, window_stats
 from contextsvc.errors import NotFound
 from contextsvc.lru import BoundedLRU
 
@@ -185,6 +186,9 @@ class _Window:
     tokens: int
     trim_seq: Any
     messages: tuple[EngineMessage, ...]
+    # The context record's figures of ``messages`` (largest, placeholders),
+    # extended with each append's messages rather than recomputed per build.
+    stats: WindowStats
 
 
 # Per-process cache of converted live windows for context builds: an agent
@@ -209,6 +213,12 @@ def _window_key(session: Session) -> tuple[Any, int, Any]:
 
 def context_messages(session: Session) -> list[EngineMessage]:
     """``live_messages`` for a build, read incrementally when it is safe."""
+    return context_window(session)[0]
+
+
+def context_window(session: Session) -> tuple[list[EngineMessage], WindowStats]:
+    """``context_messages`` and their ``WindowStats``: when only appends happened
+    since the cached window, both are extended by the new messages alone."""
     cached = _WINDOWS.get(session.pk)
     created, start, trim_seq = _window_key(session)
     messages: list[EngineMessage] | None = None
@@ -226,17 +236,22 @@ def context_messages(session: Session) -> list[EngineMessage]:
         total = cached.tokens + sum(m.token_count or 0 for m in new)
         count = len(cached.messages) + len(new)
         if total == session.conversation_tokens and count == session.live_message_count:
+            if cached.last_seq == session.last_seq:
+                return list(cached.messages), cached.stats
             messages = [*cached.messages, *new]
+            stats = window_stats(messages, cached.stats)
     if messages is None:
         messages = live_messages(session, through_seq=session.last_seq)
+        stats = window_stats(messages)
         total = sum(m.token_count or 0 for m in messages)
         if total != session.conversation_tokens or len(messages) != session.live_message_count:
             # Counters and rows disagree (a write in flight): use, do not keep.
-            return messages
+            return messages, stats
     _WINDOWS.put(
-        session.pk, _Window(created, start, session.last_seq, total, trim_seq, tuple(messages))
+        session.pk,
+        _Window(created, start, session.last_seq, total, trim_seq, tuple(messages), stats),
     )
-    return messages
+    return messages, stats
 
 
 # --- usage and the session as the API shows it ------------------------------------------

@@ -7,18 +7,19 @@ dashboard shows it; an operator looking is not a build). ``service`` records.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from contextsvc.engine.build import FORMATS, ContextParts, build_request
 from contextsvc.engine.messages import Message as EngineMessage
 from contextsvc.engine.messages import ToolDef
 from contextsvc.engine.summary_placement import resolve_summary_role
+from contextsvc.engine.window_stats import WindowStats
 from contextsvc.errors import ValidationFailed
 from sessions import accounting
 from sessions.extensions import REGISTRY
 from sessions.models import Session
-from sessions.selectors import context_messages
+from sessions.selectors import context_window
 
 from ..services.blocks import budget_blocks
 from ..services.cache import account_build
@@ -146,23 +147,57 @@ def context_preview_detail(session: Session, fmt: str) -> tuple[dict[str, Any], 
     """``context_preview`` and its per-item breakdown, as a recorded call keeps it
     (``ContextCall.breakdown``), plus the breakpoints in cache order and each
     tool result's tokens by call id (what the context tab shows per block)."""
-    body, parts, tool_plan, prompt_plan = _preview(session, fmt)
-    detail = call_breakdown(session, parts, tool_plan, prompt_plan)
+    body, parts, tool_plan, prompt_plan, stats = _preview(session, fmt)
+    detail = call_breakdown(session, parts, tool_plan, prompt_plan, stats)
     detail["breakpoints"] = breakpoint_labels(parts, prompt_plan, detail["sections"])
-    detail["result_tokens"] = {
-        m.tool_call_id: m.token_count or 0 for m in parts.messages if m.tool_call_id
-    }
+    detail["result_tokens"] = ResultTokens(parts.messages)
     return body, detail
+
+
+class ResultTokens(Mapping[str, int]):
+    """Each tool result's tokens by call id (the newest result of an id wins),
+    read from the newest message back only as far as the lookups need: the
+    context tab shows a page of blocks, most often the last one."""
+
+    def __init__(self, messages: Sequence[EngineMessage]) -> None:
+        self._messages = messages
+        self._found: dict[str, int] = {}
+        self._next = len(messages) - 1
+
+    def _scan(self, until: str | None) -> None:
+        found, messages = self._found, self._messages
+        while self._next >= 0 and (until is None or until not in found):
+            msg = messages[self._next]
+            self._next -= 1
+            if msg.tool_call_id and msg.tool_call_id not in found:
+                found[msg.tool_call_id] = msg.token_count or 0
+
+    def __getitem__(self, call_id: str) -> int:
+        self._scan(call_id)
+        return self._found[call_id]
+
+    def __contains__(self, call_id: object) -> bool:
+        if isinstance(call_id, str):
+            self._scan(call_id)
+        return call_id in self._found
+
+    def __iter__(self) -> Iterator[str]:
+        self._scan(None)
+        return iter(self._found)
+
+    def __len__(self) -> int:
+        self._scan(None)
+        return len(self._found)
 
 
 def _preview(
     session: Session, fmt: str, *, extra: int = 0
-) -> tuple[dict[str, Any], ContextParts, ToolPlan, PromptPlan]:
+) -> tuple[dict[str, Any], ContextParts, ToolPlan, PromptPlan, WindowStats]:
     check_format(fmt)
-    messages = context_messages(session)
+    messages, stats = context_window(session)
     tool_plan = plan_tools(session, messages)
     if tool_plan.sent_tokens is not None:
         session.tool_tokens = tool_plan.sent_tokens
     body, parts, prompt_plan = build_context(session, fmt, messages, tool_plan, extra=extra)
     body["budget"].update(account_build(session, fmt, parts, tool_plan, prompt_plan).blocks())
-    return body, parts, tool_plan, prompt_plan
+    return body, parts, tool_plan, prompt_plan, stats

@@ -10,7 +10,7 @@ from django.db import transaction
 
 from contextsvc import telemetry
 from sessions.models import Session
-from sessions.selectors import context_messages
+from sessions.selectors import context_window
 from sessions.services.preflight import session_context_preflight
 from sessions.status import session_mark_final
 
@@ -59,7 +59,7 @@ def _context_for_call(
 ) -> dict[str, Any]:
     if preflight:
         session = session_context_preflight(session=session, extra=extra)
-    messages = context_messages(session)
+    messages, stats = context_window(session)
     tool_plan = plan_tools(session, messages, load_state=state_get_or_create)
     tools_record_plan(session, tool_plan)
     body, parts, prompt_plan = build_context(session, fmt, messages, tool_plan, extra=extra)
@@ -79,6 +79,7 @@ def _context_for_call(
             budget=body["budget"],
             record=built.record,
             build_ms=(time.perf_counter() - started) * 1000,
+            stats=stats,
         )
     if body["budget"]["guard"]["status"] == "final":
         session_mark_final(session=session, reason="context")

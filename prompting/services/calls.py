@@ -8,7 +8,6 @@ record keeps for a real call.
 
 from __future__ import annotations
 
-import heapq
 import logging
 from typing import Any
 
@@ -16,6 +15,7 @@ from django.utils import timezone
 
 from contextsvc.engine.build import ContextParts, layout
 from contextsvc.engine.messages import ToolDef
+from contextsvc.engine.window_stats import WindowStats, window_stats
 from sessions import accounting
 from sessions.models import Session
 from sessions.services.calls import context_call_insert
@@ -24,8 +24,6 @@ from .sections import PromptPlan, count_text
 from .selection import ToolPlan
 
 log = logging.getLogger("contextsvc.prompting")
-
-LARGEST = 20  # messages listed by size in a breakdown
 
 
 def tool_server(tool: ToolDef) -> str:
@@ -68,11 +66,21 @@ def _tools(parts: ContextParts, tool_plan: ToolPlan, tokenizer: Any) -> dict[str
 
 
 def call_breakdown(
-    session: Session, parts: ContextParts, tool_plan: ToolPlan, prompt_plan: PromptPlan
+    session: Session,
+    parts: ContextParts,
+    tool_plan: ToolPlan,
+    prompt_plan: PromptPlan,
+    stats: WindowStats | None = None,
 ) -> dict[str, Any]:
     """Per item, as sent: named system sections, each tool's schema tokens
     (sent or deferred, per MCP server), the largest messages, and the trimmed,
-    cut or cleared placeholders counted together."""
+    cut or cleared placeholders counted together.
+
+    ``stats`` are the window's figures as the window cache keeps them
+    (``sessions.selectors.context_window``): with them the breakdown reads no
+    message but the largest, whatever the window's length; without them (or
+    for another window) they are computed here in one pass.
+    """
     tokenizer = accounting.tokenizer_of(session)
     lay = layout(parts)
     sections = []
@@ -82,22 +90,8 @@ def call_breakdown(
         else:
             tokens = count_text(section.content, tokenizer)
         sections.append({"name": section.name, "kind": section.kind, "tokens": tokens})
-    messages = parts.messages
-    # One pass in Python, then the 20 largest by index with a C-level key:
-    # the scan is most of the breakdown's cost on a 10,000-message window.
-    tokens = [m.token_count or 0 for m in messages]
-    outputs = 0
-    placeholders: dict[str, list[int]] = {}
-    for msg, count in zip(messages, tokens, strict=True):
-        if msg.role == "tool":
-            outputs += count
-        if msg.view_state != "full":
-            entry = placeholders.setdefault(msg.view_state, [0, 0])
-            entry[0] += 1
-            entry[1] += count
-    largest = [
-        messages[i] for i in heapq.nlargest(LARGEST, range(len(tokens)), key=tokens.__getitem__)
-    ]
+    if stats is None or stats.count != len(parts.messages):
+        stats = window_stats(parts.messages)
     return {
         "sections": sections,
         "tail_tokens": sum(count_text(t, tokenizer) for t in lay.tail),
@@ -110,13 +104,13 @@ def call_breakdown(
                 "tokens": m.token_count or 0,
                 "view_state": m.view_state,
             }
-            for m in largest
+            for m in stats.largest_messages
         ],
-        "outputs_tokens": outputs,
+        "outputs_tokens": stats.outputs_tokens,
         "placeholders": {
-            "count": sum(v[0] for v in placeholders.values()),
-            "tokens": sum(v[1] for v in placeholders.values()),
-            "by_state": {k: {"count": v[0], "tokens": v[1]} for k, v in placeholders.items()},
+            "count": sum(n for _, n, _ in stats.placeholders),
+            "tokens": sum(t for _, _, t in stats.placeholders),
+            "by_state": {k: {"count": n, "tokens": t} for k, n, t in stats.placeholders},
         },
     }
 
@@ -155,11 +149,12 @@ def context_call_record(
     budget: dict[str, Any],
     record: dict[str, Any] | None,
     build_ms: float,
+    stats: WindowStats | None = None,
 ) -> None:
     """Insert the build's record (one INSERT). Never raises: a build is not
     refused because its record could not be written (spec 002 §8)."""
     try:
-        breakdown = call_breakdown(session, parts, tool_plan, prompt_plan)
+        breakdown = call_breakdown(session, parts, tool_plan, prompt_plan, stats)
         components = dict(budget.get("components") or {})
         components["outputs"] = breakdown["outputs_tokens"]
         profile = prompt_plan.profile
