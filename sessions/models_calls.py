@@ -60,7 +60,20 @@ class ContextCall(models.Model):
 
     class Meta:
         indexes = [
-            models.Index(fields=["session", "-id"], name="contextcall_session_idx"),
+            # Covering: the inspector's figures over every record of a session
+            # (cost totals, the chart's largest build per bar, the trend) are
+            # index-only scans, not reads of the wide rows (breakdown JSON).
+            models.Index(
+                fields=["session", "id"],
+                name="contextcall_session_cover",
+                include=[
+                    "through_seq",
+                    "estimated_input",
+                    "completed_at",
+                    "cost_usd",
+                    "cost_without_cache_usd",
+                ],
+            ),
             models.Index(fields=["created_at"], name="contextcall_created_idx"),
         ]
         ordering = ["session", "id"]

@@ -72,6 +72,11 @@ def anthropic_content(msg: Message) -> tuple[list[dict[str, Any]], bool]:
     """
     if msg.view is not None:
         return _view_blocks(msg), False
+    if _plain_text(msg):
+        # What the converter gives a string without meta or calls, without the
+        # round trip through it: most of a long history, built on every call.
+        text = msg.content
+        return ([{"type": "text", "text": text}] if text.strip() else []), False
     converted = anthropic.messages_from_transcript([transcript_dict(msg)])[0]["content"]
     if isinstance(converted, str):
         blocks = [{"type": "text", "text": converted}] if converted.strip() else []
@@ -86,6 +91,17 @@ def anthropic_content(msg: Message) -> tuple[list[dict[str, Any]], bool]:
         content = NO_OUTPUT
     result["content"] = content
     return [result], False
+
+
+def _plain_text(msg: Message) -> bool:
+    """A user or assistant string with no tool calls and no name: both converters
+    pass it through unchanged (a string carries no meta)."""
+    return (
+        isinstance(msg.content, str)
+        and msg.role in ("user", "assistant")
+        and not msg.tool_calls
+        and msg.name is None
+    )
 
 
 def _posted_as_string(msg: Message) -> bool:
@@ -120,6 +136,8 @@ def openai_message(msg: Message) -> dict[str, Any]:
     """``msg`` as a Chat Completions message (a system one keeps a ``developer`` role)."""
     if msg.view is not None:
         return _openai_view(msg)
+    if _plain_text(msg):
+        return {"role": msg.role, "content": msg.content}
     item = openai_chat.messages_from_transcript([transcript_dict(msg)])[0]
     out: dict[str, Any] = {"role": item["role"]}
     if msg.role == "tool":

@@ -103,7 +103,7 @@ def budget_view(session: Session) -> BudgetView:
         seq__gte=session.window_start_seq,
         role=Message.Role.TOOL,
         retracted_at__isnull=True,
-    ).aggregate(tokens=Sum("token_count"), n=Count("id"))
+    ).aggregate(tokens=Sum("token_count"), n=Count("seq"))  # seq: in the covering index
     tool_out = min(int(tool_agg["tokens"] or 0), budget.conversation)
     last_report = UsageReport.objects.filter(session=session).order_by("-id").first()
 
