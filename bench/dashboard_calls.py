@@ -172,6 +172,7 @@ def write_cost(session: Any, label: str) -> None:
     print(
         f"  {label:18} GET /context wall {wall_a:6.2f} → {wall_b:6.2f} ms (+{wall_b - wall_a:4.2f}),"
         f" cpu {cpu_a:6.2f} → {cpu_b:6.2f} (+{cpu_b - cpu_a:4.2f});"
-        f" record alone {rec:4.2f} ms wall, {rec_cpu:4.2f} cpu  ≤ 1 ms {flag}",
+        f" record alone {rec:4.2f} ms wall, {rec_cpu:4.2f} cpu"
+        f"  ≤ 1 ms: {rec:.2f} ({rec_cpu:.2f}) {flag}",
         flush=True,
     )

@@ -4,8 +4,10 @@ cache compared with the previous build, its cost, and saving it with the build."
 from __future__ import annotations
 
 import logging
+import operator
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -16,6 +18,7 @@ from django.utils import timezone
 from contextsvc.engine import caching
 from contextsvc.engine.build import ContextParts, layout, preamble_messages
 from contextsvc.engine.messages import Message as EngineMessage
+from contextsvc.lru import BoundedLRU
 from sessions import accounting
 from sessions.models import Session
 
@@ -82,6 +85,37 @@ def _chain(session_pk: int, keys: list[bytes]) -> bytes:
     return current
 
 
+# The last build's history block keys and tokens per session (this process).
+# Builds read the window from the window cache (``sessions.selectors``): the
+# same message objects, build after build, with the appended ones after them;
+# only messages past the prefix of identical objects are keyed again. Bounded
+# by the messages held, as the window cache is.
+_HISTORY: BoundedLRU[int, tuple[list[EngineMessage], list[bytes], list[int]]] = BoundedLRU(
+    _CHAINS_KEPT, max_weight=100_000, weigh=lambda memo: len(memo[0])
+)
+
+
+def _history_blocks(
+    session_pk: int, messages: Sequence[EngineMessage]
+) -> tuple[list[bytes], list[int]]:
+    """(block key, tokens) of each history message, as ``_message_key`` gives them."""
+    memo = _HISTORY.get(session_pk)
+    shared = 0
+    if memo is not None:
+        before = memo[0]
+        # The same objects (``is``, at C speed): a message is never changed in
+        # place (a trim reloads the window as new objects), so its key stands.
+        if len(before) <= len(messages) and all(map(operator.is_, messages, before)):
+            shared = len(before)
+    keys = memo[1][:shared] if memo is not None else []
+    tokens = memo[2][:shared] if memo is not None else []
+    for msg in messages[shared:]:
+        keys.append(_message_key(msg))
+        tokens.append(msg.token_count or 0)
+    _HISTORY.put(session_pk, (list(messages), keys, tokens))
+    return keys, tokens
+
+
 def account(
     session: Session,
     fmt: str,
@@ -116,9 +150,9 @@ def account(
     for msg in preamble_messages(parts):
         keys.append(caching.block_key("preamble", msg.text))
         tokens.append(count_text(msg.text, tokenizer) + 4)
-    for msg in parts.messages:
-        keys.append(_message_key(msg))
-        tokens.append(msg.token_count or 0)
+    history_keys, history_tokens = _history_blocks(session.pk, parts.messages)
+    keys.extend(history_keys)
+    tokens.extend(history_tokens)
     if plan is not None and plan.history and len(keys) > offset + len(lay.system):
         marks.append(len(keys) - 1)
     tail_tokens = sum(count_text(t, tokenizer) for t in lay.tail)
