@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from django.utils.html import format_html, format_html_join
-from django.utils.safestring import SafeString
+from django.utils.html import escape, format_html_join
+from django.utils.safestring import SafeString, mark_safe
 
 from sessions.dashboard.selectors.usage import TurnUsage, UsageSeries
 from sessions.extensions import CLIENT_COMPACTION
@@ -116,51 +116,39 @@ class Chart:
     def bars_svg(self) -> SafeString:
         """The bars as SVG markup, built here rather than in the template: a
         chart is ~2,000 numbers, which Django's template engine formats one
-        variable at a time (~40 ms); format_html escapes every value (the
-        tooltips carry only numbers and turn labels, never transcript text)."""
+        variable at a time (~40 ms). Joined as f-strings (``format_html`` per
+        element cost a few ms more): the numbers are the code's own floats and
+        ints, the classes constants; every other value is escaped (the tooltips
+        carry only numbers and turn labels, never transcript text)."""
         height = round(self.plot_bottom - self.plot_top, 2)
-        return format_html_join("", "{}", ((self._bar(b, height),) for b in self.bars))
+        return mark_safe("".join(self._bar(b, height) for b in self.bars))
 
-    def _bar(self, bar: Bar, height: float) -> SafeString:
-        rects = format_html_join(
-            "",
-            '<rect class="layer layer-{}" x="{}" y="{}" width="{}" height="{}"/>',
-            ((r.css, r.x, r.y, r.w, r.h) for r in (*bar.rects, *bar.cache)),
+    def _bar(self, bar: Bar, height: float) -> str:
+        rects = "".join(
+            f'<rect class="layer layer-{escape(r.css)}" x="{r.x}" y="{r.y}" width="{r.w}" '
+            f'height="{r.h}"/>'
+            for r in (*bar.rects, *bar.cache)
         )
-        mark: SafeString | str = ""
+        mark = ""
         if bar.compaction or bar.restore:
-            mark = format_html(
-                '<g class="{}"><line x1="{}" x2="{}" y1="{}" y2="{}"/><path d="{}"/></g>',
-                "mark-restore" if bar.last_event == "restore" else "mark-compaction",
-                bar.mark_x,
-                bar.mark_x,
-                self.plot_top,
-                self.plot_bottom,
-                bar.flag_path,
+            kind = "mark-restore" if bar.last_event == "restore" else "mark-compaction"
+            mark = (
+                f'<g class="{kind}"><line x1="{bar.mark_x}" x2="{bar.mark_x}" '
+                f'y1="{self.plot_top}" y2="{self.plot_bottom}"/>'
+                f'<path d="{escape(bar.flag_path)}"/></g>'
             )
-        trim = format_html('<path class="trim-mark" d="{}"/>', bar.trim_path) if bar.trimmed else ""
-        opens: SafeString | str = ""
+        trim = f'<path class="trim-mark" d="{escape(bar.trim_path)}"/>' if bar.trimmed else ""
+        opens = ""
         if bar.call_id is not None and self.call_url:
-            opens = format_html(
-                ' hx-get="{}" hx-target="#call-detail" hx-swap="innerHTML show:top"',
-                self.call_url.format(bar.call_id),
-            )
-        return format_html(
-            '<g class="bar{}{}" data-tip="{}" data-used="{}" data-call="{}"{}>'
-            '<rect class="hit" x="{}" y="{}" width="{}" height="{}"/>{}{}{}</g>',
-            " bar-now" if bar.now else "",
-            "" if bar.call_id is not None or bar.now else " bar-recomputed",
-            bar.tip,
-            bar.total,
-            bar.call_id or "",
-            opens,
-            bar.x,
-            self.plot_top,
-            bar.w,
-            height,
-            rects,
-            mark,
-            trim,
+            url = escape(self.call_url.format(bar.call_id))
+            opens = f' hx-get="{url}" hx-target="#call-detail" hx-swap="innerHTML show:top"'
+        now = " bar-now" if bar.now else ""
+        recomputed = "" if bar.call_id is not None or bar.now else " bar-recomputed"
+        return (
+            f'<g class="bar{now}{recomputed}" data-tip="{escape(bar.tip)}" '
+            f'data-used="{bar.total}" data-call="{bar.call_id or ""}"{opens}>'
+            f'<rect class="hit" x="{bar.x}" y="{self.plot_top}" width="{bar.w}" '
+            f'height="{height}"/>{rects}{mark}{trim}</g>'
         )
 
     def dots_svg(self) -> SafeString:
