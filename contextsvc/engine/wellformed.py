@@ -51,9 +51,12 @@ def has_content(msg: Message) -> bool:
     """True when the message carries something a provider will take."""
     if msg.role == "tool" or msg.tool_calls:
         return True
+    shown = msg.view if msg.view is not None else msg.content
+    if isinstance(shown, str):  # most of a history: no join of parts to build
+        return bool(shown.strip())
     if msg.context_text.strip():
         return True
-    return msg.view is None and msg.part_count > 0
+    return msg.part_count > 0
 
 
 def orphan_text(msg: Message) -> str:

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from contextsvc.engine.messages import Message, ToolCall
 from contextsvc.engine.providers import history
+from contextsvc.engine.wellformed import has_content
 
 
 def _both(build, msg):
@@ -51,3 +52,32 @@ def test_only_plain_strings_take_the_short_path():
     assert not history._plain_text(
         Message(role="assistant", content="", tool_calls=(ToolCall("c", "bash"),))
     )
+
+
+def _has_content_reference(msg: Message) -> bool:
+    if msg.role == "tool" or msg.tool_calls:
+        return True
+    if msg.context_text.strip():
+        return True
+    return msg.view is None and msg.part_count > 0
+
+
+@pytest.mark.parametrize(
+    "msg",
+    [
+        Message(role="user", content="hi"),
+        Message(role="user", content="  \n"),
+        Message(role="assistant", content=""),
+        Message(role="assistant", content="x", view="  "),
+        Message(role="assistant", content="", view="seen"),
+        Message(role="user", content=[{"type": "text", "text": " "}]),
+        Message(role="user", content=[{"type": "text", "text": "a"}]),
+        Message(role="user", content=[{"type": "image", "source": {}}]),
+        Message(role="user", content=[{"type": "image", "source": {}}], view=" "),
+        Message(role="user", content=[]),
+        Message(role="tool", content="", tool_call_id="c"),
+        Message(role="assistant", content="", tool_calls=(ToolCall("c", "bash"),)),
+    ],
+)
+def test_has_content_of_a_string_skips_the_join_and_answers_the_same(msg):
+    assert has_content(msg) == _has_content_reference(msg)
