@@ -31,8 +31,10 @@ import httpx
 from common import (
     OUT_OF_REACH,
     ROOT,
+    against,
     cpu_seconds,
     django_on_scratch_database,
+    growth,
     pct,
     proxy_process,
     worker_pids,
@@ -139,12 +141,16 @@ def main() -> None:
         print(f"(figures taken on a shared machine: load average {os.getloadavg()[0]:.1f})")
         print(f"1. added time to first event over direct ({CALLS} calls), worker CPU per call:")
         worker = worker_pids(server.pid)[0]
+        cpus = {}
         for size in HISTORIES:
-            added, cpu = added_first_event(f"{proxy}/responses", fake, agent_key, size, worker)
-            print(
-                f"   {size:>5}+ items: p50 {pct(added, 0.5):.1f} ms  "
-                f"p99 {pct(added, 0.99):.1f} ms  CPU {cpu:.2f} ms/call"
+            added, cpus[size] = added_first_event(
+                f"{proxy}/responses", fake, agent_key, size, worker
             )
+            print(
+                f"   {size:>5}+ items: p50 {against(pct(added, 0.5), 15)}  "
+                f"p99 {against(pct(added, 0.99), 50)}  CPU {cpus[size]:.2f} ms/call"
+            )
+        print(f"   CPU per call {growth(cpus)}")
         from tests.proxy.codex import codex_binary
 
         try:

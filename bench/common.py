@@ -243,3 +243,18 @@ def proxy_process(db_url: str, **env: str) -> tuple[int, subprocess.Popen]:
         except OSError:
             time.sleep(0.1)
     raise RuntimeError("the proxy did not start")
+
+
+def against(value: float, limit: float, unit: str = "ms") -> str:
+    """``value`` with its target: ``12.3 ms (≤ 15 ms: 0.82×, met)``."""
+    verdict = "met" if value <= limit else "MISSED"
+    return f"{value:.2f} {unit} (≤ {limit:g} {unit}: {value / limit:.2f}×, {verdict})"
+
+
+def growth(per_call: dict[int, float]) -> str:
+    """CPU per call at the longest history over the shortest (target 1.00: no growth)."""
+    sizes = sorted(per_call)
+    if len(sizes) < 2 or not per_call[sizes[0]]:
+        return "growth: one history only"
+    ratio = per_call[sizes[-1]] / per_call[sizes[0]]
+    return f"growth {sizes[0]} → {sizes[-1]}: {ratio:.2f}× (target 1.00: not growing)"

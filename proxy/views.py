@@ -12,6 +12,7 @@ import json
 import logging
 from typing import Any
 
+import orjson
 from asgiref.sync import sync_to_async
 from django.db import connections
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
@@ -53,13 +54,24 @@ def _with_query(request: HttpRequest, path: str) -> str:
 
 
 def _body(request: HttpRequest) -> dict[str, Any]:
+    """The request's JSON object: orjson (a 2,000-message history in about a millisecond),
+    the stdlib for what orjson refuses and it reads (integers past 64 bits, NaN, lone
+    surrogates) or to name the error."""
+    raw = request.body
     try:
-        body = json.loads(request.body)
-    except (ValueError, RecursionError) as exc:
-        raise ConversionError(f"the body is not valid JSON: {exc}") from exc
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        body = _stdlib_body(raw)
     if not isinstance(body, dict):
         raise ConversionError("the body must be a JSON object")
     return body
+
+
+def _stdlib_body(raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise ConversionError(f"the body is not valid JSON: {exc}") from exc
 
 
 def _released(work: Any) -> Any:

@@ -51,6 +51,11 @@ class Message:
     token_count: int | None = None
     # Pinned by the agent: compaction keeps it verbatim above the summary.
     pinned: bool = False
+    # What a build made of this message, by format (``providers.history.memo``):
+    # the context cache hands the same objects to every build of a session, so
+    # an unchanged message is rendered once, not once per call. Not an init
+    # field: ``dataclasses.replace`` (a changed message) starts without it.
+    rendered: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def text(self) -> str:

@@ -66,12 +66,15 @@ def session_record_reply(
     has_content = message.get("tool_calls") or _has_text(message.get("content"))
     again = bool(ours) and not theirs and not last_round
     shown = response
+    usage = reply.usage.to_dict()
+    reported = any(usage.values())
     with transaction.atomic():
         if has_content:
             batch: list[MessageData] = [message]  # type: ignore[list-item]
-            session_append_messages(session=session, messages=batch)
-        usage = reply.usage.to_dict()
-        if any(usage.values()):
+            # The usage report below runs the after-append checks (compaction's
+            # auto-trigger) on the newer state: once per call, not twice.
+            session_append_messages(session=session, messages=batch, notify=not reported)
+        if reported:
             session_record_usage(session=session, usage=usage)  # type: ignore[arg-type]
         if ours:
             session_run_builtin_calls(session=session, calls=ours)

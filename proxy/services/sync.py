@@ -105,21 +105,36 @@ def _restart_window(session: Session, start_seq: int) -> None:
     session.save()
 
 
-def _write_view(view: ClientView, chains: ClientChains, same: int) -> None:
-    """The view becomes ``chains``; its entries are rewritten from ``same`` on (the rest hold)."""
+def _write_entries(view_pk: int, chains: ClientChains, same: int) -> None:
+    """The view's entries are rewritten from ``same`` on (the rest hold)."""
     after = chains.after(same)
-    entries = [ClientViewEntry(view=view, index=same + k, chain=c) for k, c in enumerate(after)]
+    entries = [
+        ClientViewEntry(view_id=view_pk, index=same + k, chain=c) for k, c in enumerate(after)
+    ]
     if entries:
         ClientViewEntry.objects.bulk_create(
             entries, update_conflicts=True, unique_fields=["view", "index"], update_fields=["chain"]
         )
-    view.count = len(chains)
-    view.chain = chains.last()
-    view.reply_at = None
-    view.reply_chain = ""
-    view.raw_count = len(chains) if chains.digest else 0
-    view.raw_chain = view.chain if chains.digest else ""
-    view.raw_digest = chains.digest
+
+
+def _view_fields(chains: ClientChains) -> dict[str, Any]:
+    """The view's fields once it is ``chains`` (the client's request just synced)."""
+    return {
+        "count": len(chains),
+        "chain": chains.last(),
+        "reply_at": None,
+        "reply_chain": "",
+        "raw_count": len(chains) if chains.digest else 0,
+        "raw_chain": chains.last() if chains.digest else "",
+        "raw_digest": chains.digest,
+    }
+
+
+def _write_view(view: ClientView, chains: ClientChains, same: int) -> None:
+    """The view becomes ``chains``; its entries are rewritten from ``same`` on (the rest hold)."""
+    _write_entries(view.pk, chains, same)
+    for name, value in _view_fields(chains).items():
+        setattr(view, name, value)
     view.save()
 
 
@@ -148,6 +163,8 @@ class SyncPlan:
     state: tuple[Any, ...]
     diverged: bool
     new: list[dict[str, Any]]
+    view_pk: int | None = None  # the view planned against (None: the client's first call)
+    renamed: dict[str, str] | None = None  # its renamed tool-call ids
 
 
 def plan_client_sync(
@@ -167,7 +184,10 @@ def plan_client_sync(
         if match.same < prefix:  # the echoed reply: not appended, but it must be valid
             to_transcript(list(messages[match.same : prefix]), match.same)
         new = to_transcript(list(messages[prefix:]), prefix)
-    return SyncPlan(messages, chains, match, _state(view), diverged, new)
+    if view is None:
+        return SyncPlan(messages, chains, match, _state(view), diverged, new)
+    renamed = dict(view.renamed or {})
+    return SyncPlan(messages, chains, match, _state(view), diverged, new, view.pk, renamed)
 
 
 def session_sync_client_view(
@@ -187,6 +207,8 @@ def session_sync_client_view(
     only the new ones are written.
     """
     with transaction.atomic():
+        if plan is not None and (synced := _sync_as_planned(session, plan)) is not None:
+            return synced
         view, _ = ClientView.objects.select_for_update().get_or_create(session=session)
         if plan is None or plan.state != _state(view):
             plan = plan_client_sync(view=view, messages=messages, to_transcript=to_transcript)
@@ -213,6 +235,35 @@ def session_sync_client_view(
         view.renamed = renamed
         _write_view(view, plan.chains, match.same)
     return Synced(len(new), plan.diverged, view.count, view.chain)
+
+
+def _sync_as_planned(session: Session, plan: SyncPlan) -> Synced | None:
+    """The common sync in one statement on the view: the history grew as planned.
+
+    The view is updated only if it is still the one planned against (the
+    conditional UPDATE locks the row and checks its state, as the locking
+    read would); then the new messages and entries are written under that
+    lock. None (nothing written): a first call, a divergence, or a concurrent
+    sync moved the view: the caller locks, reads and plans again.
+    """
+    if plan.view_pk is None or plan.diverged or plan.renamed is None:
+        return None
+    count, chain, reply_at, reply_chain, divergences = plan.state
+    moved = ClientView.objects.filter(
+        pk=plan.view_pk,
+        count=count,
+        chain=chain,
+        reply_at=reply_at,
+        reply_chain=reply_chain,
+        divergences=divergences,
+    ).update(**_view_fields(plan.chains), updated_at=timezone.now())
+    if not moved:
+        return None
+    new = _rename(plan.new, plan.renamed)
+    if new:
+        _append(session, new)
+    _write_entries(plan.view_pk, plan.chains, plan.match.same)
+    return Synced(len(new), False, len(plan.chains), plan.chains.last())
 
 
 def client_view_add_reply(

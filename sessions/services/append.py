@@ -161,17 +161,20 @@ def session_append_messages(
     messages: Sequence[MessageData],
     idempotency_key: str | None = None,
     fingerprint: str = "",
+    notify: bool = True,
 ) -> dict[str, Any]:
     """Append a batch; returns the API response (also what a retry replays).
 
     With an ``idempotency_key``, ``fingerprint`` is the batch's
-    ``idempotency.request_fingerprint``.
+    ``idempotency.request_fingerprint``. ``notify=False`` leaves out the
+    ``after_append`` hooks: for a caller whose same transaction reports usage
+    next, which runs them on the newer state (the proxy storing a reply).
     """
     if not telemetry.enabled():
-        return _append(session, messages, idempotency_key, fingerprint)
+        return _append(session, messages, idempotency_key, fingerprint, notify)
     attributes = telemetry.session_attributes(session, "contextsvc.append")
     with telemetry.span("contextsvc.append", attributes) as span:
-        response = _append(session, messages, idempotency_key, fingerprint)
+        response = _append(session, messages, idempotency_key, fingerprint, notify)
         span.set_attribute("contextsvc.messages", len(response["messages"]))
         span.set_attribute(
             "contextsvc.tokens_added", sum(m["token_count"] for m in response["messages"])
@@ -186,6 +189,7 @@ def _append(
     messages: Sequence[MessageData],
     idempotency_key: str | None,
     fingerprint: str,
+    notify: bool = True,
 ) -> dict[str, Any]:
     _check_batch_size(messages)
     if idempotency_key:
@@ -246,6 +250,6 @@ def _append(
             )
         # "tool_overflow": an output did not fit, compaction is due whatever the tier.
         last_role = "tool_overflow" if tool_effects.overflow_seqs else rows[-1].role
-        for hook in REGISTRY.after_append:
+        for hook in REGISTRY.after_append if notify else ():
             transaction.on_commit(lambda hook=hook: hook(session, state, last_role))
     return response

@@ -8,7 +8,12 @@ from django.test.utils import CaptureQueriesContext
 
 from contextsvc.engine.providers import anthropic as anthropic_format
 from proxy.models import ClientView, ClientViewEntry
-from proxy.services.sync import MARKER, client_view_add_reply, session_sync_client_view
+from proxy.services.sync import (
+    MARKER,
+    client_view_add_reply,
+    plan_client_sync,
+    session_sync_client_view,
+)
 from sessions.dashboard.charts import usage_chart
 from sessions.dashboard.selectors.usage import usage_over_turns, window_events
 from sessions.extensions import CLIENT_COMPACTION
@@ -119,3 +124,39 @@ def test_a_divergence_is_a_client_compaction_on_the_usage_chart(session):
     assert len(marked) == 1
     chart = usage_chart(series)
     assert sum("client compacted its own history" in bar.tip for bar in chart.bars) == 1
+
+
+def _planned_sync(session, messages, plan):
+    return session_sync_client_view(
+        session=session, messages=messages, to_transcript=_convert, plan=plan
+    )
+
+
+def test_a_planned_sync_updates_the_view_in_one_statement(session):
+    messages = history(6) + [{"role": "user", "content": "next"}]
+    sync(session, messages)
+    messages += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "more"}]
+    plan = plan_client_sync(
+        view=ClientView.objects.get(session=session), messages=messages, to_transcript=_convert
+    )
+    with CaptureQueriesContext(connection) as queries:
+        synced = _planned_sync(session, messages, plan)
+    views = [q["sql"] for q in queries.captured_queries if '"proxy_clientview"' in q["sql"]]
+    assert len(views) == 1 and views[0].startswith("UPDATE")  # no locking read
+    assert (synced.appended, synced.count) == (2, len(messages))
+    view = ClientView.objects.get(session=session)
+    assert (view.count, view.chain) == (synced.count, synced.chain)
+    assert ClientViewEntry.objects.filter(view=view).count() == len(messages)
+
+
+def test_a_plan_overtaken_by_another_sync_is_made_again_and_appends_nothing_twice(session):
+    messages = history(6) + [{"role": "user", "content": "next"}]
+    sync(session, messages)
+    messages += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "more"}]
+    stale = plan_client_sync(
+        view=ClientView.objects.get(session=session), messages=messages, to_transcript=_convert
+    )
+    sync(session, messages)  # a concurrent call with the same history synced first
+    synced = _planned_sync(session, messages, stale)
+    assert synced.appended == 0
+    assert Message.objects.filter(session=session).count() == len(messages)

@@ -17,7 +17,8 @@ trimmed output) sends the view's text.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from ..messages import Message
 from ..parts import anthropic_part, openai_part
@@ -27,6 +28,25 @@ from .common import META, arguments_to_text
 NO_OUTPUT = "(no output)"
 # Marks the Responses converter leaves on a text part; no provider takes them.
 _PART_MARKS = (META, "responses_type")
+
+
+T = TypeVar("T")
+
+
+def memo(msg: Message, key: str, render: Callable[[Message], T]) -> T:
+    """``render(msg)``, kept on ``msg`` under ``key`` (``Message.rendered``).
+
+    The caller copies what it will change: the memo is shared by every build
+    that gets this message object from the context cache.
+    """
+    kept = msg.rendered
+    if kept is None:
+        kept = msg.rendered = {}
+    try:
+        return kept[key]
+    except KeyError:
+        value = kept[key] = render(msg)
+        return value
 
 
 def transcript_dict(msg: Message) -> dict[str, Any]:
@@ -68,8 +88,15 @@ def anthropic_content(msg: Message) -> tuple[list[dict[str, Any]], bool]:
     """``msg``'s Anthropic content blocks, and whether it was posted as one string.
 
     The second value lets the build give a string back when the message ends
-    up alone in its turn, unmarked (the agent's own form).
+    up alone in its turn, unmarked (the agent's own form). The blocks are
+    copies (the build marks and merges them); the rendering is done once per
+    message object (``memo``).
     """
+    blocks, as_string = memo(msg, "anthropic", _anthropic_content)
+    return [dict(block) for block in blocks], as_string
+
+
+def _anthropic_content(msg: Message) -> tuple[list[dict[str, Any]], bool]:
     if msg.view is not None:
         return _view_blocks(msg), False
     if _plain_text(msg):
@@ -133,7 +160,24 @@ def _view_blocks(msg: Message) -> list[dict[str, Any]]:
 
 
 def openai_message(msg: Message) -> dict[str, Any]:
-    """``msg`` as a Chat Completions message (a system one keeps a ``developer`` role)."""
+    """``msg`` as a Chat Completions message (a system one keeps a ``developer`` role).
+
+    A copy of the message's one rendering (``memo``), to the parts of its content.
+    """
+    return copied(memo(msg, "openai", _openai_message))
+
+
+def copied(item: dict[str, Any]) -> dict[str, Any]:
+    """A memo's message or item as a build's own: the dict, its content list and parts copied
+    (what a build or the proxy may change: markers, trimmed text, appended parts)."""
+    out = dict(item)
+    content = out.get("content")
+    if isinstance(content, list):
+        out["content"] = [dict(part) if isinstance(part, dict) else part for part in content]
+    return out
+
+
+def _openai_message(msg: Message) -> dict[str, Any]:
     if msg.view is not None:
         return _openai_view(msg)
     if _plain_text(msg):

@@ -58,6 +58,8 @@ TURN_ITEMS = (
     "mcp_approval_request",
 )
 _TEXT_TYPES = ("input_text", "output_text", "text")
+_MESSAGE_ROLES = ("user", "assistant", "system", "developer")
+_ASSISTANT_TYPES = frozenset((*CALL_TYPES, *TURN_ITEMS))
 
 
 def _kind(item: dict[str, Any]) -> str:
@@ -65,13 +67,6 @@ def _kind(item: dict[str, Any]) -> str:
     if kind is None and "role" in item:
         return "message"
     return str(kind)
-
-
-def _is_assistant_item(item: dict[str, Any]) -> bool:
-    kind = _kind(item)
-    if kind == "message":
-        return item.get("role") == "assistant"
-    return kind in CALL_TYPES or kind in TURN_ITEMS
 
 
 def normalized_input(body: dict[str, Any]) -> list[dict[str, Any]]:
@@ -84,17 +79,12 @@ def normalized_input(body: dict[str, Any]) -> list[dict[str, Any]]:
     for i, item in enumerate(value):
         if not isinstance(item, dict):
             raise ConversionError("Invalid type: expected an object.", f"input.{i}")
-        if _kind(item) == "message" and item.get("role") not in (
-            "user",
-            "assistant",
-            "system",
-            "developer",
-        ):
-            raise ConversionError(
-                f"Invalid value: '{item.get('role')}'. Supported values are: 'assistant',"
-                " 'system', 'developer', and 'user'.",
-                f"input.{i}.role",
-            )
+        kind = item.get("type")  # ``_kind``, inline: every item of every call
+        message = kind == "message" or (kind is None and "role" in item)
+        if message and item.get("role") not in _MESSAGE_ROLES:
+            roles = "'assistant', 'system', 'developer', and 'user'"
+            message = f"Invalid value: '{item.get('role')}'. Supported values are: {roles}."
+            raise ConversionError(message, f"input.{i}.role")
     return value
 
 
@@ -114,13 +104,19 @@ def group_units(items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Items grouped one unit per transcript message: ``{"role", "items"}`` (module doc)."""
     units: list[dict[str, Any]] = []
     for item in items:
-        if _is_assistant_item(item):
+        kind = item.get("type")  # ``_kind``, inline: every item of every call
+        if kind is None and "role" in item:
+            kind = "message"
+        if kind == "message":
+            assistant = item.get("role") == "assistant"
+        else:
+            assistant = isinstance(kind, str) and kind in _ASSISTANT_TYPES
+        if assistant:
             if units and units[-1]["role"] == "assistant":
                 units[-1]["items"].append(item)
             else:
                 units.append({"role": "assistant", "items": [item]})
             continue
-        kind = _kind(item)
         role = "tool" if kind in OUTPUT_TYPES else str(item.get("role") or "user")
         units.append({"role": role, "items": [item]})
     return units

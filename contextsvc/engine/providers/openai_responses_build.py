@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..messages import Message, ToolDef
+from .history import copied, memo
 from .openai_responses import items_from_transcript
 from .openai_responses_tools import tools_from_defs
 
@@ -33,6 +34,11 @@ def transcript_dict(msg: Message) -> dict[str, Any]:
     return out
 
 
+def _items(msg: Message) -> list[dict[str, Any]]:
+    """One message's items (``items_from_transcript`` converts each message on its own)."""
+    return items_from_transcript([transcript_dict(msg)])
+
+
 def responses_body(
     *,
     history: Sequence[Message],
@@ -43,7 +49,7 @@ def responses_body(
     max_output_tokens: int,
     tools: Sequence[ToolDef],
 ) -> dict[str, Any]:
-    items = items_from_transcript([transcript_dict(m) for m in history])
+    items = [copied(item) for m in history for item in memo(m, "responses", _items)]
     system_texts = list(system)
     tail_text = "\n\n".join(tail)
     if tail_text and not items:

@@ -1,0 +1,164 @@
+"""The proxy's per-call work in this process: CPU and queries per call, by session length.
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/contextsvc python bench/bench_proxy_cpu.py
+
+Runs what a proxied call runs between the request and upstream, and after
+the reply — the body parse, ``prepare`` (caller, session, sync, the build),
+the reply stored — for Messages, Chat Completions and Responses, with no
+HTTP server and no upstream (the relay is per chunk, not per message), on
+sessions of BENCH_HISTORIES (200 and 2,000) messages. Prints CPU ms per call
+and SQL statements per call: neither must grow with the session.
+BENCH_PROFILE=anthropic|openai|responses prints a cProfile of that dialect's
+calls at the longest history (sorted by BENCH_SORT, cumulative time).
+"""
+
+from __future__ import annotations
+
+import cProfile
+import os
+import pstats
+import time
+
+import orjson
+from common import OUT_OF_REACH, django_on_scratch_database
+
+HISTORIES = [int(n) for n in os.environ.get("BENCH_HISTORIES", "200,2000").split(",")]
+CALLS = int(os.environ.get("BENCH_CALLS", "40"))
+PROFILE = os.environ.get("BENCH_PROFILE", "")
+MODEL = {"anthropic": "claude-opus-4-5", "openai": "gpt-4o", "responses": "gpt-5.1-codex"}
+AFTER_FIRST_SYNC: list = []  # callables run after each session's first sync (stage timers)
+FILLER = "please look at the handler " * 20
+
+
+def history(dialect: str, n: int) -> list[dict]:
+    """``n`` messages (or items) of the dialect's history, ending on a user turn."""
+    out: list[dict] = []
+    if dialect == "responses":
+        out.append({"role": "user", "content": "start"})
+        for i in range(n // 2):
+            call = f"call_bench_{i}"
+            out += [
+                {"type": "function_call", "call_id": call, "name": "exec_command",
+                 "arguments": f'{{"cmd": "step {i}"}}'},
+                {"type": "function_call_output", "call_id": call, "output": f"output {i} " * 40},
+            ]  # fmt: skip
+        return out
+    for i in range(n // 2):
+        out.append({"role": "user", "content": f"step {i}: {FILLER}"})
+        if dialect == "anthropic":
+            out.append({"role": "assistant", "content": [{"type": "text", "text": f"done {i}"}]})
+        else:
+            out.append({"role": "assistant", "content": f"done {i}"})
+    out.append({"role": "user", "content": "next"})
+    return out
+
+
+def echoed(dialect: str, text: str) -> dict:
+    """The reply as the client sends it back."""
+    if dialect == "responses":
+        return {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": text}],
+        }
+    if dialect == "anthropic":
+        return {"role": "assistant", "content": [{"type": "text", "text": text}]}
+    return {"role": "assistant", "content": text}
+
+
+class Counter:
+    """Counts the SQL statements run on any connection (``execute_wrapper``)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, execute, sql, params, many, context):
+        self.count += 1
+        return execute(sql, params, many, context)
+
+
+def run(dialect_name: str, agent_key: str, size: int, profile: bool) -> tuple[float, float]:
+    """CPU ms and statements per call over CALLS calls on a session of ``size`` messages."""
+    from django.db import connection
+
+    from contextsvc.engine.providers.common import Reply, Usage
+    from proxy.providers import ANTHROPIC, OPENAI, RESPONSES
+    from proxy.services.calls import prepare
+    from proxy.services.reply import session_record_reply
+    from proxy.services.responses import prepare_responses
+    from proxy.views import _body
+
+    dialect = {"anthropic": ANTHROPIC, "openai": OPENAI, "responses": RESPONSES}[dialect_name]
+    prepare_fn = prepare_responses if dialect_name == "responses" else prepare
+    key = "input" if dialect_name == "responses" else "messages"
+    headers = {"x-contextsvc-key": agent_key, "x-contextsvc-session": f"ses_{dialect_name}_{size}"}
+    headers["x-api-key" if dialect_name == "anthropic" else "authorization"] = "Bearer sk-up"
+    messages = history(dialect_name, size)
+    base = {"model": MODEL[dialect_name], "max_tokens": 500, "stream": True}
+    if dialect_name == "responses":
+        base = {"model": MODEL[dialect_name], "stream": True, "store": False}
+
+    class Request:
+        def __init__(self, raw: bytes) -> None:
+            self.body = raw
+
+    def one(n: int) -> None:
+        request = Request(orjson.dumps({**base, key: messages}))
+        body = _body(request)
+        converted = dialect.envelope(body)
+        _, prepared = prepare_fn(dialect=dialect, headers=headers, body=body, converted=converted)
+        reply = Reply(
+            message={"role": "assistant", "content": f"reply {n}"},
+            usage=Usage(input_tokens=1000, output_tokens=10),
+        )
+        session_record_reply(
+            session=prepared.session,
+            dialect=dialect,
+            reply=reply,
+            response=None,
+            synced=prepared.synced,
+        )
+
+    one(-1)  # the first sync
+    for hook in AFTER_FIRST_SYNC:
+        hook()
+    counter = Counter()
+    profiler = cProfile.Profile() if profile else None
+    cpu = 0.0
+    with connection.execute_wrapper(counter):
+        for n in range(CALLS):
+            messages += [
+                echoed(dialect_name, f"reply {n - 1}"),
+                {"role": "user", "content": f"turn {n}"},
+            ]
+            started = time.process_time()
+            if profiler:
+                profiler.enable()
+            one(n)
+            if profiler:
+                profiler.disable()
+            cpu += time.process_time() - started
+    if profiler:
+        stats = pstats.Stats(profiler).sort_stats(os.environ.get("BENCH_SORT", "cumulative"))
+        stats.print_stats(60)
+    return cpu / CALLS * 1000, counter.count / CALLS
+
+
+def main() -> None:
+    os.environ.update(OUT_OF_REACH)
+    django_on_scratch_database("proxycpu")
+    from sessions.services.keys import agent_key_create
+
+    _, agent_key = agent_key_create(name="bench")
+    print(f"per call, {CALLS} calls each: CPU ms / SQL statements")
+    for dialect in ("anthropic", "openai", "responses"):
+        figures = []
+        for size in HISTORIES:
+            profile = dialect == PROFILE and size == HISTORIES[-1]
+            cpu, queries = run(dialect, agent_key, size, profile)
+            figures.append(f"{size:>5}: {cpu:6.2f} ms {queries:5.1f} q")
+        print(f"  {dialect:>9}  " + "   ".join(figures))
+
+
+if __name__ == "__main__":
+    main()
