@@ -58,7 +58,7 @@ def _as_nothing(answer: Any) -> None:
 class RefOps(Generic[JsonR]):
     """Reading stored tool outputs by ref: on the client, and on a session for convenience."""
 
-    def _run(self, call: Call, parse: Callable[[Any], Any] = _as_json) -> Any:
+    def _run(self, call: Call, parse: Callable[[Any], Any]) -> Any:
         """Send ``call`` and hand back ``parse(answer)`` (or a coroutine of it)."""
         raise NotImplementedError
 
@@ -167,7 +167,7 @@ class SessionOps(RefOps[JsonR], Generic[ClientT, JsonR, NoneR]):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.id!r})"
 
-    def _run(self, call: Call, parse: Callable[[Any], Any] = _as_json) -> Any:
+    def _run(self, call: Call, parse: Callable[[Any], Any]) -> Any:
         return self.client._run(call, parse)
 
     def _reloaded(self, data: Json) -> Json:
@@ -182,11 +182,11 @@ class SessionOps(RefOps[JsonR], Generic[ClientT, JsonR, NoneR]):
 
     def set_system(self, sections: Sequence[Mapping[str, Any]]) -> JsonR:
         """The system prompt as sections ``[{name, content, cacheable?, kind?}]``."""
-        return self._run(set_system_call(self.id, sections))
+        return self._run(set_system_call(self.id, sections), _as_json)
 
     def set_tools(self, tools: Sequence[Mapping[str, Any]]) -> JsonR:
         """The tools offered to the model ``[{name, description, input_schema, category?}]``."""
-        return self._run(set_tools_call(self.id, tools))
+        return self._run(set_tools_call(self.id, tools), _as_json)
 
     def append(
         self,
@@ -201,9 +201,8 @@ class SessionOps(RefOps[JsonR], Generic[ClientT, JsonR, NoneR]):
         its retries are stored once. Returns per message ``seq``, ``token_count``,
         ``view`` …, and the new ``budget``.
         """
-        return self._run(
-            append_call(self.id, messages, format=format, idempotency_key=idempotency_key)
-        )
+        call = append_call(self.id, messages, format=format, idempotency_key=idempotency_key)
+        return self._run(call, _as_json)
 
     def retract(
         self,
@@ -213,16 +212,16 @@ class SessionOps(RefOps[JsonR], Generic[ClientT, JsonR, NoneR]):
         idempotency_key: str | None = None,
     ) -> JsonR:
         """Take the last ``last`` live messages (or those from ``from_seq`` on) out of the window."""
-        return self._run(
-            retract_call(self.id, last=last, from_seq=from_seq, idempotency_key=idempotency_key)
-        )
+        call = retract_call(self.id, last=last, from_seq=from_seq, idempotency_key=idempotency_key)
+        return self._run(call, _as_json)
 
     def context(self, format: ContextFormat = "anthropic", *, extra_tokens: int = 0) -> JsonR:  # noqa: A002
         """The request body to send next, with its ``budget`` (remove that key before sending)."""
-        return self._run(context_call(self.id, format=format, extra_tokens=extra_tokens))
+        call = context_call(self.id, format=format, extra_tokens=extra_tokens)
+        return self._run(call, _as_json)
 
     def budget(self, *, extra_tokens: int = 0) -> JsonR:
-        return self._run(budget_call(self.id, extra_tokens=extra_tokens))
+        return self._run(budget_call(self.id, extra_tokens=extra_tokens), _as_json)
 
     def usage(
         self,
@@ -237,7 +236,7 @@ class SessionOps(RefOps[JsonR], Generic[ClientT, JsonR, NoneR]):
         fields = usage_fields(
             input_tokens, output_tokens, cache_creation_tokens, cache_read_tokens, through_seq
         )
-        return self._run(usage_call(self.id, fields))
+        return self._run(usage_call(self.id, fields), _as_json)
 
     def compact(
         self,
@@ -254,11 +253,11 @@ class SessionOps(RefOps[JsonR], Generic[ClientT, JsonR, NoneR]):
             "retain_last_turns": retain_last_turns,
             "wait": wait,
         }
-        return self._run(compact_call(self.id, fields))
+        return self._run(compact_call(self.id, fields), _as_json)
 
     def snapshot(self) -> JsonR:
         """Resume data: the newest snapshot and the messages after it."""
-        return self._run(snapshot_call(self.id))
+        return self._run(snapshot_call(self.id), _as_json)
 
     def upload_output(self, data: UploadData, *, tool_name: str = "") -> JsonR:
         """Store a large tool output; a tool message then carries its ``ref`` as ``output_ref``.
@@ -267,4 +266,4 @@ class SessionOps(RefOps[JsonR], Generic[ClientT, JsonR, NoneR]):
         an iterable of byte chunks (an async iterable for the async client),
         streamed as read and so sent once.
         """
-        return self._run(upload_output_call(self.id, data, tool_name=tool_name))
+        return self._run(upload_output_call(self.id, data, tool_name=tool_name), _as_json)
