@@ -9,39 +9,10 @@ machine inflates.
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable
 
-RUNS = 15
-
-
-def _measure(client, path: str, headers: dict) -> tuple[float, float, float, int]:
-    """Medians of wall, CPU and time in the driver's ``execute`` (ms); the query count."""
-    from django.db import connection
-
-    for _ in range(2):
-        assert client.get(path, headers=headers).status_code in (200, 286), path
-    db: list[float] = []
-
-    def in_db(execute, sql, params, many, context):
-        start = time.perf_counter()
-        try:
-            return execute(sql, params, many, context)
-        finally:
-            db.append(time.perf_counter() - start)
-
-    wall, cpu, db_ms, queries = [], [], [], 0
-    with connection.execute_wrapper(in_db):
-        for _ in range(RUNS):
-            db.clear()
-            w0, c0 = time.perf_counter(), time.process_time()
-            client.get(path, headers=headers)
-            wall.append((time.perf_counter() - w0) * 1000)
-            cpu.append((time.process_time() - c0) * 1000)
-            db_ms.append(sum(db) * 1000)
-            queries = len(db)
-    return statistics.median(wall), statistics.median(cpu), statistics.median(db_ms), queries
+from page_timing import timed
 
 
 def _small_session(owner):
@@ -128,8 +99,9 @@ def report(client, url: Callable[..., str], session, owner) -> None:
     for (label, path, headers, target), (_, small_path, _, _) in zip(
         big_rows, small_rows, strict=True
     ):
-        wall, cpu, db, queries = _measure(client, path, headers)
-        small_queries = _measure(client, small_path, headers)[3]
+        t = timed(client, path, headers)
+        wall, cpu, db, queries = t["wall"], t["cpu"], t["db"], t["queries"]
+        small_queries = timed(client, small_path, headers)["queries"]
         flag = "ok" if wall <= target else ("ok (cpu)" if cpu <= target else "OVER")
         same = "" if queries == small_queries else "  QUERIES GROW"
         print(

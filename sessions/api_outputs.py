@@ -33,7 +33,7 @@ from .outputs.reservations import (
     tool_output_preview,
 )
 from .outputs.store import output_get, output_upload, ref_dict
-from .schemas_base import MAX_ID, MAX_SEQ, MAX_TOKENS
+from .schemas_base import MAX_ID, MAX_SEQ, MAX_TOKENS, exactly_one_of
 from .schemas_out import (
     GrepOut,
     OutputListOut,
@@ -212,7 +212,11 @@ def download_ref(request: HttpRequest, ref: str):
 
 
 class ToolCostIn(Schema):
-    model_config = ConfigDict(extra="forbid")
+    # Exactly one size, checked below and declared in the schema.
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra=exactly_one_of(bytes="integer", tokens="integer", text="string"),
+    )
 
     tool_call_id: str | None = Field(None, min_length=1, max_length=200)
     bytes: int | None = Field(None, ge=0, le=2**40)
@@ -223,7 +227,11 @@ class ToolCostIn(Schema):
     def _one_size(self) -> ToolCostIn:
         given = [k for k in ("bytes", "tokens", "text") if getattr(self, k) is not None]
         if len(given) != 1:
-            raise ValueError("give exactly one of bytes, tokens or text")
+            # Named like the service's other 422s: the second size given, or bytes when none is.
+            raise ValidationFailed(
+                "Give exactly one of bytes, tokens or text",
+                details={"field": given[1] if given else "bytes"},
+            )
         return self
 
 

@@ -7,19 +7,30 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from pydantic import AliasChoices, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from .schemas_base import (
     ID_PATTERN,
+    KNOWN_TOKENIZER,
     MAX_SEARCH_HINT_CHARS,
     MAX_SEQ,
     MAX_TOKENS,
     MAX_TURNS,
+    NOT_NEGATIVE,
+    POSITIVE,
     SECTION_KINDS,
     TOOL_CATEGORIES,
     TOOL_NAME_PATTERN,
     In,
     check_json,
+    exactly_one_of,
 )
 from .schemas_policy import PolicyIn
 
@@ -31,11 +42,12 @@ class SessionCreateIn(In):
     agent: str = Field("", max_length=100)
     model: str = Field(..., min_length=1, max_length=200)
     provider: str | None = Field(None, max_length=50)
-    # No gt=0 here: the engine answers spec 004's exact message for <= 0.
-    context_window: int | None = Field(None, le=MAX_TOKENS)
-    max_output_tokens: int | None = Field(None, le=MAX_TOKENS)
-    buffer_tokens: int | None = Field(None, le=MAX_TOKENS)
-    tokenizer: str | None = Field(None, max_length=100)
+    # No gt=0 here: the engine answers spec 004's exact message for <= 0 (the
+    # schema declares the bound all the same).
+    context_window: int | None = Field(None, le=MAX_TOKENS, json_schema_extra=POSITIVE)
+    max_output_tokens: int | None = Field(None, le=MAX_TOKENS, json_schema_extra=NOT_NEGATIVE)
+    buffer_tokens: int | None = Field(None, le=MAX_TOKENS, json_schema_extra=NOT_NEGATIVE)
+    tokenizer: str | None = Field(None, max_length=100, json_schema_extra=KNOWN_TOKENIZER)
     policy: PolicyIn = PolicyIn()
 
 
@@ -43,10 +55,10 @@ class SessionPatchIn(In):
     agent: str | None = Field(None, max_length=100)
     model: str | None = Field(None, min_length=1, max_length=200)
     provider: str | None = Field(None, max_length=50)
-    context_window: int | None = Field(None, le=MAX_TOKENS)
-    max_output_tokens: int | None = Field(None, le=MAX_TOKENS)
-    buffer_tokens: int | None = Field(None, le=MAX_TOKENS)
-    tokenizer: str | None = Field(None, max_length=100)
+    context_window: int | None = Field(None, le=MAX_TOKENS, json_schema_extra=POSITIVE)
+    max_output_tokens: int | None = Field(None, le=MAX_TOKENS, json_schema_extra=NOT_NEGATIVE)
+    buffer_tokens: int | None = Field(None, le=MAX_TOKENS, json_schema_extra=NOT_NEGATIVE)
+    tokenizer: str | None = Field(None, max_length=100, json_schema_extra=KNOWN_TOKENIZER)
     policy: PolicyIn | None = None
 
 
@@ -182,6 +194,9 @@ class AppendIn(In):
 class RetractIn(In):
     """Exactly one of ``last`` (the last N live messages) or ``from_seq`` (every live
     message from that seq on); the service names the field when both or neither come."""
+
+    # The view checks it (naming the field); the schema says so.
+    model_config = ConfigDict(json_schema_extra=exactly_one_of(last="integer", from_seq="integer"))
 
     last: int | None = Field(None, ge=1, le=MAX_TURNS)
     from_seq: int | None = Field(None, ge=1, le=MAX_SEQ)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -32,6 +33,50 @@ MAX_JSON_DEPTH = 64
 # read that renders it (GET /snapshot, the context).
 JSON_INT_RANGE = range(-(2**63), 2**64)
 MAX_SEARCH_HINT_CHARS = 1_000  # a tool's tool_search keywords
+
+# Rules the engine checks itself, with its own messages naming the field (spec
+# 004's "Context limit must be positive", the tokenizer's list): declared in the
+# schema only (json_schema_extra), so the documented contract is the enforced one
+# and the messages stay the engine's.
+# The tokenizer specs parse_tokenizer_spec accepts, in their canonical (lower
+# case) form: the offline encodings and the models tiktoken maps to them, the
+# cl100k families, a chars-per-token ratio. (It also takes any case and other
+# tiktoken models; the pattern is the part a client can rely on.)
+TOKENIZER_PATTERN = (
+    r"^(approximate|cl100k_base"
+    r"|ratio:([1-9][0-9]{0,5}(\.[0-9]{1,6})?|0\.[0-9]{0,5}[1-9])"
+    r"|tiktoken:(gpt2|r50k_base|p50k_base|p50k_edit|cl100k_base|o200k_base"
+    r"|(gpt-4o|gpt-4|gpt-3\.5-turbo)(-[a-z0-9.-]{1,40})?)"
+    r"|(anthropic|claude|gemini|google:gemini|google-gemini)([:-][a-z0-9._-]{1,60})?)?$"
+)
+
+
+def in_value_branch(**keywords: Any) -> Callable[[dict[str, Any]], None]:
+    """A ``json_schema_extra`` that adds ``keywords`` to an optional field's non-null
+    branch (where readers and generators look for them), else to its schema."""
+
+    def extra(schema: dict[str, Any]) -> None:
+        branches = [b for b in schema.get("anyOf", ()) if b.get("type") != "null"]
+        for target in branches or [schema]:
+            target.update(keywords)
+
+    return extra
+
+
+POSITIVE = in_value_branch(minimum=1)
+NOT_NEGATIVE = in_value_branch(minimum=0)
+KNOWN_TOKENIZER = in_value_branch(pattern=TOKENIZER_PATTERN)
+
+
+def exactly_one_of(**types: str) -> dict[str, Any]:
+    """JSON Schema for "exactly one of these fields, and not null" (``oneOf`` of
+    ``required``), for a model whose validator enforces that: field name -> JSON type."""
+    return {
+        "oneOf": [
+            {"required": [name], "properties": {name: {"type": kind}}}
+            for name, kind in types.items()
+        ]
+    }
 
 
 def check_json(value: Any) -> Any:

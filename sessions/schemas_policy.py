@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from contextsvc.engine.errors import EngineValidationError
-from contextsvc.engine.strategies.chain import validate_chain
+from contextsvc.engine.strategies.chain import STRATEGY_NAMES, validate_chain
 from contextsvc.engine.summarize import SUMMARIZERS
 
 from .schemas_base import (
@@ -15,8 +15,11 @@ from .schemas_base import (
     MAX_PROMPT_CHARS,
     MAX_TOKENS,
     MAX_TURNS,
+    NOT_NEGATIVE,
+    POSITIVE,
     TOOL_NAME_PATTERN,
     In,
+    in_value_branch,
 )
 
 
@@ -45,9 +48,19 @@ class CompactionPolicy(In):
     summary_input_max_tokens: int | None = Field(None, ge=1_000, le=MAX_TOKENS)
     model: str | None = Field(None, min_length=1, max_length=200)
     # Who writes this session's summaries (CONTEXTSVC_SUMMARIZER when unset).
-    summarizer: str | None = Field(None, max_length=50)
-    strategy: str | None = Field(None, max_length=50)
-    chain: list[str] | None = Field(None, min_length=1, max_length=MAX_LIST_ITEMS)
+    # The validators below name the field in their message; the enums document the same lists.
+    summarizer: str | None = Field(
+        None, max_length=50, json_schema_extra=in_value_branch(enum=list(SUMMARIZERS))
+    )
+    strategy: str | None = Field(
+        None, max_length=50, json_schema_extra=in_value_branch(enum=[*STRATEGY_NAMES, "chain"])
+    )
+    chain: list[str] | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_LIST_ITEMS,
+        json_schema_extra=in_value_branch(items={"type": "string", "enum": list(STRATEGY_NAMES)}),
+    )
     summary_prompt: str | None = Field(None, max_length=MAX_PROMPT_CHARS)
     summary_directives: list[str] = Field([], max_length=MAX_LIST_ITEMS)
     retain_prompt: str | None = Field(None, max_length=MAX_PROMPT_CHARS)
@@ -165,9 +178,9 @@ class PromptCachePolicy(In):
 class TargetIn(In):
     provider: str = Field(..., min_length=1, max_length=50)
     model: str = Field(..., min_length=1, max_length=200)
-    context_window: int | None = Field(None, le=MAX_TOKENS)
-    max_output_tokens: int | None = Field(None, le=MAX_TOKENS)
-    buffer_tokens: int | None = Field(None, le=MAX_TOKENS)
+    context_window: int | None = Field(None, le=MAX_TOKENS, json_schema_extra=POSITIVE)
+    max_output_tokens: int | None = Field(None, le=MAX_TOKENS, json_schema_extra=NOT_NEGATIVE)
+    buffer_tokens: int | None = Field(None, le=MAX_TOKENS, json_schema_extra=NOT_NEGATIVE)
 
 
 class ProxyPolicy(In):

@@ -6,11 +6,12 @@ are swapped for real ones the test created (CONTEXTSVC_FUZZ_IDS, JSON: path
 parameter name -> ids); one in five keeps the fuzzed value, so the 404/422
 paths of odd ids are fuzzed too.
 
-Likewise some rules of a body are checks in code, not JSON Schema (a tool
-message needs tool_call_id, a preview takes exactly one size): a body
-generated from the schema alone almost always breaks one, and the append
-path behind the 422 would never run. Four bodies in five are mended to keep
-those rules, their fuzzed text and numbers kept; the fifth goes as generated.
+Likewise some rules of an append are checks in code, not JSON Schema (a tool
+message needs tool_call_id and answers an open call): a batch generated from
+the schema alone almost always breaks one, and the append path behind the 422
+would never run. Four batches in five are mended to keep those rules, their
+fuzzed text and numbers kept; the fifth goes as generated. (A preview's or a
+retract's "exactly one of" is in their schemas, as oneOf.)
 
 Every choice is a hash of the generated value: the same cases every run.
 """
@@ -26,7 +27,6 @@ import schemathesis
 
 IDS: dict[str, list[str]] = json.loads(os.environ.get("CONTEXTSVC_FUZZ_IDS") or "{}")
 ROLES = ("user", "assistant", "tool")
-SIZES = ("bytes", "tokens", "text")
 
 
 def _pick(value: Any) -> int:
@@ -60,12 +60,6 @@ def map_body(context: Any, body: Any) -> Any:
             if isinstance(m, dict)
         ]
         return {**body, "messages": messages or [{"role": "user", "content": "hello"}]}
-    if path.endswith(("/tools/preview", "/tools/reserve")):
-        given = [k for k in SIZES if body.get(k) is not None]
-        keep = given[0] if given else "text"
-        mended = {k: v for k, v in body.items() if k not in SIZES}
-        mended[keep] = body.get(keep) if given else "some output"
-        return mended
     return body
 
 

@@ -13,7 +13,7 @@ from django.http import Http404, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from sessions.models import Message, Session
+from sessions.models import Session
 
 from .forms import int_param
 from .http import HtmxHttpRequest, is_partial, operator_required
@@ -26,6 +26,7 @@ from .selectors.calls import (
     session_cost,
 )
 from .selectors.detail import session_for_operator
+from .selectors.finder import turn_end_seq
 
 
 def calls_context(session: Session, *, before: int | None = None) -> dict[str, Any]:
@@ -60,14 +61,6 @@ def session_call(request: HtmxHttpRequest, pk: int, call_id: int) -> HttpRespons
     return render(request, "sessions/calls.html#call-detail", {"session": session, "call": call})
 
 
-def _seq_of_turn(session: Session, turn: int) -> int:
-    """The last seq of user turn ``turn`` (1-based): just before the next user message."""
-    users = Message.objects.filter(session=session, role=Message.Role.USER).order_by("seq")
-    following = users.values_list("seq", flat=True)[turn : turn + 1]
-    nxt = next(iter(following), None)
-    return nxt - 1 if nxt is not None else session.last_seq
-
-
 @require_GET
 @operator_required
 def session_call_at(request: HtmxHttpRequest, pk: int) -> HttpResponse:
@@ -77,7 +70,7 @@ def session_call_at(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     turn = int_param(request.GET.get("turn"), minimum=1)
     context: dict[str, Any] = {"session": session, "asked_seq": seq, "asked_turn": turn}
     if seq is None and turn is not None:
-        seq = _seq_of_turn(session, turn)
+        seq = turn_end_seq(session, turn)
     if seq is None:
         context["error"] = "Give a seq or a turn number."
         return render(request, "partials/_error.html", context)

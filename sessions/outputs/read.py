@@ -93,6 +93,16 @@ def _locate(output: ToolOutput, line: int) -> tuple[int, int, bytes] | None:
     return chunk.index, pos, chunk.data
 
 
+def _open_at(output: ToolOutput, line: int) -> tuple[bytes, int, Iterator[_Chunk]] | None:
+    """Where line ``line`` starts: its chunk's data, the position in it, and the
+    chunks after it (read lazily, as the line goes on)."""
+    located = _locate(output, line)
+    if located is None:
+        return None
+    index, pos, data = located
+    return data, pos, iter_chunks(output.pk, index + 1)
+
+
 @dataclass(frozen=True, slots=True)
 class RawLine:
     number: int
@@ -111,11 +121,10 @@ def iter_raw_lines(
     start_line = max(start_line, 1)
     if output.byte_size == 0 or start_line > output.line_count:
         return
-    located = _locate(output, start_line)
-    if located is None:
+    opened = _open_at(output, start_line)
+    if opened is None:
         return
-    index, pos, data = located
-    chunks = iter_chunks(output.pk, index + 1)
+    data, pos, chunks = opened
     number = start_line
     parts: list[bytes] = []
     have = 0
@@ -147,11 +156,10 @@ def iter_raw_lines(
             if number > output.line_count:
                 return
             parts, have, cut = [], 0, False
-            located = _locate(output, number)
-            if located is None:
+            opened = _open_at(output, number)
+            if opened is None:
                 return
-            index, pos, data = located
-            chunks = iter_chunks(output.pk, index + 1)
+            data, pos, chunks = opened
             continue
         following = next(chunks, None)
         if following is None:
@@ -165,11 +173,10 @@ def iter_line_bytes(output: ToolOutput, line: int) -> Iterator[bytes]:
     """The bytes of line ``line`` (without its newline), chunk by chunk, never whole."""
     if output.byte_size == 0 or not 1 <= line <= output.line_count:
         return
-    located = _locate(output, line)
-    if located is None:
+    opened = _open_at(output, line)
+    if opened is None:
         return
-    index, pos, data = located
-    chunks = iter_chunks(output.pk, index + 1)
+    data, pos, chunks = opened
     while True:
         nl = data.find(b"\n", pos)
         if nl != -1:

@@ -140,8 +140,19 @@ def turn_start_seq(session: Session, turn: int) -> int | None:
     """The seq of turn ``turn``'s user message (turns count user messages from 1): 1 query."""
     if turn < 1:
         return None
+    return _user_seq(session, turn - 1)
+
+
+def turn_end_seq(session: Session, turn: int) -> int:
+    """The last seq of turn ``turn`` (1-based): just before the next user message: 1 query."""
+    following = _user_seq(session, max(turn, 0))
+    return following - 1 if following is not None else session.last_seq
+
+
+def _user_seq(session: Session, index: int) -> int | None:
+    """The seq of the session's ``index``-th user message (0-based), or None past the last."""
     seqs = Message.objects.filter(session=session, role=Message.Role.USER).order_by("seq")
-    return next(iter(seqs.values_list("seq", flat=True)[turn - 1 : turn]), None)
+    return next(iter(seqs.values_list("seq", flat=True)[index : index + 1]), None)
 
 
 JUMP_NEWER = 3  # messages shown above a jump's target

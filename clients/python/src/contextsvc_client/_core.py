@@ -19,6 +19,8 @@ from urllib.parse import quote
 
 import httpx
 
+from .errors import ConnectionFailedError, error_from_response
+
 Json = dict[str, Any]
 # A tool output to upload: whole (bytes, text), or streamed (a binary file, chunks).
 UploadData = bytes | str | IO[bytes] | Iterable[bytes] | AsyncIterable[bytes]
@@ -97,6 +99,29 @@ def may_retry(call: Call, exc: httpx.TransportError) -> bool:
     """Whether a transport failure leaves the call safe to repeat."""
     # A failed connect or pool wait never sent the request.
     return call.idempotent or isinstance(exc, (httpx.ConnectError, httpx.PoolTimeout))
+
+
+Outcome = httpx.Response | httpx.TransportError
+
+
+def retry_wait(policy: RetryPolicy, call: Call, attempt: int, outcome: Outcome) -> float | None:
+    """Seconds to wait before trying ``call`` again, or None when ``outcome`` is final."""
+    if not call.retryable or attempt >= policy.max_retries:
+        return None
+    if isinstance(outcome, httpx.TransportError):
+        return policy.delay(attempt) if may_retry(call, outcome) else None
+    if outcome.status_code in RETRY_STATUSES:
+        return policy.delay(attempt, outcome)
+    return None
+
+
+def final_answer(call: Call, outcome: Outcome) -> Any:
+    """The parsed JSON answer of a final outcome (None for a 204 or raw body), or its typed error."""
+    if isinstance(outcome, httpx.TransportError):
+        raise ConnectionFailedError(f"{call.method} {call.path}: {outcome!r}") from outcome
+    if outcome.status_code >= 400:
+        raise error_from_response(outcome)
+    return outcome.json() if call.returns_json and outcome.status_code != 204 else None
 
 
 def new_idempotency_key() -> str:
@@ -270,3 +295,15 @@ def api_base(base_url: str) -> str:
 
 def auth_headers(api_key: str, extra: Mapping[str, str] | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}", "Accept": "application/json", **(extra or {})}
+
+
+def http_options(
+    base_url: str, api_key: str, headers: Mapping[str, str] | None, timeout: float, transport: Any
+) -> dict[str, Any]:
+    """The keyword arguments of the httpx client a client makes for itself."""
+    return {
+        "base_url": api_base(base_url),
+        "headers": auth_headers(api_key, headers),
+        "timeout": timeout,
+        "transport": transport,
+    }
