@@ -291,7 +291,7 @@ def drop_oldest_turns(window: Window, ctx: StrategyContext) -> StrategyOutcome:
         summary = (
             f"{window.summary}\n\n{text}" if window.summary and text else (text or window.summary)
         )
-        new = Window(kept, retain, summary)
+        new = window.with_messages(kept, retain, summary)
         if new.tokens(counter) < before_tokens:
             break
     return make_outcome("drop_oldest_turns", window, new, ctx, details)
