@@ -217,13 +217,15 @@ def _context_parts(session: Session, messages: list[EngineMessage]) -> ContextPa
 
 def _retention(before: Window, after: Window) -> RetentionReport:
     """Key facts of what the compaction removed or rewrote, checked against the new window."""
-    kept = {m.seq: m for m in after.messages if m.seq is not None}
+    # A sandwich's head is kept as messages: it is part of the new window.
+    live = [*after.head, *after.messages]
+    kept = {m.seq: m for m in live if m.seq is not None}
     compacted: list[EngineMessage] = []
     if (before.retain, before.summary) != (after.retain, after.summary):
         compacted.extend(before.preamble())
-    for msg in before.messages:
+    for msg in (*before.head, *before.messages):
         new = kept.get(msg.seq)
         if new is None or view_key(new) != view_key(msg):
             compacted.append(msg)
     facts = extract_key_facts(compacted)
-    return check_retention(facts, WindowText.of(after.retain, after.summary, after.messages))
+    return check_retention(facts, WindowText.of(after.retain, after.summary, live))

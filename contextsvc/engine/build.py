@@ -286,7 +286,7 @@ def _openai(parts: ContextParts) -> dict[str, Any]:
     if system_text:
         messages.append({"role": "system", "content": system_text})
     summary = system_summary_text(parts.summary_role, parts.summary)
-    if summary and not parts.head_count:
+    if summary and not min(parts.head_count, len(parts.messages)):
         # With a head, ``sent_history`` places it after the head instead.
         messages.append({"role": "system", "content": summary})
     messages.extend(history)
