@@ -106,6 +106,26 @@ def test_spec004_sandwich_head_messages_survive_as_messages_at_a_turn_boundary()
     assert window.messages == msgs[-5:]
 
 
+def test_spec004_sandwich_head_stays_small_when_the_first_turn_is_long():
+    # An agent's first turn: one task, 40 tool iterations. The next turn start
+    # is far: the head stops at the first cut that parts no call from its result.
+    first = [Message(role="user", content="the task " + "w " * 30)]
+    for k in range(40):
+        first += [
+            Message(
+                role="assistant",
+                content="",
+                tool_calls=(ToolCall(f"toolu_l{k:02d}", "read", {"k": k}),),
+            ),
+            Message(role="tool", content=f"out {k} " + "x " * 30, tool_call_id=f"toolu_l{k:02d}"),
+        ]
+    msgs = numbered([*first, *agent_chat(3, start=2)])
+    window = compacted(msgs, Numbered())
+    assert window.head == msgs[:5] and window.head[-1].role == "tool"
+    body = build_request("anthropic", parts_of(window, "user"))
+    validate(body)
+
+
 def test_spec004_sandwich_head_messages_survive_as_messages_anthropic():
     msgs = numbered(agent_chat(6))
     window = compacted(msgs, Numbered())
@@ -252,3 +272,43 @@ def test_spec004_sandwich_layout_is_well_formed_for_any_transcript(
         assert "We fixed the parser." not in json.dumps(
             build_request("anthropic", parts)["messages"]
         )
+
+
+# --- the emergency path (spec 003) with a head ---------------------------------------------------
+
+
+def test_spec004_sandwich_overflow_drops_a_head_that_cannot_fit():
+    msgs = numbered(agent_chat(6))
+    window = compacted(msgs, Numbered())
+    head_tokens = COUNTER.messages(window.head)
+    limit = head_tokens + 40  # the head alone takes nearly all of it
+    ctx = StrategyContext(
+        counter=COUNTER,
+        force=True,
+        reason="overflow",
+        target_tokens=limit // 2,
+        max_context_tokens=limit,
+        limit_tokens=limit,
+    )
+    out = run_chain(window, ("drop_oldest_turns",), ctx)
+    assert out.changed and out.window.head == []
+    assert out.window.tokens(COUNTER) < window.tokens(COUNTER)
+
+
+def test_spec004_sandwich_overflow_keeps_a_small_head_and_counts_it():
+    msgs = numbered(agent_chat(6))
+    window = compacted(msgs, Numbered())
+    window.messages = [*window.messages, *numbered(agent_chat(6, start=7), start=25)]
+    limit = window.tokens(COUNTER) // 2
+    ctx = StrategyContext(
+        counter=COUNTER,
+        force=True,
+        reason="overflow",
+        target_tokens=limit // 2,
+        max_context_tokens=limit,
+        limit_tokens=limit,
+    )
+    out = run_chain(window, ("drop_oldest_turns",), ctx)
+    assert out.changed and out.window.head == window.head
+    # The head's tokens are part of the budget: the result is under the limit.
+    assert out.window.tokens(COUNTER) <= limit

@@ -70,8 +70,8 @@ class ContextResult:
 class SandwichStrategy:
     """spec 004's default strategy: keep the beginning and the end, compress the middle.
 
-    Message counts are snapped to safe cuts: the top grows (to the next turn
-    start where the middle allows) and the bottom grows until no call is
+    Message counts are snapped to safe cuts: the top grows (to a near next
+    turn start where the middle allows) and the bottom grows until no call is
     separated from its result (so "top 5 / bottom 5 always preserved" holds
     with at least 5 each). ``incremental``: when the
     cached summary covers the start of a middle that has grown, only the new
@@ -140,12 +140,15 @@ class SandwichStrategy:
             bottom_start -= 1
         # The head, sent as messages, ends at a turn start where it can (spec
         # 003: a user message no call / result pair straddles): whole turns,
-        # no question whose answer is in the summary. Where that would leave
-        # too small a middle, the call/result-safe cut above stands.
-        turn = top_end
-        while turn < n and (unsafe[turn] or messages[turn].role != "user"):
+        # no question whose answer is in the summary. Only a near one: within
+        # ``preserve_top`` more messages (an agent's first turn can be hundreds
+        # of tool calls long, and the head is never compressed) and leaving a
+        # middle worth compressing; otherwise the call/result-safe cut stands.
+        turn, reach = top_end, min(n, top_end + max(1, self.preserve_top))
+        while turn < reach and (unsafe[turn] or messages[turn].role != "user"):
             turn += 1
-        if bottom_start - turn >= max(1, self.min_middle):
+        at_turn = turn < n and messages[turn].role == "user" and not unsafe[turn]
+        if at_turn and bottom_start - turn >= max(1, self.min_middle):
             top_end = turn
         return top_end, bottom_start
 
