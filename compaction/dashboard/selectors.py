@@ -288,6 +288,6 @@ def window_events(session: Session) -> list[WindowEvent]:
     rows = (
         Snapshot.objects.filter(session=session)
         .order_by("id")
-        .values_list("through_seq", "window_start_seq", "token_count", "kind")
+        .values_list("through_seq", "window_start_seq", "token_count", "kind", "head_end_seq")
     )
-    return [WindowEvent(after, start, tokens, kind) for after, start, tokens, kind in rows]
+    return [WindowEvent(*row) for row in rows]

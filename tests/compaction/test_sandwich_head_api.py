@@ -17,6 +17,7 @@ from compaction.services.requests import compaction_request
 from compaction.services.sync import compaction_run_sync
 from contextsvc.engine.summarize import SummarizerError, SummaryResult
 from sessions.dashboard.selectors.timeline import timeline_page
+from sessions.dashboard.selectors.usage import usage_over_turns
 from sessions.live import live_q
 from sessions.models import Message, Session
 from sessions.services.append import session_append_messages
@@ -279,3 +280,14 @@ def test_spec004_sandwich_timeline_marks_the_head_live_and_the_middle_summarised
     assert by_seq[7].compacted and "summarised" in by_seq[7].badges
     tail = by_seq[session.window_start_seq]
     assert not tail.compacted and "head" not in tail.badges
+
+
+def test_spec004_sandwich_usage_chart_counts_the_head_in_the_window(session_factory):
+    session = sandwich_session(session_factory)
+    compact(session, Numbered())
+    session.refresh_from_db()
+    now = usage_over_turns(session).bars[-1]
+    assert now.now
+    # The bar after the compaction is the window as it is: head + tail, and the summary.
+    assert now.conversation + now.outputs == session.conversation_tokens
+    assert now.summary == session.summary_tokens
