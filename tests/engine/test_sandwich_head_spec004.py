@@ -22,6 +22,7 @@ from contextsvc.engine.wellformed import has_content
 from tests.engine.test_wellformed_property import check_bodies
 from tests.fakes.anthropic_server import validate
 from tests.fakes.openai_rules import validate_chat
+from tests.fakes.responses_rules import validate_responses
 from tests.fakes.transcripts import transcripts
 
 COUNTER = TokenCounter(get_tokenizer())
@@ -171,6 +172,20 @@ def test_spec004_sandwich_head_messages_survive_as_messages_openai():
         "content": SUMMARY.format("summary 1"),
     }
     assert sent[2 + len(window.head)]["content"] == msgs[-5].content
+
+
+def test_spec004_sandwich_head_messages_survive_as_messages_responses():
+    msgs = numbered(agent_chat(6))
+    window = compacted(msgs, Numbered())
+    body = build_request("responses", parts_of(window, "system"))
+    validate_responses(body, set())
+    items = body["input"]
+    text = json.dumps(items)
+    # The head first (the task, then its call and output), the summary in the instructions.
+    assert text.index("task 1 ") < text.index("toolu_001") < text.index(msgs[-5].content.strip())
+    assert "summary 1" in json.dumps(body.get("instructions")) + json.dumps(
+        [i for i in items if i.get("role") in ("system", "developer")]
+    )
 
 
 def test_spec004_sandwich_user_role_summary_goes_between_head_and_tail():
