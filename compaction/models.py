@@ -152,6 +152,9 @@ class Snapshot(models.Model):
     retain = models.TextField(blank=True, default="")
     summary = models.TextField(blank=True, default="")
     window_start_seq = models.PositiveIntegerField()
+    # spec 004 sandwich: the head (seqs up to this) is live before the summary;
+    # its messages lead ``messages``. 0: no head.
+    head_end_seq = models.PositiveIntegerField(default=0)
     through_seq = models.PositiveIntegerField()
     token_count = models.PositiveIntegerField()
     message_count = models.PositiveIntegerField()

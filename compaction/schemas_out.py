@@ -84,6 +84,9 @@ class SnapshotOut(Out):
     restored_from: int | None
     uncompacted: bool
     window_start_seq: int
+    head_end_seq: int = Field(
+        0, description="spec 004 sandwich: the head's last seq (its messages lead); 0: none"
+    )
     through_seq: int
     token_count: int
     message_count: int
@@ -114,6 +117,11 @@ class ResumeOut(Out):
     retain: str
     summary: str
     messages: list[dict[str, Any]]
+    head_end_seq: int = Field(
+        0,
+        description="spec 004 sandwich: messages up to this seq are the head, sent before"
+        " the summary; 0: the summary comes first",
+    )
     last_seq: int
 
 

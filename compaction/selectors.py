@@ -19,6 +19,7 @@ from django.db.models.functions import Cast
 from contextsvc.engine.build import message_to_dict
 from contextsvc.engine.messages import Message as EngineMessage
 from contextsvc.errors import NotFound
+from sessions.live import has_head
 from sessions.models import AgentKey, Message, Session
 from sessions.selectors import MESSAGE_FIELDS, row_to_message
 
@@ -53,6 +54,14 @@ def window_messages(
         qs = qs.filter(seq__lte=through_seq)
     rows = qs.order_by("seq").values_list(*_view_fields())
     return [row_to_message(row) for row in rows]
+
+
+def head_messages(session: Session) -> list[EngineMessage]:
+    """The sandwich's head (spec 004): seqs up to ``head_end_seq`` when they are
+    apart from the window; [] without one."""
+    if not has_head(session):
+        return []
+    return window_messages(session, start_seq=1, through_seq=session.head_end_seq)
 
 
 def transcript_messages(session: Session, *, through_seq: int) -> list[EngineMessage]:
@@ -157,6 +166,7 @@ def snapshot_to_dict(snapshot: Snapshot, *, with_messages: bool = True) -> dict[
         "restored_from": snapshot.restored_from_id,
         "uncompacted": snapshot.uncompacted,
         "window_start_seq": snapshot.window_start_seq,
+        "head_end_seq": snapshot.head_end_seq,
         "through_seq": snapshot.through_seq,
         "token_count": snapshot.token_count,
         "message_count": snapshot.message_count,
@@ -204,6 +214,7 @@ def session_resume(session: Session) -> dict[str, Any]:
         "retain": snap["retain"] if snap else session.retain,
         "summary": snap["summary"] if snap else session.summary,
         "messages": [*(snap["messages"] if snap else []), *later],
+        "head_end_seq": snap["head_end_seq"] if snap else 0,
         "last_seq": session.last_seq,
     }
 

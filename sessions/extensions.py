@@ -28,6 +28,8 @@ class WindowEvent:
     start_seq: int
     tokens: int | None
     kind: str  # compaction / restore / CLIENT_COMPACTION
+    # spec 004 sandwich: messages 1 … head_end_seq stayed live too (0: none).
+    head_end_seq: int = 0
 
 
 # A client (through the proxy) compacted or edited its own history: the window restarted.

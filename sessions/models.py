@@ -115,6 +115,10 @@ class Session(models.Model):
     retain = models.TextField(blank=True, default="")
     # First seq of the live window: messages before it are kept for audit only.
     window_start_seq = models.PositiveIntegerField(default=1)
+    # spec 004 sandwich: the conversation's first messages (seq ≤ this) stay
+    # live as messages before the summary while the middle is compacted; the
+    # live window is [1 … head_end_seq] + [window_start_seq …]. 0: no head.
+    head_end_seq = models.PositiveIntegerField(default=0)
 
     # Cached counters, updated in the same transaction as the rows they count,
     # so the budget never re-reads or re-tokenizes history.

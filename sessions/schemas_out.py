@@ -108,6 +108,11 @@ class SessionOut(Out):
     live_message_count: int
     last_seq: int
     window_start_seq: int
+    head_end_seq: int = Field(
+        0,
+        description="spec 004 sandwich: seqs up to this one (the conversation's start) stay live"
+        " before the summary; 0: no head",
+    )
     created_at: datetime
     updated_at: datetime
     budget: BudgetOut

@@ -21,6 +21,7 @@ from contextsvc.lru import BoundedLRU
 
 from . import accounting
 from .extensions import REGISTRY
+from .live import live_q
 from .models import AgentKey, Message, Session, UsageReport
 
 
@@ -158,14 +159,12 @@ def row_to_message(row: tuple) -> EngineMessage:
 def live_messages(
     session: Session, *, after_seq: int = 0, through_seq: int | None = None
 ) -> list[EngineMessage]:
-    """The live window (after the newest snapshot), oldest first.
+    """The live window (after the newest snapshot; a sandwich's head first), oldest first.
 
     ``after_seq`` / ``through_seq`` bound the seqs read (the context cache
     reads only what was appended since).
     """
-    qs = Message.objects.filter(
-        session=session, seq__gte=session.window_start_seq, retracted_at__isnull=True
-    )
+    qs = Message.objects.filter(live_q(session), session=session, retracted_at__isnull=True)
     if after_seq:
         qs = qs.filter(seq__gt=after_seq)
     if through_seq is not None:
@@ -182,6 +181,7 @@ def live_messages(
 class _Window:
     created_at: Any  # with the pk, names the session even where pks are reused (test rollbacks)
     window_start_seq: int
+    head_end_seq: int
     last_seq: int
     tokens: int
     trim_seq: Any
@@ -207,8 +207,13 @@ _WINDOWS: BoundedLRU[int, _Window] = BoundedLRU(
 )
 
 
-def _window_key(session: Session) -> tuple[Any, int, Any]:
-    return session.created_at, session.window_start_seq, getattr(session, "tool_trim_seq", None)
+def _window_key(session: Session) -> tuple[Any, int, int, Any]:
+    return (
+        session.created_at,
+        session.window_start_seq,
+        getattr(session, "head_end_seq", 0) or 0,
+        getattr(session, "tool_trim_seq", None),
+    )
 
 
 def context_messages(session: Session) -> list[EngineMessage]:
@@ -220,12 +225,12 @@ def context_window(session: Session) -> tuple[list[EngineMessage], WindowStats]:
     """``context_messages`` and their ``WindowStats``: when only appends happened
     since the cached window, both are extended by the new messages alone."""
     cached = _WINDOWS.get(session.pk)
-    created, start, trim_seq = _window_key(session)
+    created, start, head_end, trim_seq = _window_key(session)
     messages: list[EngineMessage] | None = None
     if (
         cached is not None
-        and (cached.created_at, cached.window_start_seq, cached.trim_seq)
-        == (created, start, trim_seq)
+        and (cached.created_at, cached.window_start_seq, cached.head_end_seq, cached.trim_seq)
+        == (created, start, head_end, trim_seq)
         and cached.last_seq <= session.last_seq
     ):
         new = (
@@ -249,7 +254,9 @@ def context_window(session: Session) -> tuple[list[EngineMessage], WindowStats]:
             return messages, stats
     _WINDOWS.put(
         session.pk,
-        _Window(created, start, session.last_seq, total, trim_seq, tuple(messages), stats),
+        _Window(
+            created, start, head_end, session.last_seq, total, trim_seq, tuple(messages), stats
+        ),
     )
     return messages, stats
 
@@ -296,6 +303,7 @@ def session_to_dict(
         "live_message_count": session.live_message_count,
         "last_seq": session.last_seq,
         "window_start_seq": session.window_start_seq,
+        "head_end_seq": session.head_end_seq,
         "created_at": session.created_at,
         "updated_at": session.updated_at,
         "budget": state.to_dict(),

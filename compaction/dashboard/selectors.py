@@ -108,8 +108,11 @@ def snapshot_diff(session: Session, snapshot: Snapshot) -> SnapshotDiff:
     """
     run = snapshot.run if snapshot.run_id else None
     before_start = run.base_window_start_seq if run and run.base_window_start_seq else 1
+    # A sandwich's head (seq ≤ head_end_seq) stayed: it is not among the removed.
     removed = Message.objects.filter(
-        session=session, seq__gte=before_start, seq__lt=snapshot.window_start_seq
+        session=session,
+        seq__gte=max(before_start, snapshot.head_end_seq + 1),
+        seq__lt=snapshot.window_start_seq,
     ).aggregate(n=Count("id"), tokens=Sum("token_count"), first=Min("seq"), last=Max("seq"))
     changes = [
         {
@@ -285,6 +288,6 @@ def window_events(session: Session) -> list[WindowEvent]:
     rows = (
         Snapshot.objects.filter(session=session)
         .order_by("id")
-        .values_list("through_seq", "window_start_seq", "token_count", "kind")
+        .values_list("through_seq", "window_start_seq", "token_count", "kind", "head_end_seq")
     )
-    return [WindowEvent(after, start, tokens, kind) for after, start, tokens, kind in rows]
+    return [WindowEvent(*row) for row in rows]

@@ -58,6 +58,7 @@ def apply_plan(
             session.retain,
             session.summary,
             session.retract_count,
+            session.head_end_seq,
         )
         if now_base != plan.base:
             raise WindowChanged
@@ -67,18 +68,23 @@ def apply_plan(
         after_used = before_used
         if shrinks:
             new = result.window
-            original = {m.seq: m for m in plan.window.messages}
+            original = {m.seq: m for m in (*plan.window.head, *plan.window.messages)}
             kept = new.messages
             start = kept[0].seq if kept else plan.through_seq + 1
+            # spec 004 sandwich: the head stays live, apart from the window, as messages.
+            head_end = (new.head[-1].seq or 0) if new.head else 0
+            live = [*new.head, *kept]
             desired = {
                 m.seq: (m.view, m.view_state, m.token_count)
-                for m in kept
+                for m in live
                 if m.seq in original and view_key(m) != view_key(original[m.seq])
             }
             changes = set_message_views(session, desired)
             # Calls whose message left the window: a late result for them
             # would have no call before it in any context, so it is refused.
-            gone = {c.id for m in plan.window.messages if m.seq < start for c in m.tool_calls}
+            gone = {
+                c.id for m in plan.window.messages if head_end < m.seq < start for c in m.tool_calls
+            }
             if gone and session.open_tool_calls:
                 session.open_tool_calls = {
                     k: v for k, v in session.open_tool_calls.items() if k not in gone
@@ -89,6 +95,7 @@ def apply_plan(
                 summary=new.summary,
                 start_seq=start,
                 counter=plan.counter,
+                head_end_seq=head_end,
             )
             extra = recount_tool_outputs(session)
             session.save(update_fields=[*WINDOW_FIELDS, *extra])
@@ -102,10 +109,11 @@ def apply_plan(
                 retain=new.retain,
                 summary=new.summary,
                 window_start_seq=start,
+                head_end_seq=session.head_end_seq,
                 through_seq=plan.through_seq,
                 token_count=result.result.after_tokens,
                 message_count=result.result.after_msg_count,
-                messages=[snapshot_message(m) for m in kept],
+                messages=[snapshot_message(m) for m in live],
             )
             for change in changes:
                 change.snapshot = snapshot

@@ -60,8 +60,8 @@ class CompactionPlan:
     """A computed compaction: the window it started from and the chain's result."""
 
     through_seq: int
-    # (window start, retain, summary, retract count): apply recomputes when it moved.
-    base: tuple[int, str, str, int]
+    # (window start, retain, summary, retract count, head end): apply recomputes when it moved.
+    base: tuple[int, str, str, int, int]
     window: Window
     result: ChainResult
     counter: TokenCounter
@@ -104,13 +104,22 @@ def compute_plan(run: CompactionRun, summarizer: Summarizer | None) -> Compactio
     t0 = time.perf_counter()
     session = Session.objects.get(pk=run.session_id)
     through = session.last_seq
-    base = (session.window_start_seq, session.retain, session.summary, session.retract_count)
+    base = (
+        session.window_start_seq,
+        session.retain,
+        session.summary,
+        session.retract_count,
+        session.head_end_seq,
+    )
     messages = selectors.window_messages(
         session, start_seq=session.window_start_seq, through_seq=through
     )
-    if not messages and not session.retain and not session.summary:
+    # spec 004 sandwich: the conversation's head stays live before the summary;
+    # every strategy keeps it as it is (only the sandwich sets it).
+    head = selectors.head_messages(session)
+    if not messages and not head and not session.retain and not session.summary:
         raise EngineValidationError("Conversation has no messages", field="messages")
-    window = Window(messages=messages, retain=session.retain, summary=session.summary)
+    window = Window(messages=messages, retain=session.retain, summary=session.summary, head=head)
     state = accounting.compute_budget(session)
     policy = compaction_policy(session)
     chain = tuple(run.chain) or DEFAULT_CHAIN
@@ -165,7 +174,7 @@ def compute_plan(run: CompactionRun, summarizer: Summarizer | None) -> Compactio
         ),
     )
     if policy.get("summary_reuse_cache", True):
-        ctx.context_parts = _context_parts(session, messages)
+        ctx.context_parts = _context_parts(session, [*head, *messages])
     load_ms = (time.perf_counter() - t0) * 1000
     result = run_chain(window, chain, ctx)
     retention: dict[str, Any] | None = None
@@ -208,13 +217,15 @@ def _context_parts(session: Session, messages: list[EngineMessage]) -> ContextPa
 
 def _retention(before: Window, after: Window) -> RetentionReport:
     """Key facts of what the compaction removed or rewrote, checked against the new window."""
-    kept = {m.seq: m for m in after.messages if m.seq is not None}
+    # A sandwich's head is kept as messages: it is part of the new window.
+    live = [*after.head, *after.messages]
+    kept = {m.seq: m for m in live if m.seq is not None}
     compacted: list[EngineMessage] = []
     if (before.retain, before.summary) != (after.retain, after.summary):
         compacted.extend(before.preamble())
-    for msg in before.messages:
+    for msg in (*before.head, *before.messages):
         new = kept.get(msg.seq)
         if new is None or view_key(new) != view_key(msg):
             compacted.append(msg)
     facts = extract_key_facts(compacted)
-    return check_retention(facts, WindowText.of(after.retain, after.summary, after.messages))
+    return check_retention(facts, WindowText.of(after.retain, after.summary, live))

@@ -40,9 +40,11 @@ def snapshot_restore(*, session: Session, snapshot_id: int | None) -> Snapshot:
     desired: dict[int, tuple[str | None, str, int]] = {}
     changes = ViewChange.objects.filter(session=locked).order_by("seq", "id")
     if target is None:
-        retain, summary, start = "", "", 1
+        retain, summary, start, head_end = "", "", 1, 0
     else:
         retain, summary, start = target.retain, target.summary, target.window_start_seq
+        # spec 004 sandwich: the snapshot's head comes back live with it.
+        head_end = target.head_end_seq
         for m in target.messages:
             view = m["content"] if m.get("has_view") else None
             desired[m["seq"]] = (view, m.get("view", "full"), m.get("token_count") or 0)
@@ -52,10 +54,20 @@ def snapshot_restore(*, session: Session, snapshot_id: int | None) -> Snapshot:
         desired.setdefault(change[0], (change[1], change[2], change[3]))
     view_changes = set_message_views(locked, desired)
     counter = TokenCounter(accounting.tokenizer_of(locked), accounting.estimate_config_of(locked))
-    set_window(locked, retain=retain, summary=summary, start_seq=start, counter=counter)
+    set_window(
+        locked,
+        retain=retain,
+        summary=summary,
+        start_seq=start,
+        counter=counter,
+        head_end_seq=head_end,
+    )
     extra = recount_tool_outputs(locked)
     locked.save(update_fields=[*WINDOW_FIELDS, *extra])
-    messages = selectors.window_messages(locked, start_seq=start, through_seq=locked.last_seq)
+    messages = [
+        *selectors.head_messages(locked),
+        *selectors.window_messages(locked, start_seq=start, through_seq=locked.last_seq),
+    ]
     snapshot = Snapshot.objects.create(
         session=locked,
         kind=Snapshot.Kind.RESTORE,
@@ -64,6 +76,7 @@ def snapshot_restore(*, session: Session, snapshot_id: int | None) -> Snapshot:
         retain=retain,
         summary=summary,
         window_start_seq=start,
+        head_end_seq=locked.head_end_seq,
         through_seq=locked.last_seq,
         token_count=locked.summary_tokens + locked.conversation_tokens,
         message_count=len(preamble(retain, summary)) + len(messages),
@@ -77,4 +90,5 @@ def snapshot_restore(*, session: Session, snapshot_id: int | None) -> Snapshot:
         strategy="", summary="", range_start=None, range_end=None, compressed_at=None
     )
     session.window_start_seq = locked.window_start_seq
+    session.head_end_seq = locked.head_end_seq
     return snapshot

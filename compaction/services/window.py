@@ -18,6 +18,7 @@ from contextsvc.engine.messages import Message as EngineMessage
 from contextsvc.engine.strategies.base import TokenCounter
 from contextsvc.engine.summarize import preamble
 from sessions import accounting
+from sessions.live import live_q
 from sessions.models import Message, Session
 from sessions.outputs.budget import session_recount_tool_outputs
 
@@ -30,6 +31,7 @@ WINDOW_FIELDS = [
     "summary",
     "summary_tokens",
     "window_start_seq",
+    "head_end_seq",
     "conversation_tokens",
     "live_message_count",
     "guard_status",
@@ -125,15 +127,27 @@ def set_message_views(
 
 
 def set_window(
-    session: Session, *, retain: str, summary: str, start_seq: int, counter: TokenCounter
+    session: Session,
+    *,
+    retain: str,
+    summary: str,
+    start_seq: int,
+    counter: TokenCounter,
+    head_end_seq: int = 0,
 ) -> accounting.BudgetState:
-    """Move the live window and recount its cached counters (caller holds the lock and saves)."""
+    """Move the live window and recount its cached counters (caller holds the lock and saves).
+
+    ``head_end_seq``: a sandwich's head (seqs up to it) stays live before the
+    summary; 0 (the default, every other caller) means no head. One aggregate
+    counts head and tail together: the counters cover exactly what is sent.
+    """
     session.retain = retain
     session.summary = summary
     session.summary_tokens = counter.messages(preamble(retain, summary))
     session.window_start_seq = start_seq
+    session.head_end_seq = head_end_seq if 0 < head_end_seq < start_seq else 0
     agg = Message.objects.filter(
-        session=session, seq__gte=start_seq, retracted_at__isnull=True
+        live_q(session), session=session, retracted_at__isnull=True
     ).aggregate(tokens=Sum("token_count"), n=Count("id"))
     session.conversation_tokens = agg["tokens"] or 0
     session.live_message_count = agg["n"] or 0

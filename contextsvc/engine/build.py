@@ -25,6 +25,7 @@ instruction and the request stays valid.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -69,6 +70,10 @@ class ContextParts:
     mid_system: bool = True
     # "user" (spec 000 §2.7) or "system" (spec 003/004; ``engine.summary_placement``).
     summary_role: str = "user"
+    # spec 004 sandwich: the first ``head_count`` of ``messages`` are the
+    # conversation's start, sent as messages before the retain/summary (the
+    # rest, the recent tail, after it). 0: the preamble comes first.
+    head_count: int = 0
     # Turns (from the newest user message back) whose thinking blocks the
     # anthropic format sends; None: every turn's (``drop_old_reasoning``).
     keep_thinking_turns: int | None = None
@@ -97,10 +102,33 @@ def preamble_messages(parts: ContextParts) -> list[Message]:
     return out
 
 
-def sent_history(parts: ContextParts) -> list[Message]:
-    """Preamble and history as the provider formats send them (``engine.wellformed``)."""
+def head_count_of(messages: Sequence[Message], head_end_seq: int) -> int:
+    """How many of ``messages`` (seq order) are the sandwich's head (seq ≤ ``head_end_seq``).
+
+    A bisection, not a pass: the build path stays O(log n) in the history.
+    """
+    if head_end_seq <= 0 or not messages:
+        return 0
+    return bisect_right(messages, head_end_seq, key=lambda m: m.seq or 0)
+
+
+def sent_history(parts: ContextParts, *, inline_summary: bool = False) -> list[Message]:
+    """Head, preamble and history as the provider formats send them (``engine.wellformed``).
+
+    ``inline_summary``: a system-role summary after a head goes between the
+    head and the tail as a ``system`` message (spec 004's layout; OpenAI
+    takes one anywhere) instead of at the top.
+    """
     history = drop_old_reasoning(parts.messages, parts.keep_thinking_turns)
-    return well_formed([*preamble_messages(parts), *history], tools=bool(parts.tools))
+    head = min(max(parts.head_count, 0), len(history))
+    middle = preamble_messages(parts)
+    if inline_summary and head and (text := system_summary_text(parts.summary_role, parts.summary)):
+        middle.append(Message(role="system", content=text))
+    if not head:
+        return well_formed([*middle, *history], tools=bool(parts.tools))
+    # The head ends at a turn boundary (the sandwich cuts there), so no call is
+    # parted from its result by the preamble.
+    return well_formed([*history[:head], *middle, *history[head:]], tools=bool(parts.tools))
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,7 +276,7 @@ def _openai_message(msg: Message) -> dict[str, Any]:
 def _openai(parts: ContextParts) -> dict[str, Any]:
     lay = layout(parts)
     messages: list[dict[str, Any]] = []
-    history = [_openai_message(m) for m in sent_history(parts)]
+    history = [_openai_message(m) for m in sent_history(parts, inline_summary=True)]
     system_texts = [s.content for s in lay.system]
     tail_text = "\n\n".join(lay.tail)
     if tail_text and not history:
@@ -257,7 +285,9 @@ def _openai(parts: ContextParts) -> dict[str, Any]:
     system_text = "\n\n".join(system_texts)
     if system_text:
         messages.append({"role": "system", "content": system_text})
-    if summary := system_summary_text(parts.summary_role, parts.summary):
+    summary = system_summary_text(parts.summary_role, parts.summary)
+    if summary and not min(parts.head_count, len(parts.messages)):
+        # With a head, ``sent_history`` places it after the head instead.
         messages.append({"role": "system", "content": summary})
     messages.extend(history)
     if tail_text:
@@ -343,6 +373,7 @@ def _raw(parts: ContextParts) -> dict[str, Any]:
         "retain": parts.retain,
         "summary": parts.summary,
         "summary_role": parts.summary_role,
+        "head_count": parts.head_count,
         "messages": [message_to_dict(m) for m in parts.messages],
         "final_instruction": parts.final_instruction,
         "tools": [

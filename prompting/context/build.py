@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from contextsvc.engine.build import FORMATS, ContextParts, build_request
+from contextsvc.engine.build import FORMATS, ContextParts, build_request, head_count_of
 from contextsvc.engine.messages import Message as EngineMessage
 from contextsvc.engine.messages import ToolDef
 from contextsvc.engine.summary_placement import resolve_summary_role
@@ -18,6 +18,7 @@ from contextsvc.engine.window_stats import WindowStats
 from contextsvc.errors import ValidationFailed
 from sessions import accounting
 from sessions.extensions import REGISTRY
+from sessions.live import has_head
 from sessions.models import Session
 from sessions.selectors import context_window
 
@@ -115,6 +116,7 @@ def build_context(
         plain=prompt_plan.plain,
         mid_system=(prompt_plan.profile or cache_profile(session)).mid_system_messages,
         summary_role=resolve_summary_role((session.policy or {}).get("compaction")),
+        head_count=head_count_of(messages, session.head_end_seq) if has_head(session) else 0,
         keep_thinking_turns=((session.policy or {}).get("reasoning") or {}).get(
             "keep_thinking_turns"
         ),

@@ -156,12 +156,17 @@ def account(
             tokens.append(count_text(section.content, tokenizer))
         if plan is not None and i in plan.system:
             marks.append(offset + i)
+    history_keys, history_tokens = _history_blocks(session.pk, parts.messages)
+    # The order sent: the sandwich's head (if any), the preamble, the rest.
+    head = min(parts.head_count, len(history_keys))
+    if head:
+        keys.extend(history_keys[:head])
+        tokens.extend(history_tokens[:head])
     for msg in preamble_messages(parts):
         keys.append(caching.block_key("preamble", msg.text))
         tokens.append(count_text(msg.text, tokenizer) + 4)
-    history_keys, history_tokens = _history_blocks(session.pk, parts.messages)
-    keys.extend(history_keys)
-    tokens.extend(history_tokens)
+    keys.extend(history_keys[head:] if head else history_keys)
+    tokens.extend(history_tokens[head:] if head else history_tokens)
     if plan is not None and plan.history and len(keys) > offset + len(lay.system):
         marks.append(len(keys) - 1)
     tail_tokens = sum(count_text(t, tokenizer) for t in lay.tail)

@@ -8,7 +8,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 from contextsvc.errors import ValidationFailed
@@ -19,8 +19,10 @@ from ..models import Message, Session, ToolOutput, ToolOutputChunk
 
 def live_message_refs(outputs: Sequence[ToolOutput]) -> Iterable[str]:
     """Refs a message in its session's live window carries (its view may be a placeholder)."""
+    # A sandwich's head (seqs up to ``head_end_seq``) is live too.
     return Message.objects.filter(
-        output_ref__in=[o.ref for o in outputs], seq__gte=F("session__window_start_seq")
+        Q(seq__gte=F("session__window_start_seq")) | Q(seq__lte=F("session__head_end_seq")),
+        output_ref__in=[o.ref for o in outputs],
     ).values_list("output_ref", flat=True)
 
 

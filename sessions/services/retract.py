@@ -31,6 +31,7 @@ from django.utils import timezone
 
 from contextsvc.errors import ValidationFailed
 from sessions import hotpath, status
+from sessions.live import has_head
 from sessions.models import Message, Session
 from sessions.outputs.budget import session_recount_tool_outputs
 
@@ -55,6 +56,9 @@ _ROW_FIELDS = ("pk", "seq", "role", "token_count", "tool_calls", "tool_call_id")
 
 
 def _live(session: Session) -> Any:
+    # The retractable part: from the window start on. A sandwich's head (the
+    # conversation's start, kept live before the summary) is not: the summary
+    # after it describes a middle that follows it.
     return Message.objects.filter(
         session=session, seq__gte=session.window_start_seq, retracted_at__isnull=True
     )
@@ -63,6 +67,14 @@ def _live(session: Session) -> Any:
 def _select(session: Session, last: int | None, from_seq: int | None) -> tuple[list[dict], str]:
     """The rows to retract (oldest first) and the request field that chose them."""
     if from_seq is not None:
+        if from_seq < session.window_start_seq and has_head(session):
+            if from_seq <= session.head_end_seq:
+                raise ValidationFailed(
+                    f"from_seq {from_seq} is in the conversation's head (seqs up to "
+                    f"{session.head_end_seq}), kept by a sandwich compaction before its summary:"
+                    f" only messages from seq {session.window_start_seq} on can be retracted",
+                    details={"field": "from_seq"},
+                )
         if from_seq < session.window_start_seq:
             raise ValidationFailed(
                 f"from_seq {from_seq} is before the live window, which starts at seq "
@@ -80,7 +92,12 @@ def _select(session: Session, last: int | None, from_seq: int | None) -> tuple[l
     rows = list(_live(session).order_by("-seq").values(*_ROW_FIELDS)[:last])
     if len(rows) < last:
         raise ValidationFailed(
-            f"last is {last} but the live window holds {len(rows)} message(s)",
+            f"last is {last} but the live window holds {len(rows)} retractable message(s)"
+            + (
+                f" (the head, seqs up to {session.head_end_seq}, is kept)"
+                if has_head(session)
+                else ""
+            ),
             details={"field": "last"},
         )
     rows.reverse()

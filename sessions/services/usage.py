@@ -10,6 +10,7 @@ from contextsvc import telemetry
 from contextsvc.errors import ValidationFailed
 from sessions import accounting, hotpath, status
 from sessions.extensions import REGISTRY
+from sessions.live import live_q
 from sessions.models import Message, Session, UsageReport
 
 from .calls import context_call_complete
@@ -42,9 +43,9 @@ def session_record_usage(
     if through < session.last_seq:
         later = (
             Message.objects.filter(
+                live_q(session),
                 session=session,
                 seq__gt=through,
-                seq__gte=session.window_start_seq,
                 retracted_at__isnull=True,
             ).aggregate(t=Sum("token_count"))["t"]
             or 0

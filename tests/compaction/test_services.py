@@ -510,17 +510,20 @@ def test_sandwich_caches_summary_and_reuses_it_while_valid_spec004(session_facto
     run = manual(session, summarizer=Counting())
     assert run.strategies_run == ["sandwich"] and calls == ["compress"]
     state = CompactionState.objects.get(session=session)
-    assert (state.strategy, state.range_start) == ("sandwich", 5)
+    # Top 5 grown to the next turn start (6): the head is turn 0, whole.
+    assert (state.strategy, state.range_start) == ("sandwich", 6)
     assert state.range_end == session.last_seq - 5
     session.refresh_from_db()
-    assert "Turn 0: please fix" in session.retain  # the top, verbatim
+    # The top stays live as messages (the head), not quoted in the retain slot.
+    assert session.head_end_seq == 6 and "Turn 0: please fix" not in session.retain
     # The middle grows: re-compressed (incrementally), the state follows.
     session_append_messages(session=session, messages=turn(8))
     manual(session, summarizer=Counting())
     state.refresh_from_db()
     session.refresh_from_db()
     assert calls == ["compress", "compress"]
-    assert (state.range_start, state.range_end) == (5, session.last_seq - 5)
+    assert (state.range_start, state.range_end) == (6, session.last_seq - 5)
+    assert session.head_end_seq == 6
 
 
 # --- blobs are never read ---------------------------------------------------------------------

@@ -471,7 +471,8 @@ def test_cx_t2_over_threshold_triggers_compression():
     fake = FakeSummarizer()
     res = strategy().build_context(msgs, None, 1000, summarizer=fake)
     assert res.summary_used and len(fake.requests) == 1
-    assert res.new_state == ContextState("sandwich", "Middle summary.", (5, 15))
+    # The top grows from 5 to the next turn start (6): whole turns in the head.
+    assert res.new_state == ContextState("sandwich", "Middle summary.", (6, 15))
     assert res.tokens_used < COUNTER.messages(msgs)
 
 
@@ -515,28 +516,28 @@ def test_cx_t3_t4_snap_to_keep_tool_pairs_together():
 
 def test_cx_t5_cached_summary_reused_when_valid():
     msgs = chat(20)
-    state = ContextState("sandwich", "Cached.", (5, 15))
+    state = ContextState("sandwich", "Cached.", (6, 15))
     fake = FakeSummarizer()
     res = strategy().build_context(msgs, state, 1000, summarizer=fake)
     assert fake.requests == []  # no model call
     assert res.summary_used and res.new_state is None
-    assert res.messages[5].text == "[Earlier conversation summary: Cached.]"
+    assert res.messages[6].text == "[Earlier conversation summary: Cached.]"
 
 
 def test_cx_t6_cache_invalidated_when_middle_grows():
-    msgs = chat(24)  # 4 more messages: the middle is now [5, 19)
-    state = ContextState("sandwich", "Cached.", (5, 15))
+    msgs = chat(24)  # 4 more messages: the middle is now [6, 19)
+    state = ContextState("sandwich", "Cached.", (6, 15))
     fake = FakeSummarizer()
     s = strategy()
     assert not s.is_valid(state, msgs)
     res = s.build_context(msgs, state, 1000, summarizer=fake)
     assert len(fake.requests) == 1
-    assert res.new_state is not None and res.new_state.summary_range == (5, 19)
+    assert res.new_state is not None and res.new_state.summary_range == (6, 19)
 
 
 def test_cx_t6_incremental_recompression_sends_only_new_messages():
     msgs = chat(24)
-    state = ContextState("sandwich", "Cached.", (5, 15))
+    state = ContextState("sandwich", "Cached.", (6, 15))
     fake = FakeSummarizer()
     strategy(incremental=True).build_context(msgs, state, 1000, summarizer=fake)
     source = fake.requests[0].source
@@ -547,11 +548,11 @@ def test_cx_t6_incremental_recompression_sends_only_new_messages():
 def test_cx_t7_summary_placed_after_top_as_earlier_conversation_summary():
     msgs = chat(20)
     res = strategy().build_context(msgs, None, 1000, summarizer=FakeSummarizer())
-    summary_msg = res.messages[5]
+    summary_msg = res.messages[6]  # after the top (5, grown to the turn start)
     # spec 004's system message; histories carry no system role (spec 003), so
     # it travels in the summary slot, rendered as a user message.
     assert summary_msg.text == "[Earlier conversation summary: Middle summary.]"
-    assert len(res.messages) == 11
+    assert len(res.messages) == 12
 
 
 def test_cx_t8_token_estimation_reasonable_accuracy():
@@ -595,16 +596,15 @@ def test_sandwich_needs_enough_messages():
     assert not res.summary_used  # 10 <= 5 + 5
 
 
-def test_sandwich_window_strategy_writes_top_as_retain_and_bottom_live():
+def test_spec004_sandwich_window_strategy_keeps_top_as_head_messages_and_bottom_live():
     msgs = chat(20)
     out = sandwich(Window(msgs), ctx(max_context_tokens=1000))
     assert out.window.messages == msgs[15:]
-    assert (
-        out.window.retain.startswith("[Start of the conversation")
-        and "question 0" in out.window.retain
-    )
+    # The top survives as messages (the window's head), not quoted in the retain slot.
+    assert out.window.head == msgs[:6]
+    assert out.window.retain == "" and "question 0" not in out.window.retain
     assert out.window.summary == "Middle summary."
-    assert out.state_changed and out.sandwich_state.summary_range == (5, 15)
+    assert out.state_changed and out.sandwich_state.summary_range == (6, 15)
 
 
 # --- the chain ------------------------------------------------------------------------------

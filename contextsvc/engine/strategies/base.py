@@ -53,24 +53,46 @@ class TokenCounter:
 
 @dataclass(slots=True)
 class Window:
-    """The live context a compaction works on: retain and summary (sent first,
-    as user messages) and the live messages, oldest first."""
+    """The live context a compaction works on: the head (spec 004 sandwich: the
+    conversation's first messages, kept as messages before the summary), retain
+    and summary (sent as user messages, or the summary in the system role) and
+    the live messages, oldest first.
+
+    Only the sandwich sets ``head``; every other strategy works on ``messages``
+    and carries the head over unchanged (``with_messages``).
+    """
 
     messages: list[Message]
     retain: str = ""
     summary: str = ""
+    head: list[Message] = field(default_factory=list)
 
     def preamble(self) -> list[Message]:
         return preamble(self.retain, self.summary)
 
     def tokens(self, counter: TokenCounter) -> int:
-        return counter.messages(self.preamble()) + counter.messages(self.messages)
+        return (
+            counter.messages(self.head)
+            + counter.messages(self.preamble())
+            + counter.messages(self.messages)
+        )
 
     def preamble_tokens(self, counter: TokenCounter) -> int:
         return counter.messages(self.preamble())
 
     def message_count(self) -> int:
-        return len(self.preamble()) + len(self.messages)
+        return len(self.head) + len(self.preamble()) + len(self.messages)
+
+    def with_messages(
+        self, messages: list[Message], retain: str | None = None, summary: str | None = None
+    ) -> Window:
+        """This window with other live messages (and retain / summary), the head kept."""
+        return Window(
+            messages=messages,
+            retain=self.retain if retain is None else retain,
+            summary=self.summary if summary is None else summary,
+            head=list(self.head),
+        )
 
 
 # --- configuration -------------------------------------------------------------------

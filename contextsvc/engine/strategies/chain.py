@@ -161,7 +161,13 @@ def run_chain(window: Window, names: Sequence[str], ctx: StrategyContext) -> Cha
                 state, state_changed = None, True
     if window is not original:
         # The newest mid-conversation system instructions survive compaction.
-        retain = carry_system(original.messages, original.retain, window.messages, window.retain)
+        # The head (sandwich) is kept as messages: its instructions need no carrying.
+        retain = carry_system(
+            [*original.head, *original.messages],
+            original.retain,
+            [*window.head, *window.messages],
+            window.retain,
+        )
         if retain != window.retain:
             window = replace(window, retain=retain)
             if over_room(window, ctx) and not any(r.name == "fit_outputs" for r in reports):

@@ -173,6 +173,4 @@ def tool_clearing(window: Window, ctx: StrategyContext) -> StrategyOutcome:
                     inputs += 1
         details["cleared_inputs"] = inputs
         details["freed_tokens"] = freed
-    return make_outcome(
-        "tool_clearing", window, Window(msgs, window.retain, window.summary), ctx, details
-    )
+    return make_outcome("tool_clearing", window, window.with_messages(msgs), ctx, details)

@@ -227,6 +227,14 @@ def drop_oldest_turns(window: Window, ctx: StrategyContext) -> StrategyOutcome:
     )
     lifted = lift_task(window.retain, Message(role="user", content="", seq=10**9))
     spare = counter.messages(Window([], lifted, f"{window.summary}\n\n{draft}").preamble())
+    # A sandwich's head (spec 004) stays and costs its tokens, like the preamble;
+    # after an overflow, one that takes over half the limit cannot stay: its
+    # messages become the oldest turns, dropped first.
+    head = list(window.head)
+    head_tokens = counter.messages(head)
+    if head and ctx.reason == "overflow" and limit is not None and head_tokens > limit // 2:
+        msgs, head, head_tokens = [*head, *msgs], [], 0
+    spare += head_tokens
     before = counter.messages(msgs)
     cut = _turn_cut(msgs, goal, spare, ctx)
     fallback = cut == 0
@@ -291,7 +299,7 @@ def drop_oldest_turns(window: Window, ctx: StrategyContext) -> StrategyOutcome:
         summary = (
             f"{window.summary}\n\n{text}" if window.summary and text else (text or window.summary)
         )
-        new = Window(kept, retain, summary)
+        new = Window(kept, retain, summary, head=head)
         if new.tokens(counter) < before_tokens:
             break
     return make_outcome("drop_oldest_turns", window, new, ctx, details)

@@ -84,6 +84,4 @@ def fit_outputs(window: Window, ctx: StrategyContext) -> StrategyOutcome:
         return make_outcome(
             "fit_outputs", window, None, ctx, {**details, "skipped": "nothing to cut"}
         )
-    return make_outcome(
-        "fit_outputs", window, Window(msgs, window.retain, window.summary), ctx, details
-    )
+    return make_outcome("fit_outputs", window, window.with_messages(msgs), ctx, details)

@@ -26,13 +26,11 @@ from contextsvc.engine.summarize import (
     Summarizer,
     SummarizerError,
     SummaryResult,
-    format_messages,
     make_compress_request,
 )
 from contextsvc.engine.turns import unsafe_cuts
 
 DEFAULT_PROMPTS = PromptConfig()
-TOP_HEADER = "[Start of the conversation, kept verbatim]"
 # spec 004's compression prompt names four things to preserve; asked for as
 # sections, a later compression (and the agent) finds each kind in one place.
 SECTIONS_INSTRUCTION = """Structure the summary under these headings, in this order (write "none" under an empty one):
@@ -72,9 +70,10 @@ class ContextResult:
 class SandwichStrategy:
     """spec 004's default strategy: keep the beginning and the end, compress the middle.
 
-    Message counts are snapped to safe cuts: the top grows and the bottom
-    grows until no call is separated from its result (so "top 5 / bottom 5
-    always preserved" holds with at least 5 each). ``incremental``: when the
+    Message counts are snapped to safe cuts: the top grows (to a near next
+    turn start where the middle allows) and the bottom grows until no call is
+    separated from its result (so "top 5 / bottom 5 always preserved" holds
+    with at least 5 each). ``incremental``: when the
     cached summary covers the start of a middle that has grown, only the new
     messages are compressed, with the cached summary in front of them.
     """
@@ -139,6 +138,18 @@ class SandwichStrategy:
         bottom_start = min(max(n - self.preserve_bottom, 0), open_call_floor(messages))
         while bottom_start > 0 and unsafe[bottom_start]:
             bottom_start -= 1
+        # The head, sent as messages, ends at a turn start where it can (spec
+        # 003: a user message no call / result pair straddles): whole turns,
+        # no question whose answer is in the summary. Only a near one: within
+        # ``preserve_top`` more messages (an agent's first turn can be hundreds
+        # of tool calls long, and the head is never compressed) and leaving a
+        # middle worth compressing; otherwise the call/result-safe cut stands.
+        turn, reach = top_end, min(n, top_end + max(1, self.preserve_top))
+        while turn < reach and (unsafe[turn] or messages[turn].role != "user"):
+            turn += 1
+        at_turn = turn < n and messages[turn].role == "user" and not unsafe[turn]
+        if at_turn and bottom_start - turn >= max(1, self.min_middle):
+            top_end = turn
         return top_end, bottom_start
 
     def is_valid(self, state: ContextState | None, messages: Sequence[Message]) -> bool:
@@ -256,19 +267,18 @@ def with_sections(prompt: str) -> str:
     return f"{prompt}\n\n{SECTIONS_INSTRUCTION}"
 
 
-def render_top(messages: Sequence[Message]) -> str:
-    return f"{TOP_HEADER}\n{format_messages(messages)}" if messages else ""
-
-
 def sandwich(window: Window, ctx: StrategyContext) -> StrategyOutcome:
     """spec 004 sandwich on the whole conversation, written back as a window:
-    the top (verbatim) as retain, the middle's summary as summary, the bottom live."""
+    the top as the window's head (real messages, sent before the summary as
+    they were posted), the middle's summary as summary, the bottom live."""
     cfg = ctx.config
+    live = [*window.head, *window.messages]
     if ctx.transcript is not None:
-        by_seq = {m.seq: m for m in window.messages if m.seq is not None}
+        # The live views win (a cleared or cut output stays as the window has it).
+        by_seq = {m.seq: m for m in live if m.seq is not None}
         conversation = [by_seq.get(m.seq, m) for m in ctx.transcript()]
     else:
-        conversation = list(window.messages)
+        conversation = live
     strategy = SandwichStrategy(
         counter=ctx.counter,
         preserve_top=cfg.preserve_top,
@@ -309,10 +319,11 @@ def sandwich(window: Window, ctx: StrategyContext) -> StrategyOutcome:
             ctx,
             {**details, "skipped": "under the threshold or too short"},
         )
+    # The retain slot is left empty: the top travels as messages, not quoted in it.
     new = Window(
         messages=list(conversation[result.bottom_start :]),
-        retain=render_top(conversation[: result.top_end]),
         summary=result.summary,
+        head=list(conversation[: result.top_end]),
     )
     state = result.new_state or ctx.sandwich_state
     return make_outcome(

@@ -62,7 +62,7 @@ def sliding_window(window: Window, ctx: StrategyContext) -> StrategyOutcome:
         retain = with_agent_pins(retain, pins)
     details["dropped_messages"] = cut
     return make_outcome(
-        "sliding_window", window, Window(list(msgs[cut:]), retain, window.summary), ctx, details
+        "sliding_window", window, window.with_messages(list(msgs[cut:]), retain), ctx, details
     )
 
 

@@ -220,5 +220,5 @@ def summarize(window: Window, ctx: StrategyContext) -> StrategyOutcome:
         details["pinned_messages"] = len(pins)
     details["model"] = result.model
     return make_outcome(
-        "summarize", window, Window(list(msgs[cut:]), retain, summary), ctx, details
+        "summarize", window, window.with_messages(list(msgs[cut:]), retain, summary), ctx, details
     )

@@ -12,6 +12,7 @@ from django.db.models import Count, Sum
 from django.http import Http404
 
 from sessions import accounting
+from sessions.live import live_q
 from sessions.models import Message, Session, UsageReport
 
 
@@ -99,8 +100,8 @@ def budget_view(session: Session) -> BudgetView:
     state = accounting.compute_budget(session)
     budget = state.budget
     tool_agg = Message.objects.filter(
+        live_q(session),
         session=session,
-        seq__gte=session.window_start_seq,
         role=Message.Role.TOOL,
         retracted_at__isnull=True,
     ).aggregate(tokens=Sum("token_count"), n=Count("seq"))  # seq: in the covering index

@@ -132,7 +132,9 @@ def find_messages(
         rows = list(_timeline_values(qs.order_by("-seq"))[: FIND_PAGE + 1])
         if len(rows) > FIND_PAGE:
             result.before = rows[FIND_PAGE - 1]["seq"]
-    result.messages = [_to_timeline(r, session.window_start_seq) for r in rows[:FIND_PAGE]]
+    result.messages = [
+        _to_timeline(r, session.window_start_seq, session.head_end_seq) for r in rows[:FIND_PAGE]
+    ]
     return result
 
 

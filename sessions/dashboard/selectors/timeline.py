@@ -15,6 +15,7 @@ from typing import Any
 from django.db.models import QuerySet
 from django.db.models.functions import Length, Substr
 
+from sessions.live import in_live_window
 from sessions.models import Message, PolicyChange, Session
 
 PREVIEW_CHARS = 1200
@@ -42,6 +43,7 @@ class TimelineMessage:
     compacted: bool  # before the live window: summarised away
     has_parts: bool
     retracted: bool = False  # taken out of the window by the agent (kept for the record)
+    head: bool = False  # the conversation's start a sandwich compaction kept live (spec 004)
 
     @property
     def badges(self) -> list[str]:
@@ -52,6 +54,8 @@ class TimelineMessage:
             out.append("stored")
         if self.compacted:
             out.append("summarised")
+        if self.head:
+            out.append("head")
         if self.retracted:
             out.append("retracted")
         return out
@@ -175,7 +179,7 @@ def _arguments_preview(arguments: Any, limit: int = 800) -> str:
     return text if len(text) <= limit else text[:limit] + " …"
 
 
-def _to_timeline(row: dict[str, Any], window_start: int) -> TimelineMessage:
+def _to_timeline(row: dict[str, Any], window_start: int, head_end: int = 0) -> TimelineMessage:
     has_view = row["view_len"] is not None
     text = row["view_preview"] if has_view else row["text_preview"]
     text_len = row["view_len"] if has_view else row["text_len"]
@@ -195,7 +199,8 @@ def _to_timeline(row: dict[str, Any], window_start: int) -> TimelineMessage:
         view_state=row["view_state"],
         token_count=row["token_count"],
         created_at=row["created_at"],
-        compacted=row["seq"] < window_start,
+        compacted=not in_live_window(row["seq"], window_start, head_end),
+        head=row["seq"] < window_start and in_live_window(row["seq"], window_start, head_end),
         has_parts=row["parts"] is not None,
         retracted=row["retracted_at"] is not None,
     )
@@ -248,7 +253,9 @@ def timeline_page(
         session=session, role=Message.Role.USER, seq__lte=oldest
     ).count()
 
-    messages = [_to_timeline(r, session.window_start_seq) for r in reversed(rows_desc)]
+    messages = [
+        _to_timeline(r, session.window_start_seq, session.head_end_seq) for r in reversed(rows_desc)
+    ]
     turns: list[Turn] = []
     number = users_before - (1 if messages[0].role == "user" else 0)
     current: Turn | None = None

@@ -133,7 +133,11 @@ def usage_over_turns(session: Session, *, max_bars: int = MAX_BARS) -> UsageSeri
     conv = outs = summary = 0
     # Running totals at the seqs where a kept window starts or ends, to count
     # what each compaction kept (start … after).
-    wanted = {e.after_seq for e in events} | {e.start_seq - 1 for e in events}
+    wanted = (
+        {e.after_seq for e in events}
+        | {e.start_seq - 1 for e in events}
+        | {e.head_end_seq for e in events if e.head_end_seq}
+    )
     conv_at: dict[int, int] = {0: 0}
     outs_at: dict[int, int] = {0: 0}
     totals = [0, 0]  # conversation, outputs over the whole transcript so far
@@ -146,6 +150,10 @@ def usage_over_turns(session: Session, *, max_bars: int = MAX_BARS) -> UsageSeri
         before = event.start_seq - 1
         conv = conv_at.get(event.after_seq, totals[0]) - conv_at.get(before, 0)
         outs = outs_at.get(event.after_seq, totals[1]) - outs_at.get(before, 0)
+        if 0 < event.head_end_seq < event.start_seq:
+            # A sandwich's head stayed live before the gap (spec 004).
+            conv += conv_at.get(event.head_end_seq, 0)
+            outs += outs_at.get(event.head_end_seq, 0)
         if last:
             summary = budget.summary  # the summary in place now: exact
         elif event.tokens is not None:
