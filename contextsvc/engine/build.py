@@ -36,7 +36,7 @@ from .providers.history import anthropic_content, openai_message
 from .providers.openai_responses_build import responses_body
 from .reasoning import drop_old_reasoning
 from .summary_placement import system_summary_text
-from .wellformed import well_formed
+from .wellformed import is_synthetic_turn, well_formed, with_user_turn
 
 FORMATS: tuple[str, ...] = ("anthropic", "openai", "raw", "responses")
 
@@ -131,6 +131,15 @@ def sent_history(parts: ContextParts, *, inline_summary: bool = False) -> list[M
     return well_formed([*history[:head], *middle, *history[head:]], tools=bool(parts.tools))
 
 
+def request_history(parts: ContextParts, *, inline_summary: bool = False) -> list[Message]:
+    """``sent_history`` as a request carries it: never without a user turn (``with_user_turn``)."""
+    return with_user_turn(
+        sent_history(parts, inline_summary=inline_summary),
+        final_instruction=bool(parts.final_instruction),
+        system_summary=bool(system_summary_text(parts.summary_role, parts.summary)),
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Layout:
     """The system sections (cacheable prefix first) and the tail texts."""
@@ -184,7 +193,8 @@ def _anthropic(parts: ContextParts) -> dict[str, Any]:
     messages: list[dict[str, Any]] = []
     # Output messages that are one history message posted as a string (given back as one).
     strings: set[int] = set()
-    for msg in sent_history(parts):
+    history = request_history(parts)
+    for msg in history:
         role = "assistant" if msg.role == "assistant" else "user"
         as_string = False
         if msg.role == "system":
@@ -210,10 +220,11 @@ def _anthropic(parts: ContextParts) -> dict[str, Any]:
         if last["type"] == "text":
             last["text"] = last["text"].rstrip()
     marked = [m for m in messages if m["role"] != "system"]
-    if plan is not None and plan.history and marked:
+    if plan is not None and plan.history and marked and not is_synthetic_turn(history):
         # The moving breakpoint: the newest history block, before the tail
         # (never on a mid-conversation system message: the API documents
-        # cache_control on user and assistant turns).
+        # cache_control on user and assistant turns; nor on a synthetic user
+        # turn, gone from the next call).
         marked[-1]["content"][-1]["cache_control"] = plan.cache_control()
     if lay.tail and messages and messages[-1]["role"] == "system":
         # The tail is user text after the history; a system message last takes
@@ -276,7 +287,7 @@ def _openai_message(msg: Message) -> dict[str, Any]:
 def _openai(parts: ContextParts) -> dict[str, Any]:
     lay = layout(parts)
     messages: list[dict[str, Any]] = []
-    history = [_openai_message(m) for m in sent_history(parts, inline_summary=True)]
+    history = [_openai_message(m) for m in request_history(parts, inline_summary=True)]
     system_texts = [s.content for s in lay.system]
     tail_text = "\n\n".join(lay.tail)
     if tail_text and not history:
@@ -323,7 +334,7 @@ def _responses(parts: ContextParts) -> dict[str, Any]:
     """The OpenAI Responses API (``providers.openai_responses_build``), in this module's order."""
     lay = layout(parts)
     return responses_body(
-        history=sent_history(parts),
+        history=request_history(parts),
         system=[s.content for s in lay.system]
         + [t for t in [system_summary_text(parts.summary_role, parts.summary)] if t],
         tail=lay.tail,

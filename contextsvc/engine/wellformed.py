@@ -20,6 +20,12 @@ turns for Anthropic):
 - the history starts with a user message: when it would start with an
   assistant turn a minimal synthetic user message goes first. That keeps the
   assistant turn (its text and its calls) instead of dropping it;
+- a request has a user turn: when nothing is left to send (a session with a
+  system prompt only, or a compaction whose summary went into the system
+  prompt and whose window kept no message) ``with_user_turn`` sends one
+  marked synthetic user line, never stored (the Messages API rejects an
+  empty ``messages``, and chat templates of OpenAI-compatible servers a
+  conversation without a user message);
 - messages with nothing to send (whitespace-only text, no media, no calls)
   are left out: Anthropic rejects whitespace-only text blocks;
 - tool-call ids are unique and match ``^[a-zA-Z0-9_-]+$`` (Anthropic's
@@ -43,6 +49,13 @@ from .pairing import pair_tool_calls
 
 NO_RESULT_TEXT = "[no result: this tool call was not answered]"
 LEADING_USER_TEXT = "[Earlier turns of this conversation are not shown.]"
+# The user turn of a request that has nothing else to send (``with_user_turn``).
+EMPTY_HISTORY_TEXT = "[No conversation messages are in context yet. Continue.]"
+EMPTY_AFTER_SUMMARY_TEXT = (
+    "[The earlier conversation is summarised in the system prompt; no later messages"
+    " are in context. Continue from the summary.]"
+)
+_SYNTHETIC = (EMPTY_HISTORY_TEXT, EMPTY_AFTER_SUMMARY_TEXT)
 ID_PATTERN = re.compile(r"^[a-zA-Z0-9_-]+$")
 _ID_UNSAFE = re.compile(r"[^a-zA-Z0-9_-]")
 
@@ -119,6 +132,27 @@ def well_formed(messages: Sequence[Message], *, tools: bool = True) -> list[Mess
             answer = result_of.get((i, k))
             out.append(_result_for(call, None if answer is None else messages[answer]))
     return _leading_user(out)
+
+
+def with_user_turn(
+    history: list[Message], *, final_instruction: bool = False, system_summary: bool = False
+) -> list[Message]:
+    """``history`` (already ``well_formed``), or one marked user line when it is empty.
+
+    ``final_instruction``: the request ends with one (a user turn already).
+    ``system_summary``: the summary travels in the system prompt, so the line
+    points at it. The summary itself stays where the policy puts it: moving it
+    for this one call would send it twice or change the system prompt's layout.
+    """
+    if history or final_instruction:
+        return history
+    text = EMPTY_AFTER_SUMMARY_TEXT if system_summary else EMPTY_HISTORY_TEXT
+    return [Message(role="user", content=text)]
+
+
+def is_synthetic_turn(history: Sequence[Message]) -> bool:
+    """True when ``history`` is only the line ``with_user_turn`` made up."""
+    return len(history) == 1 and history[0].seq is None and history[0].content in _SYNTHETIC
 
 
 def _leading_user(out: list[Message]) -> list[Message]:

@@ -28,6 +28,7 @@ from contextsvc.engine.prompt import (
     plan_breakpoints,
     split_sections,
 )
+from contextsvc.engine.wellformed import EMPTY_HISTORY_TEXT
 
 
 def S(name: str, kind: str, cacheable: bool = True, content: str | None = None) -> PromptSection:
@@ -316,10 +317,13 @@ def test_s002_4_openai_keeps_the_order_without_markers():
     assert msgs[-1]["content"].startswith("STATUS 12%\n\n[3 tools deferred")
 
 
-def test_s002_4_openai_tail_joins_the_system_message_without_history():
+def test_s002_4_openai_tail_follows_the_synthetic_user_turn_without_history():
+    # No history: the request still gets a user turn (engine.wellformed.with_user_turn),
+    # and the changing tail stays after it, as after any history.
     body = build_request("openai", parts(messages=[]))
-    assert len(body["messages"]) == 1
-    assert body["messages"][0]["content"].endswith(
+    assert [m["role"] for m in body["messages"]] == ["system", "user", "system"]
+    assert body["messages"][1]["content"] == EMPTY_HISTORY_TEXT
+    assert body["messages"][2]["content"] == (
         "STATUS 12%\n\n[3 tools deferred to save context. Use tool_search to find them.]"
     )
 

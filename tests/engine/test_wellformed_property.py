@@ -1,10 +1,11 @@
 """Property: every body the assembler builds passes the provider's request checks.
 
 Generated transcripts (tests/fakes/transcripts.py) are cut, summarised and
-built in both provider formats with and without tools, a cache plan, notes
-and a final instruction; each body must pass the fake Messages server's
-validation and the Chat Completions rules, strictly alternate (Anthropic),
-and keep every tool output the window holds.
+built in the three provider formats with and without tools, a cache plan,
+notes, a final instruction and a summary in either role; each body must pass
+the fake Messages server's validation, the Chat Completions and Responses
+rules, strictly alternate (Anthropic), and keep every tool output the window
+holds. Empty windows included: a request always has a user turn.
 """
 
 from __future__ import annotations
@@ -14,12 +15,12 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from contextsvc.engine.build import ContextParts, build_request, sent_history
+from contextsvc.engine.build import ContextParts, build_request
 from contextsvc.engine.messages import PromptSection, ToolDef
 from contextsvc.engine.prompt import CachePlan
-from contextsvc.engine.wellformed import has_content
 from tests.fakes.anthropic_server import validate
 from tests.fakes.openai_rules import validate_chat
+from tests.fakes.responses_rules import validate_responses
 from tests.fakes.transcripts import Transcript, windows
 
 
@@ -39,13 +40,10 @@ def parts_for(t: Transcript, **kw) -> ContextParts:
 def check_bodies(parts: ContextParts, window) -> None:
     anthropic = build_request("anthropic", parts)
     openai = build_request("openai", parts)
-    if not anthropic["messages"]:
-        # Nothing to send: only when the window, preamble and instruction are all empty.
-        assert not sent_history(parts) and not parts.final_instruction
-        assert not any(has_content(m) for m in window) and not (parts.retain or parts.summary)
-        return
+    # Every body is sendable, an empty window's too (engine.wellformed.with_user_turn).
     validate(anthropic)
     validate_chat(openai)
+    validate_responses(build_request("responses", parts), set())
     roles = [m["role"] for m in anthropic["messages"]]
     assert all(a != b for a, b in zip(roles, roles[1:], strict=False)), roles
     # Nothing the model should see is lost: every tool output in the window is sent.
@@ -62,11 +60,32 @@ def check_bodies(parts: ContextParts, window) -> None:
     cache=st.sampled_from([None, CachePlan(system=(0,), history=True, tools=True)]),
     notes=st.sampled_from([(), ("[status: 40%]",)]),
     final=st.sampled_from([None, "Finish now."]),
+    summary_role=st.sampled_from(["user", "system"]),
 )
-def test_every_built_request_passes_both_providers_checks(t, cache, notes, final):
+def test_every_built_request_passes_both_providers_checks(t, cache, notes, final, summary_role):
     if cache is not None and not t.tool_names:
         cache = CachePlan(system=(0,), history=True)
-    parts = parts_for(t, cache=cache, notes=notes, final_instruction=final)
+    parts = parts_for(
+        t, cache=cache, notes=notes, final_instruction=final, summary_role=summary_role
+    )
+    check_bodies(parts, t.window)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    t=windows(),
+    cache=st.sampled_from([None, CachePlan(system=(0,), history=True)]),
+    notes=st.sampled_from([(), ("[status: 40%]",)]),
+    final=st.sampled_from([None, "Finish now."]),
+    summary_role=st.sampled_from(["user", "system"]),
+)
+def test_every_built_request_from_an_empty_window_passes_too(t, cache, notes, final, summary_role):
+    # Every message left the window (a compaction, a session with a system
+    # prompt only): the generator reaches this rarely, so it is forced here.
+    t.window_start = len(t.messages)
+    parts = parts_for(
+        t, cache=cache, notes=notes, final_instruction=final, summary_role=summary_role
+    )
     check_bodies(parts, t.window)
 
 

@@ -15,7 +15,7 @@
 - tools that are not ``{"type": "function", "function": {"name", ...}}``.
 
 One rule is the service's, not OpenAI's: the conversation (after the system
-messages) starts with a user message. OpenAI accepts an assistant first, but
+messages) starts with a user message, so it has one. OpenAI accepts an assistant first, but
 many OpenAI-compatible servers' chat templates (and every Anthropic-backed
 proxy) do not, and the service sends the same history in every format.
 """
@@ -67,7 +67,7 @@ def validate_chat(body: dict[str, Any]) -> None:
         if not isinstance(function.get("name"), str) or not function["name"]:
             raise InvalidChatRequest(f"Missing required parameter: 'tools[{t}].function.name'.")
     conversation = [m for m in messages if m.get("role") not in ("system", "developer")]
-    if conversation and conversation[0].get("role") != "user":
+    if not conversation or conversation[0].get("role") != "user":
         raise InvalidChatRequest(
             "the conversation must start with a user message (after system messages)"
         )

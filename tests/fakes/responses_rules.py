@@ -3,7 +3,8 @@
 ``validate_responses(body, issued)`` raises ``InvalidResponsesRequest`` with
 the API's wording for what ``POST /v1/responses`` rejects with a 400:
 
-- ``model`` missing; ``input`` neither a string nor an array; a message with
+- ``model`` missing; ``input`` neither a string nor an array, or an empty
+  array (as Chat Completions' ``messages``: minimum length 1); a message with
   an unknown role;
 - a ``function_call_output`` with no ``function_call`` of its ``call_id``
   before it ("No tool call found for function call output with call_id …");
@@ -48,6 +49,12 @@ def validate_responses(body: dict[str, Any], issued: Container[str]) -> None:
         return
     if not isinstance(items, list):
         raise InvalidResponsesRequest("Invalid type for 'input': expected a string or array.")
+    if not items:
+        raise InvalidResponsesRequest(
+            "Invalid 'input': empty array. Expected an array with minimum length 1,"
+            " but got an empty array instead.",
+            "input",
+        )
     calls: set[str] = set()
     open_calls: list[str] = []
     for i, item in enumerate(items):
