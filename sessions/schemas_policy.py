@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from contextsvc.engine.errors import EngineValidationError
-from contextsvc.engine.strategies.chain import validate_chain
+from contextsvc.engine.strategies.chain import STRATEGY_NAMES, validate_chain
 from contextsvc.engine.summarize import SUMMARIZERS
 
 from .schemas_base import (
@@ -18,6 +18,10 @@ from .schemas_base import (
     TOOL_NAME_PATTERN,
     In,
 )
+
+# The engine's own names (so the two cannot drift apart), as a Literal so the
+# policy page offers them in a select.
+StrategyChoice = Literal[("chain", *STRATEGY_NAMES)]  # type: ignore[valid-type]
 
 
 class CompactionPolicy(In):
@@ -41,12 +45,15 @@ class CompactionPolicy(In):
     incremental_summary: bool = True
     # sliding_window: how many of the newest messages stay.
     keep_last_n: int = Field(20, ge=1, le=MAX_TURNS)
+    # tree: messages per leaf summary, and the levels of summaries above them.
+    chunk_size: int = Field(20, ge=2, le=MAX_TURNS)
+    levels: int = Field(3, ge=1, le=8)
     # What is sent to the summariser at most (None: the effective window minus the summary).
     summary_input_max_tokens: int | None = Field(None, ge=1_000, le=MAX_TOKENS)
     model: str | None = Field(None, min_length=1, max_length=200)
     # Who writes this session's summaries (CONTEXTSVC_SUMMARIZER when unset).
     summarizer: str | None = Field(None, max_length=50)
-    strategy: str | None = Field(None, max_length=50)
+    strategy: StrategyChoice | None = None
     chain: list[str] | None = Field(None, min_length=1, max_length=MAX_LIST_ITEMS)
     summary_prompt: str | None = Field(None, max_length=MAX_PROMPT_CHARS)
     summary_directives: list[str] = Field([], max_length=MAX_LIST_ITEMS)
@@ -80,15 +87,6 @@ class CompactionPolicy(In):
         for i, item in enumerate(value):
             if len(item) > MAX_PROMPT_CHARS:
                 raise ValueError(f"item {i} is longer than {MAX_PROMPT_CHARS} characters")
-        return value
-
-    # A name the engine does not know would be stored and fail every later
-    # compaction; refused here, naming the field.
-    @field_validator("strategy")
-    @classmethod
-    def _known_strategy(cls, value: str | None) -> str | None:
-        if value is not None and value != "chain":
-            _check_chain([value])
         return value
 
     @field_validator("summarizer")

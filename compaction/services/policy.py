@@ -200,6 +200,8 @@ KNOB_DEFAULTS: tuple[tuple[str, Any], ...] = (
     ("keep_tool_uses", 3),
     ("retain_last_turns", 1),
     ("keep_last_n", 20),
+    ("chunk_size", 20),
+    ("levels", 3),
     ("clear_min_bytes", 1024),
     ("clear_mode", "keep_recent"),
     ("adaptive_keep", False),

@@ -92,7 +92,7 @@ def test_old_outputs_wait_for_a_compaction_instead_of_a_trim_per_append(session_
         {"summary_input_max_tokens": 5},
         {"planner": "bogus"},
         {"keep_last_n": 0},
-        {"strategy": "tree"},
+        {"strategy": "trees"},
     ],
 )
 def test_compaction_knobs_are_validated_with_bounds(alice, knob):
