@@ -122,6 +122,9 @@ class ToolOutputCachePolicy(In):
     trim_hysteresis: float = Field(0.25, ge=0, lt=1)
     # false: no total-budget trim (spec 000 §1.7); per-message cuts stay.
     budget_trim: bool = True
+    # An output's view at insertion: at most this share of the effective window
+    # (its head and tail, the rest by ref). Unset: engine.output_views.DEFAULT_VIEW_SHARE.
+    view_share: float | None = Field(None, gt=0, le=1)
 
 
 class ThresholdsPolicy(In):

@@ -67,10 +67,12 @@ def test_the_planner_compacts_before_the_guard_tier(
 
 
 def test_old_outputs_wait_for_a_compaction_instead_of_a_trim_per_append(session_factory):
-    # Default (derived) budget and automatic compaction on: no per-append trim.
-    deferred = session_factory(0, policy={"tool_output_cache": {}})
+    # Default (derived) budget and automatic compaction on: no per-append trim. The
+    # insertion cap is off (view_share 1): it would cut these outputs under the budget.
+    cache = {"view_share": 1}
+    deferred = session_factory(0, policy={"tool_output_cache": cache})
     # The same with automatic compaction off: spec 000 §1.7's trim as before.
-    trimmed = session_factory(0, policy={"tool_output_cache": {}, "compaction": {"auto": False}})
+    trimmed = session_factory(0, policy={"tool_output_cache": cache, "compaction": {"auto": False}})
     for session in (deferred, trimmed):
         # Outputs over the derived budget (6,500), the context well under the limit.
         for t in range(3):
