@@ -104,9 +104,24 @@ def capped_view(view: View, text: str, info: OutputInfo, config: ViewConfig) -> 
     shown = view.text if view.text is not None else text
     if approx_tokens(shown) <= cap:
         return view
+    cap = max(cap, MIN_VIEW_TOKENS)
+    span = 8 * 4 * cap  # characters: far more of each end than the view keeps
+    if len(text) > 2 * span:
+        # Only the ends are read (a 30 MB output costs what a 300 KB one does);
+        # the middle stands in as one line, and the notice is rewritten with
+        # the stored output's own line numbers.
+        head = text[:span].split("\n")[:-1]
+        tail = text[-span:].split("\n")[1:]
+        text = "\n".join([*head, "…", *tail])
     lines = "\n".join(iter_text_lines(text, config.max_line_length))
-    cut = head_tail_view(lines, info.ref, max(cap, MIN_VIEW_TOKENS), approx_tokens)
+    cut = head_tail_view(lines, info.ref, cap, approx_tokens)
     if cut is None or approx_tokens(cut) >= approx_tokens(shown):
         return view
-    kept = cut.count("\n")  # every line but the notice's
-    return View(text=cut, state="cut", lines_shown=kept, lines_cut=view.lines_cut)
+    parts = cut.split("\n")
+    at = next((i for i, line in enumerate(parts) if line.startswith("[… lines ")), None)
+    if at is None:
+        return view
+    total = max(info.line_count, len(parts) - 1)
+    tail_kept = len(parts) - at - 1
+    parts[at] = _notice(info.ref, at + 1, total - tail_kept, total)
+    return View(text="\n".join(parts), state="cut", lines_shown=len(parts) - 1)
