@@ -47,3 +47,10 @@ def test_the_policy_page_selects_the_tree_strategy_and_its_knobs(op, make_dash_s
     assert op.post(url, data).status_code == 302
     session.refresh_from_db()
     assert session.policy["compaction"] == {"strategy": "tree", "chunk_size": 10, "levels": 2}
+
+
+def test_the_policy_page_explains_the_insertion_cap_of_tool_output_views(op, make_dash_session):
+    session = make_dash_session(turns=1)
+    page = op.get(reverse("dashboard:session_policy", args=[session.pk])).content.decode()
+    assert 'data-field="tool_output_cache.view_share"' in page
+    assert "of the usable window: views over" in page
