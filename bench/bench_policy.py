@@ -426,7 +426,8 @@ def main() -> None:
                     print(
                         f"  {f.parent.name}/{f.name[:50]}: calls {res['calls']} cost "
                         f"{res['cost']:,.0f} summary {res['summary_cost']:,.0f} over "
-                        f"{res['overflows']} final {res['final']}",
+                        f"{res['overflows']} final {res['final']} retention "
+                        f"{res['retention']:.2f} recall {res['na_hits']}/{res['na_total']}",
                         flush=True,
                     )
             elapsed = time.perf_counter() - started

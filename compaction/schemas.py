@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from ninja import Schema
 from pydantic import ConfigDict, Field
 
 from sessions.schemas import MAX_TOKENS
+from sessions.schemas_policy import StrategyChoice
 
-StrategyName = Literal["chain", "tool_clearing", "summarize", "sandwich", "drop_oldest_turns"]
+# The engine's strategy names and "chain" (one list: the policy's).
+StrategyName = StrategyChoice
 
 
 class In(Schema):

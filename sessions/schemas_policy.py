@@ -22,6 +22,10 @@ from .schemas_base import (
     in_value_branch,
 )
 
+# The engine's own names (so the two cannot drift apart), as a Literal so the
+# policy page offers them in a select.
+StrategyChoice = Literal[("chain", *STRATEGY_NAMES)]  # type: ignore[valid-type]
+
 
 class CompactionPolicy(In):
     enabled: bool = True
@@ -44,6 +48,9 @@ class CompactionPolicy(In):
     incremental_summary: bool = True
     # sliding_window: how many of the newest messages stay.
     keep_last_n: int = Field(20, ge=1, le=MAX_TURNS)
+    # tree: messages per leaf summary, and the levels of summaries above them.
+    chunk_size: int = Field(20, ge=2, le=MAX_TURNS)
+    levels: int = Field(3, ge=1, le=8)
     # What is sent to the summariser at most (None: the effective window minus the summary).
     summary_input_max_tokens: int | None = Field(None, ge=1_000, le=MAX_TOKENS)
     model: str | None = Field(None, min_length=1, max_length=200)
@@ -52,9 +59,7 @@ class CompactionPolicy(In):
     summarizer: str | None = Field(
         None, max_length=50, json_schema_extra=in_value_branch(enum=list(SUMMARIZERS))
     )
-    strategy: str | None = Field(
-        None, max_length=50, json_schema_extra=in_value_branch(enum=[*STRATEGY_NAMES, "chain"])
-    )
+    strategy: StrategyChoice | None = None
     chain: list[str] | None = Field(
         None,
         min_length=1,
@@ -95,15 +100,6 @@ class CompactionPolicy(In):
                 raise ValueError(f"item {i} is longer than {MAX_PROMPT_CHARS} characters")
         return value
 
-    # A name the engine does not know would be stored and fail every later
-    # compaction; refused here, naming the field.
-    @field_validator("strategy")
-    @classmethod
-    def _known_strategy(cls, value: str | None) -> str | None:
-        if value is not None and value != "chain":
-            _check_chain([value])
-        return value
-
     @field_validator("summarizer")
     @classmethod
     def _known_summarizer(cls, value: str | None) -> str | None:
@@ -137,6 +133,9 @@ class ToolOutputCachePolicy(In):
     trim_hysteresis: float = Field(0.25, ge=0, lt=1)
     # false: no total-budget trim (spec 000 §1.7); per-message cuts stay.
     budget_trim: bool = True
+    # An output's view at insertion: at most this share of the effective window
+    # (its head and tail, the rest by ref). Unset: engine.output_views.DEFAULT_VIEW_SHARE.
+    view_share: float | None = Field(None, gt=0, le=1)
 
 
 class ThresholdsPolicy(In):

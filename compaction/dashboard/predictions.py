@@ -14,7 +14,7 @@ from compaction.models import CompactionRun
 
 from .selectors import CompactionPreview
 
-WRITES_SUMMARY = {"summarize", "sandwich"}  # the strategies that ask a summariser
+WRITES_SUMMARY = {"summarize", "sandwich", "tree"}  # the strategies that ask a summariser
 
 
 def preview_prediction(preview: CompactionPreview) -> dict[str, Any]:

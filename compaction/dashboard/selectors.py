@@ -29,6 +29,7 @@ STRATEGY_LABELS = {
     "drop_oldest_turns": "Drop oldest turns",
     "sliding_window": "Sliding window (last N messages)",
     "full_history": "Full history (never compress)",
+    "tree": "Tree (chunk summaries, summaries of summaries)",
 }
 HISTORY_LIMIT = 20
 

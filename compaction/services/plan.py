@@ -8,7 +8,7 @@ so it may call the summariser for as long as that takes.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from contextsvc.engine.build import ContextParts
@@ -209,10 +209,15 @@ def compute_plan(run: CompactionRun, summarizer: Summarizer | None) -> Compactio
 def _context_parts(session: Session, messages: list[EngineMessage]) -> ContextParts | None:
     """The session's context as its calls send it (the cached prefix a summary re-reads)."""
     try:
-        _, parts, _ = build_context(session, "anthropic", messages, plan_tools(session, messages))
+        tools = plan_tools(session, messages)
+        _, parts, _ = build_context(session, "anthropic", messages, tools)
     except Exception:  # noqa: BLE001 - the summary can still be written from the messages
         return None
-    return parts
+    # A session over its limit builds in final mode (the final-report tool alone,
+    # so calls and results would be rendered differently too), but the agent's
+    # last call, the prefix the provider cached, sent the session's own tools:
+    # the summary call re-sends those, or it reads nothing from the cache.
+    return replace(parts, tools=tools.tools, final_instruction=None)
 
 
 def _retention(before: Window, after: Window) -> RetentionReport:

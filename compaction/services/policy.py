@@ -28,8 +28,11 @@ DEFAULT_TARGET_RATIO = 0.2
 # window less the fixed part, cost × cheapest peer / recall,
 # 32k and 16k): 2048 → 0.98× / 0.903, 1.08× / 0.814; 1024 → 0.95× / 0.914,
 # 0.98× / 0.799; 768 → 0.93× / 0.909, 0.97× / 0.794; 512 → 0.90× / 0.892 (under
-# the peer's 0.896), 0.93× / 0.781 (under 0.787).
-DEFAULT_SUMMARY_MAX_TOKENS = 768
+# the peer's 0.896), 0.93× / 0.781 (under 0.787). With views capped at insertion
+# (tool_output_cache.view_share 0.02) recall no longer hangs on the summary's
+# length: 768 → 0.78× / 0.916, 0.81× / 0.858; 512 → 0.76× / 0.912, 0.77× / 0.855
+# (README, "When to compact"; target 0.15 instead: 0.73× / 0.904, 0.78× / 0.848).
+DEFAULT_SUMMARY_MAX_TOKENS = 512
 # An LLM call adds about this many messages (the answer and a tool result).
 MESSAGES_PER_CALL = 2
 
@@ -200,6 +203,8 @@ KNOB_DEFAULTS: tuple[tuple[str, Any], ...] = (
     ("keep_tool_uses", 3),
     ("retain_last_turns", 1),
     ("keep_last_n", 20),
+    ("chunk_size", 20),
+    ("levels", 3),
     ("clear_min_bytes", 1024),
     ("clear_mode", "keep_recent"),
     ("adaptive_keep", False),

@@ -13,7 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from contextsvc.engine.output_views import GREP_TOOL, READ_TOOL
+from contextsvc.engine.output_views import (
+    GREP_TOOL,
+    READ_TOOL,
+    OutputInfo,
+    View,
+    ViewConfig,
+    iter_text_lines,
+)
 
 # One output may take at most this share of the history room (the effective
 # window less the fixed part): the rest is for the task, the summary and the
@@ -75,3 +82,46 @@ def head_tail_view(
         if budget <= 60:
             break
     return None
+
+
+def approx_tokens(text: str) -> int:
+    """A cheap count for cutting: about four characters a token (the view's own
+    count is taken afterwards by the session's tokenizer)."""
+    return (len(text) + 3) // 4
+
+
+def capped_view(view: View, text: str, info: OutputInfo, config: ViewConfig) -> View:
+    """``view`` of the output ``text`` within ``config.view_tokens``: over it, the
+    output's first and last lines (long lines already cut at ``max_line_length``)
+    and a notice naming the lines left out and the ref to read them by.
+
+    An output in context is written to the prompt cache once (1.25×) and read
+    back on every later call (0.1×) until a compaction removes it; most of a
+    long output is never acted on. The agent reads any part back by ref."""
+    cap = config.view_tokens
+    if cap is None or config.style != "cut" or not config.enabled:
+        return view
+    shown = view.text if view.text is not None else text
+    if approx_tokens(shown) <= cap:
+        return view
+    cap = max(cap, MIN_VIEW_TOKENS)
+    span = 8 * 4 * cap  # characters: far more of each end than the view keeps
+    if len(text) > 2 * span:
+        # Only the ends are read (a 30 MB output costs what a 300 KB one does);
+        # the middle stands in as one line, and the notice is rewritten with
+        # the stored output's own line numbers.
+        head = text[:span].split("\n")[:-1]
+        tail = text[-span:].split("\n")[1:]
+        text = "\n".join([*head, "…", *tail])
+    lines = "\n".join(iter_text_lines(text, config.max_line_length))
+    cut = head_tail_view(lines, info.ref, cap, approx_tokens)
+    if cut is None or approx_tokens(cut) >= approx_tokens(shown):
+        return view
+    parts = cut.split("\n")
+    at = next((i for i, line in enumerate(parts) if line.startswith("[… lines ")), None)
+    if at is None:
+        return view
+    total = max(info.line_count, len(parts) - 1)
+    tail_kept = len(parts) - at - 1
+    parts[at] = _notice(info.ref, at + 1, total - tail_kept, total)
+    return View(text="\n".join(parts), state="cut", lines_shown=len(parts) - 1)

@@ -18,7 +18,9 @@ from .output_views import GREP_TOOL, READ_TOOL, ViewConfig
 def whole_view_config(config: ViewConfig, text: str) -> ViewConfig:
     """A config under which ``text`` is shown whole (nothing to cut), the rest unchanged."""
     size = 4 * len(text) + 1  # UTF-8 takes at most 4 bytes a character
-    return replace(config, max_message_bytes=size, max_line_length=size, style="cut")
+    return replace(
+        config, max_message_bytes=size, max_line_length=size, style="cut", view_tokens=None
+    )
 
 
 def is_cache_read(tool_name: str | None) -> bool:

@@ -34,6 +34,11 @@ TOOL_RESPONSE_MAX_BYTES = 12_288
 # spec 000 §1.7 trim: one trim brings the outputs down to (1 − this) × budget.
 DEFAULT_TRIM_HYSTERESIS = 0.25
 
+# An output's view at insertion takes at most this share of the effective window
+# (``tool_output_cache.view_share``), never less than MIN_VIEW_CAP_TOKENS.
+DEFAULT_VIEW_SHARE = 0.02
+MIN_VIEW_CAP_TOKENS = 200
+
 # The names of the built-in expansion tools the notices tell the model to call.
 READ_TOOL = "tool_output_cache"
 GREP_TOOL = "tool_output_cache_grep"
@@ -55,6 +60,11 @@ class ViewConfig:
     # spec 000 §1.7's trim of the oldest outputs past the budget; off keeps
     # every per-message cut (§1.6) and only stops the total-budget trim.
     budget_trim: bool = True
+    # The most tokens an output's view takes when it is inserted (None: no cap
+    # beyond ``max_message_bytes``): its head and tail, the rest by ref
+    # (``engine.output_fit.capped_view``). The service derives it from the
+    # session's window (``tool_output_cache.view_share``).
+    view_tokens: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_message_bytes", "max_line_length"):
@@ -109,8 +119,12 @@ _POLICY_FIELDS = (
 )
 
 
-def resolve_view_config(policy: Mapping[str, Any] | None) -> ViewConfig:
-    """A session's ``policy.tool_output_cache`` → ViewConfig (preset, then explicit fields)."""
+def resolve_view_config(
+    policy: Mapping[str, Any] | None, *, limit: int | None = None
+) -> ViewConfig:
+    """A session's ``policy.tool_output_cache`` → ViewConfig (preset, then explicit
+    fields). With ``limit`` (the session's effective window), the cap of an
+    inserted view: ``view_share`` of it (``DEFAULT_VIEW_SHARE`` when unset)."""
     policy = policy or {}
     preset = policy.get("preset") or "default"
     if preset not in PRESETS:
@@ -122,6 +136,9 @@ def resolve_view_config(policy: Mapping[str, Any] | None) -> ViewConfig:
     for name in _POLICY_FIELDS:
         if name in policy and (policy[name] is not None or name == "context_budget_tokens"):
             values[name] = policy[name]
+    if limit is not None:
+        share = float(policy.get("view_share") or DEFAULT_VIEW_SHARE)
+        values["view_tokens"] = max(MIN_VIEW_CAP_TOKENS, int(share * limit))
     return ViewConfig(**values)
 
 
@@ -354,6 +371,9 @@ def view_bytes_estimate(raw_bytes: int, config: ViewConfig) -> int:
 
     The notice is sized for an output of that many bytes, one line per 80.
     """
+    if config.view_tokens is not None and config.style == "cut":
+        # A capped view: its head and tail, and the notice naming the ref.
+        raw_bytes = min(raw_bytes, 4 * config.view_tokens + 400)
     if not config.enabled or raw_bytes <= config.max_message_bytes:
         return raw_bytes
     info = OutputInfo(

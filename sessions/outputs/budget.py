@@ -23,12 +23,7 @@ from contextsvc.engine.output_trim import (
     tool_output_budget,
     trimmed_view,
 )
-from contextsvc.engine.output_views import (
-    OutputInfo,
-    ViewConfig,
-    failed_view,
-    resolve_view_config,
-)
+from contextsvc.engine.output_views import OutputInfo, ViewConfig, failed_view, resolve_view_config
 from contextsvc.engine.tokens import estimate_message, estimate_text
 
 from .. import accounting
@@ -51,7 +46,9 @@ def tool_budget_sticky(session: Session) -> bool:
 
 def cache_config(session: Session) -> ViewConfig:
     """The session's tool output cache settings (policy ``tool_output_cache``, spec 000 §1.5)."""
-    return resolve_view_config((session.policy or {}).get("tool_output_cache"))
+    return resolve_view_config(
+        (session.policy or {}).get("tool_output_cache"), limit=_effective_window(session)
+    )
 
 
 def _effective_window(session: Session) -> int:

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from django.db import connection
 from django.utils import timezone
 
 from contextsvc.engine.messages import Message as EngineMessage
+from contextsvc.engine.output_fit import capped_view
 from contextsvc.engine.output_views import (
     OutputInfo,
     View,
@@ -89,6 +90,10 @@ def output_for_message(
     if output_ref:
         output = output_touch(session=session, ref=output_ref, field_name=field_name)
         info = output_info(output, tool_name)
+        if config.view_tokens is not None and config.style == "cut":
+            # Only the head of an uploaded output is read here: the cap cuts it head-only.
+            limit = min(config.max_message_bytes, 4 * config.view_tokens)
+            config = replace(config, max_message_bytes=max(limit, 1))
         view = make_view(output_line_heads(output, max_chars=config.max_line_length), info, config)
         content = None
         if view.is_full:
@@ -107,6 +112,7 @@ def output_for_message(
         output, _ = output_store_bytes(session=session, data=data, tool_name=tool_name)
     info = output_info(output, tool_name)
     view = make_view(iter_text_lines(text, config.max_line_length + 1), info, config)
+    view = capped_view(view, text, info, config)
     return MessageOutput(output=output, view=view, pending=later)
 
 

@@ -26,8 +26,9 @@ SMALL = {
     "buffer_tokens": 1_000,
 }
 # These tests are about compaction: keep the tool-output trim (spec 001) out of
-# the way with an explicit budget above what the small window can hold.
-NO_TRIM = {"tool_output_cache": {"context_budget_tokens": 20_000}}
+# the way with an explicit budget above what the small window can hold, and the
+# insertion cap of views (view_share, 0.02 of the window by default) off.
+NO_TRIM = {"tool_output_cache": {"context_budget_tokens": 20_000, "view_share": 1}}
 LOG = "2026-11-22 12:00:00 INFO worker processed /srv/app/jobs/item.py ok\n" * 25
 
 

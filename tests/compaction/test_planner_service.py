@@ -67,10 +67,12 @@ def test_the_planner_compacts_before_the_guard_tier(
 
 
 def test_old_outputs_wait_for_a_compaction_instead_of_a_trim_per_append(session_factory):
-    # Default (derived) budget and automatic compaction on: no per-append trim.
-    deferred = session_factory(0, policy={"tool_output_cache": {}})
+    # Default (derived) budget and automatic compaction on: no per-append trim. The
+    # insertion cap is off (view_share 1): it would cut these outputs under the budget.
+    cache = {"view_share": 1}
+    deferred = session_factory(0, policy={"tool_output_cache": cache})
     # The same with automatic compaction off: spec 000 §1.7's trim as before.
-    trimmed = session_factory(0, policy={"tool_output_cache": {}, "compaction": {"auto": False}})
+    trimmed = session_factory(0, policy={"tool_output_cache": cache, "compaction": {"auto": False}})
     for session in (deferred, trimmed):
         # Outputs over the derived budget (6,500), the context well under the limit.
         for t in range(3):
@@ -92,7 +94,7 @@ def test_old_outputs_wait_for_a_compaction_instead_of_a_trim_per_append(session_
         {"summary_input_max_tokens": 5},
         {"planner": "bogus"},
         {"keep_last_n": 0},
-        {"strategy": "tree"},
+        {"strategy": "trees"},
     ],
 )
 def test_compaction_knobs_are_validated_with_bounds(alice, knob):
@@ -174,3 +176,42 @@ def test_agent_pinned_messages_stay_verbatim_above_the_summary_and_are_never_cle
     assert session.retain.startswith(first_retain)
     ctx = alice.get(f"sessions/{sid}/context", format="raw").json()
     assert note in str(ctx)
+
+
+def test_the_summary_call_of_a_session_over_its_limit_resends_its_own_tools(session_factory, alice):
+    """A session past its limit builds in final mode (the final-report tool alone), but
+    the prefix the provider cached is the agent's last call, with the session's tools:
+    a summary call sent with the final-report tool would read nothing from the cache."""
+    from contextsvc.engine.offline_summarizer import OfflineSummarizer
+
+    session = session_factory(0, policy={"compaction": {"auto": False}})
+    tool = {
+        "name": "bash",
+        "description": "Run a command",
+        "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}},
+    }
+    assert alice.put(f"sessions/{session.external_id}/tools", [tool]).status_code == 200
+    t = 0
+    while session.guard_status != "final" and t < 30:
+        session_append_messages(session=session, messages=turn(t))
+        session.refresh_from_db()
+        t += 1
+    assert session.guard_status == "final"
+    requests = []
+
+    class Recording:
+        name = "offline"
+
+        def complete(self, request):
+            requests.append(request)
+            return OfflineSummarizer().complete(request)
+
+    run, _ = compaction_request(
+        session=session, trigger="manual", strategy="summarize", enqueue=False
+    )
+    assert compaction_run_sync(run=run, summarizer=Recording()).status == "succeeded"
+    prefix = requests[0].prefix
+    assert prefix is not None and [t.name for t in prefix.tools] == ["bash"]
+    assert prefix.final_instruction is None
+    # Calls travel as tool blocks, as the agent's own calls sent them.
+    assert any(m.tool_calls for m in requests[0].llm_messages())

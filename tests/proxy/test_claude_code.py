@@ -11,7 +11,8 @@ from __future__ import annotations
 import pytest
 from django.db import connection
 
-from sessions.models import Message, ModelProfile, Session
+from sessions.models import Message, ModelProfile, Session, ToolOutput
+from sessions.outputs.read import output_read_all
 from tests.fakes.anthropic_server import estimate_tokens
 from tests.fakes.claude_code import (
     FINAL_ANSWER,
@@ -56,6 +57,19 @@ def managed_proxy(tmp_path, fake_anthropic):
         yield f"http://127.0.0.1:{port}/proxy/anthropic"
 
 
+def stored_outputs(session: Session) -> list[str]:
+    """Each tool result of the session in full, in order: the row's content, or the
+    stored output its ref names when the row carries a cut view."""
+    texts = []
+    for msg in Message.objects.filter(session=session, role="tool").order_by("seq"):
+        if msg.view is None:
+            texts.append(msg.content)
+        else:
+            output = ToolOutput.objects.get(session=session, ref=msg.output_ref)
+            texts.append(output_read_all(output).decode())
+    return texts
+
+
 def assert_agent_run(fake, session: Session, agent_key: str) -> None:
     """The issue's assertions on one Claude Code run through the proxy."""
     requests = messages_requests(fake)
@@ -66,15 +80,12 @@ def assert_agent_run(fake, session: Session, agent_key: str) -> None:
     # Every upstream call carried the upstream key, never the agent key.
     assert all(r.headers.get("x-api-key") == UPSTREAM_KEY for r in requests)
     assert all(agent_key not in str(r.headers) for r in requests)
-    # The session's uncompacted transcript holds every tool output, in order.
-    outputs = Message.objects.filter(session=session, role="tool").order_by("seq")
-    steps = [
-        int(m)
-        for text in outputs.values_list("content", flat=True)
-        for m in STEP_MARK.findall(text)
-    ]
+    # The session's uncompacted transcript holds every tool output, in order (in
+    # full: a view cut at insertion keeps the output in its ref).
+    texts = stored_outputs(session)
+    steps = [int(m) for text in texts for m in STEP_MARK.findall(text)]
     assert steps == list(range(STEPS))
-    assert all(len(text) > LINES * 4 for text in outputs.values_list("content", flat=True))
+    assert all(len(text) > LINES * 4 for text in texts)
     # The last upstream request still holds the task and the newest output.
     last = requests[-1].body
     text = str(last["messages"])
@@ -110,9 +121,7 @@ def test_claude_code_through_the_proxy_with_managed_credentials(
     assert result["result"] == FINAL_ANSWER
     assert_agent_run(fake_anthropic, Session.objects.get(external_id=sid), alice_key[1])
     # Straight to the fake, the same history would not fit: the proxy kept it inside.
-    full = sum(
-        len(t) for t in Message.objects.filter(role="tool").values_list("content", flat=True)
-    )
+    full = sum(len(t) for t in stored_outputs(Session.objects.get(external_id=sid)))
     assert full // 4 > WINDOW
 
 

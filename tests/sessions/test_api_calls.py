@@ -102,7 +102,9 @@ def test_calls_of_another_key_are_404_and_bad_input_is_422(alice, bob, anon, mak
 
 
 def test_tool_breakdown_counts_placeholders_and_tools_per_server(alice, make_session):
-    make_session(id="rec-6", policy={"tool_output_cache": {"context_budget_tokens": 1_000}})
+    # The insertion cap off (view_share 1): these outputs are to be trimmed, not cut.
+    cache = {"context_budget_tokens": 1_000, "view_share": 1}
+    make_session(id="rec-6", policy={"tool_output_cache": cache})
     tools = [
         {"name": "bash", "description": "Run a command", "input_schema": {"type": "object"}},
         {

@@ -17,6 +17,9 @@ loads the window, runs a chain here, and writes the result back.
 - ``dropping`` — ``drop_oldest_turns``, spec 003's emergency path: the oldest
   ~50 % of the turns go; a single turn falls back to the most recent user
   message; a compression note goes into the summary, not into the history;
+- ``sliding`` — spec 004's ``sliding_window`` and ``full_history``;
+- ``tree`` — spec 004's tree summaries: each chunk summarised once, summaries
+  of summaries above them (``chunk_size``, ``levels``);
 - ``chain`` — the strategy names, ``validate_chain`` and ``run_chain``.
 
 Invariants every strategy keeps (property-tested): a tool result never loses

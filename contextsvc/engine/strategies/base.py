@@ -143,6 +143,10 @@ class CompactionConfig:
     incremental_summary: bool = True
     # sliding_window: the newest messages kept (spec 004).
     keep_last_n: int = 20
+    # tree (spec 004 TreeSummaryStrategy): messages per leaf summary, and how many
+    # levels of summaries of summaries stand above the leaves (1: leaves only).
+    chunk_size: int = 20
+    levels: int = 3
     model: str = ""
     prompts: PromptConfig = PromptConfig()
 
@@ -162,7 +166,7 @@ class CompactionConfig:
             raise EngineValidationError(
                 f"clear_mode must be one of {', '.join(CLEAR_MODES)}", field="clear_mode"
             )
-        for name in ("error_keep_factor", "dense_tool_uses"):
+        for name in ("error_keep_factor", "dense_tool_uses", "chunk_size", "levels"):
             if check_nonneg_int(getattr(self, name), name) < 1:
                 raise EngineValidationError(f"{name} must be at least 1", field=name)
         if not 0 < self.sandwich_threshold <= 1:
@@ -218,6 +222,8 @@ class CompactionConfig:
             pin_task=bool(p.get("pin_task", True)),
             incremental_summary=bool(p.get("incremental_summary", True)),
             keep_last_n=p.get("keep_last_n", 20),
+            chunk_size=p.get("chunk_size", 20),
+            levels=p.get("levels", 3),
             # spec 000 §2.6.2: compaction.model wins over the caller's model.
             model=p.get("model") or model,
             prompts=prompts,

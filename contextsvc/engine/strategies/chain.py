@@ -20,6 +20,7 @@ from contextsvc.engine.strategies.fitting import fit_outputs, over_room
 from contextsvc.engine.strategies.sandwich import sandwich
 from contextsvc.engine.strategies.sliding import full_history, sliding_window
 from contextsvc.engine.strategies.summary import summarize
+from contextsvc.engine.strategies.tree import tree
 from contextsvc.engine.system_carry import carry_system
 
 STRATEGY_NAMES: tuple[str, ...] = (
@@ -29,6 +30,7 @@ STRATEGY_NAMES: tuple[str, ...] = (
     "drop_oldest_turns",
     "sliding_window",
     "full_history",
+    "tree",
 )
 # DESIGN.md: tool clearing → summarise (retain + summary, last 1 turn kept) → drop oldest turns.
 DEFAULT_CHAIN: tuple[str, ...] = ("tool_clearing", "summarize", "drop_oldest_turns")
@@ -41,6 +43,7 @@ STRATEGIES: dict[str, Callable[[Window, StrategyContext], StrategyOutcome]] = {
     "drop_oldest_turns": drop_oldest_turns,
     "sliding_window": sliding_window,
     "full_history": full_history,
+    "tree": tree,
 }
 
 

@@ -83,3 +83,25 @@ def iteration_cut(
         if suffix[i] <= keep_tokens:
             return i
     return candidates[-1]  # even the newest iteration alone is over: keep just it
+
+
+def leaving_cut(
+    messages: Sequence[Message], retain_last_turns: int, target_tokens: int, counter: TokenCounter
+) -> tuple[int, bool]:
+    """Where a summarising compaction cuts: before the last ``retain_last_turns``
+    turns, and (True) whether it had to cut inside the newest turn.
+
+    spec 003's last resort, for a history with no whole turn to summarise (one
+    agent task of many iterations): the kept turns get at most half the target;
+    the rest is for the summary and what arrives next. With an earlier turn
+    start to cut at, the cut stays there even when the kept turns exceed the
+    target: it is a goal, and the emergency link fits a newest turn that
+    overflows the room.
+    """
+    cut = summary_cut(messages, retain_last_turns)
+    if cut == 0 and target_tokens > 0 and retain_last_turns > 0:
+        keep = target_tokens // 2
+        if counter.messages(messages[cut:]) > keep:
+            inner = iteration_cut(messages, cut, keep, counter)
+            return inner, inner > cut
+    return cut, False

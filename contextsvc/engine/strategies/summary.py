@@ -15,7 +15,7 @@ from contextsvc.engine.strategies.base import (
     Window,
     make_outcome,
 )
-from contextsvc.engine.strategies.cuts import iteration_cut, summary_cut
+from contextsvc.engine.strategies.cuts import leaving_cut
 from contextsvc.engine.strategies.pinning import (
     agent_pinned,
     is_pinned_retain,
@@ -123,20 +123,7 @@ def summarize(window: Window, ctx: StrategyContext) -> StrategyOutcome:
     """
     cfg = ctx.config
     msgs = window.messages
-    cut = summary_cut(msgs, cfg.retain_last_turns)
-    split_turn = False
-    if cut == 0 and ctx.target_tokens > 0 and cfg.retain_last_turns > 0:
-        # spec 003's last resort, for a history with no whole turn to summarise
-        # (one agent task of many iterations): the kept turns get at most half
-        # the target; the rest is for the summary and what arrives next. With
-        # an earlier turn start to cut at, the cut stays there even when the
-        # kept turns exceed the target: it is a goal, and the emergency link
-        # fits a newest turn that overflows the room.
-        keep = ctx.target_tokens // 2
-        if ctx.counter.messages(msgs[cut:]) > keep:
-            inner = iteration_cut(msgs, cut, keep, ctx.counter)
-            split_turn = inner > cut
-            cut = inner
+    cut, split_turn = leaving_cut(msgs, cfg.retain_last_turns, ctx.target_tokens, ctx.counter)
     span = list(msgs[:cut])
     details: dict[str, Any] = {"summarised_messages": len(span), "kept_messages": len(msgs) - cut}
     if split_turn:

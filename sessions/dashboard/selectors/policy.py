@@ -23,7 +23,7 @@ from pydantic.fields import FieldInfo
 
 from contextsvc.engine.deferral import DEFAULT_DEFERRAL_THRESHOLD
 from contextsvc.engine.output_trim import tool_output_budget
-from contextsvc.engine.output_views import resolve_view_config
+from contextsvc.engine.output_views import DEFAULT_VIEW_SHARE, resolve_view_config
 from contextsvc.engine.strategies.chain import DEFAULT_CHAIN
 from sessions import accounting
 from sessions.models import PolicyChange, Session
@@ -97,6 +97,12 @@ def _budget_tokens(session: Session) -> str:
     )
 
 
+def _view_share(session: Session) -> str:
+    limit = accounting.limits_of(session).limit
+    tokens = resolve_view_config({}, limit=limit).view_tokens or 0
+    return f"{DEFAULT_VIEW_SHARE} of the usable window: views over {tokens:,} tokens are cut"
+
+
 def _thresholds(session: Session) -> str:
     limits = accounting.limits_of(session)
     return f"off: compaction starts at thresholds.compact_at of {limits.effective_window:,} usable"
@@ -113,6 +119,7 @@ DERIVED: dict[str, Derived] = {
     "compaction.compression_prompt": lambda s: "the built-in prompt",
     "tool_output_cache.preset": lambda s: "default",
     "tool_output_cache.context_budget_tokens": _budget_tokens,
+    "tool_output_cache.view_share": _view_share,
     "tool_deferral_threshold": lambda s: f"{DEFAULT_DEFERRAL_THRESHOLD} of the usable window",
     "final_report_tool": lambda s: settings.CONTEXTSVC_FINAL_REPORT_TOOL,
     "prompt_cache.min_cacheable_tokens": lambda s: "the model profile's minimum",
