@@ -209,9 +209,13 @@ def test_gunicorn_answers_a_refused_upload_without_waiting_for_its_body(tmp_path
             started = time.monotonic()
             answer = read_response(sock)
             waited = time.monotonic() - started
+            # Closed at once, not drained: no thread waits for the body.
+            closed = sock.recv(65536) == b""
+            held = time.monotonic() - started
     status_line, _, rest = answer.partition(b"\r\n")
     assert status_line.split()[1] == b"429", answer[:300]
     assert b"retry-after:" in rest.lower()
     error = json.loads(rest.partition(b"\r\n\r\n")[2])["error"]
     assert error["code"] == "RATE_LIMITED" and error["details"]["scope"] == "rate"
     assert waited < 5  # not the server's read timeout: nothing waited for the body
+    assert closed and held < 2.5, held  # gunicorn would wait 5 s to drain 64 KB
