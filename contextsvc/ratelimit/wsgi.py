@@ -11,10 +11,9 @@ worker need.
 
 After the answer gunicorn would drain up to 64 KB of an unread body, waiting
 up to 5 s for a client that sends it slowly: a thread held for the flooding
-key, outside its share. So the read side of a refused upload's connection is
-shut (``unread_body_ends_connection``): the thread is free once the answer
-is out, and the connection closes (a WSGI application may not send
-``Connection: close`` itself: PEP 3333).
+key, outside its share. So a refused upload's connection is closed at once
+(``unread_body_ends_connection``): the thread is free once the answer is out
+(a WSGI application may not send ``Connection: close`` itself: PEP 3333).
 
 Only an admitted key is ever remembered by the limiter, so a bad key passes
 through to Django and stays a 401.
@@ -22,7 +21,6 @@ through to Django and stays a 401.
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -96,18 +94,17 @@ class RefuseFloodingKeys:
 
 def unread_body_ends_connection(environ: dict[str, Any]) -> None:
     """For a request answered without reading its body of more than
-    ``DRAIN_BYTES``: shut the read side of its connection (gunicorn's socket),
-    so that the server closes it at once instead of draining the body.
+    ``DRAIN_BYTES``: have the server close its connection at once instead of
+    draining the body first.
 
-    Nothing happens on a server that does not expose its socket."""
-    sock = environ.get("gunicorn.socket")
+    gunicorn closes a connection whose body it cannot account for (its body
+    reader's ``failed`` flag, set when reading raised) without draining it;
+    a body left unread on purpose is the same case. Elsewhere nothing happens.
+    """
+    body = environ.get("wsgi.input")
     try:
         size = int(environ.get("CONTENT_LENGTH") or 0)
     except ValueError:
         size = 0
-    if sock is None or size <= DRAIN_BYTES:
-        return
-    try:
-        sock.shutdown(socket.SHUT_RD)
-    except OSError:  # already gone: nothing to drain either
-        pass
+    if size > DRAIN_BYTES and hasattr(body, "failed"):
+        body.failed = True
