@@ -18,6 +18,7 @@ from django.db import close_old_connections, connection
 
 from contextsvc.ratelimit import KeyLimiter, RateLimited
 from contextsvc.ratelimit.limiter import HEAVY_REFUSAL_MEMORY_SECONDS
+from contextsvc.ratelimit.wsgi import DRAIN_BYTES, unread_body_ends_connection
 from contextsvc.wsgi import application
 from sessions.services.keys import agent_key_create
 from sessions.services.sessions import session_create
@@ -126,6 +127,22 @@ def test_a_bad_key_is_never_refused_in_front_of_django(anon, alice, make_session
     assert status == 401 and json.loads(body)["error"]["code"] == "UNAUTHORIZED"
     assert call(None, path, method="GET")[0] == 401
     assert call(alice.raw_key, path, method="GET")[0] == 429  # the flooding key is
+
+
+class ServerBody:
+    failed = False  # gunicorn's body reader: True closes the connection undrained
+
+
+@pytest.mark.parametrize(
+    ("size", "closes"), [(BIG, True), (DRAIN_BYTES + 1, True), (DRAIN_BYTES, False), (0, False)]
+)
+def test_an_unread_upload_closes_its_connection_instead_of_being_drained(size, closes):
+    body = ServerBody()
+    unread_body_ends_connection({"wsgi.input": body, "CONTENT_LENGTH": str(size)})
+    assert body.failed is closes
+    # Another server's input, or a bad length: nothing happens, nothing raises.
+    unread_body_ends_connection({"wsgi.input": io.BytesIO(), "CONTENT_LENGTH": str(size)})
+    unread_body_ends_connection({"wsgi.input": ServerBody(), "CONTENT_LENGTH": "x"})
 
 
 def test_every_thread_share_taken_is_refused_before_any_lookup():
