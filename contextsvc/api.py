@@ -23,6 +23,7 @@ from contextsvc.errors import ServiceError, error_body
 from contextsvc.http import ORJSONParser, ORJSONRenderer
 from contextsvc.middleware import database_unavailable, internal_error
 from contextsvc.ratelimit import RateLimited
+from contextsvc.ratelimit.wsgi import unread_body_ends_connection
 from sessions.auth import AgentKeyAuth
 
 api = NinjaAPI(
@@ -73,6 +74,8 @@ def on_rate_limited(request: HttpRequest, exc: RateLimited) -> HttpResponse:
     response = on_service_error(request, exc)
     response["Retry-After"] = str(exc.retry_after)
     response._has_been_logged = True  # a flood's refusals would flood the log as warnings
+    # Refused at auth, before its body was read: not drained either.
+    unread_body_ends_connection(request.META)
     return response
 
 

@@ -50,10 +50,13 @@ def request_id(request: HttpRequest) -> str:
     """This request's id: the client's ``X-Request-Id`` when sane, else a new one."""
     rid = getattr(request, "request_id", None)
     if rid is None:
-        incoming = request.headers.get(REQUEST_ID_HEADER, "")
-        rid = incoming if _SANE_REQUEST_ID.fullmatch(incoming) else uuid.uuid4().hex
-        request.request_id = rid
+        rid = request.request_id = sane_request_id(request.headers.get(REQUEST_ID_HEADER, ""))
     return rid
+
+
+def sane_request_id(incoming: str) -> str:
+    """The client's request id when a log line can carry it safely, else a new one."""
+    return incoming if _SANE_REQUEST_ID.fullmatch(incoming) else uuid.uuid4().hex
 
 
 def _is_api(request: HttpRequest) -> bool:

@@ -1,33 +1,30 @@
 """Per-agent-key rate and concurrency limits, so that no key can starve the others.
 
 Rates come from the ``limits`` library (sliding window counter; Redis shared by
-every gunicorn worker when REDIS_URL is set, process memory otherwise — exact
-for the quick start's single process). ``limits`` has no concurrency primitive,
-so concurrent requests are counted here as leases in the same storage: a Redis
-sorted set scored by expiry (a request killed with its worker frees its slot
-when the lease lapses), or a dict in process memory.
+every gunicorn worker when REDIS_URL is set, process memory otherwise). It has
+no concurrency primitive, so requests in flight are leases in the same storage:
+a Redis sorted set scored by expiry (a request killed with its worker frees its
+slot when the lease lapses), or a dict in process memory.
 
-A global count alone cannot keep a worker free: an agent's keep-alive
-connection stays with the gunicorn worker that accepted it, so a key holding
-every thread of one worker stalls every other key connected there, whatever
-its total. So a key may never hold all of one process's web threads
-(``web_threads``, told by gunicorn.conf.py's post_fork hook): one stays free.
-That check is in process memory and costs nothing; the global count
-(``max_concurrent``) is a Redis round trip per request, off by default.
+An agent's keep-alive connection stays with the gunicorn worker that accepted
+it, so a key holding every thread of one worker stalls every other key
+connected there, whatever its total: a key never holds all of one process's
+``web_threads`` (told by gunicorn.conf.py's post_fork hook). That check is in
+process memory and free; the global count (``max_concurrent``) is a Redis
+round trip per request, off by default.
 
-A big body costs CPU by the megabyte (parsing, the NUL scan, counting
-tokens): a key may have at most ``max_heavy`` requests with a body of
-``heavy_bytes`` or more in flight at once, so one key's uploads take at most
-that many cores, whatever its share of threads.
+A big body costs CPU by the megabyte (parsing, the NUL scan, counting tokens):
+a key has at most ``max_heavy`` requests with a body of ``heavy_bytes`` or
+more in flight at once, so its uploads take at most that many cores.
 
-Request rates cost one round trip per *batch*: each process takes a few
-tokens at a time from the shared window (at most 1 % of the limit) and
-spends them locally, so an agent's ordinary call pays no round trip. Near the
-limit, when a batch no longer fits, tokens are taken one at a time (exact).
+Request rates cost one round trip per *batch*: each process takes a few tokens
+at a time from the shared window (at most 1 % of the limit) and spends them
+locally; near the limit tokens are taken one at a time (exact).
 
-A key over a limit gets a 429 (``RateLimited``) with ``Retry-After``. The
-limiter fails open: if its storage is unreachable the request goes through
-(a limit protects the others; it must not become an outage of its own).
+A key over a limit gets a 429 (``RateLimited``) with ``Retry-After``; what a
+process just refused it refuses again before any lookup (``refuse_known``,
+also from the WSGI wrapper in ``wsgi.py``, before the body is read). The
+limiter fails open: if its storage is unreachable the request goes through.
 """
 
 from __future__ import annotations
@@ -44,7 +41,7 @@ import limits
 from limits.storage import RedisStorage, storage_from_string
 from limits.strategies import SlidingWindowCounterRateLimiter
 
-from contextsvc.errors import ServiceError
+from .rates import RateLimited, parse_rates
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +58,9 @@ MAX_TOKEN_BATCH = 20
 # key is even looked up, for at most this long: a flood's retries then cost
 # next to nothing, and the shared window is asked again every second.
 REFUSAL_MEMORY_SECONDS = 1.0
+# A big body refused because another process serves the key's big one: its
+# next ones here are refused unread for this long (then Redis is asked again).
+HEAVY_REFUSAL_MEMORY_SECONDS = 0.5
 
 # Atomic in Redis: drop lapsed leases, take a slot if one is free. TIME is the
 # server's clock, so workers on hosts with skewed clocks agree on expiry.
@@ -73,14 +73,6 @@ redis.call('ZADD', KEYS[1], t + tonumber(ARGV[2]), ARGV[3])
 redis.call('EXPIRE', KEYS[1], math.ceil(tonumber(ARGV[2])) + 1)
 return 1
 """
-
-
-class RateLimited(ServiceError):
-    code, status = "RATE_LIMITED", 429
-
-    def __init__(self, message: str, *, retry_after: int, details: dict[str, Any]) -> None:
-        super().__init__(message, details={**details, "retry_after": retry_after})
-        self.retry_after = retry_after
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,10 +147,7 @@ class KeyLimiter:
         Raises ``RateLimited`` when a rate or a concurrency limit is reached.
         """
         if not self._enter_process(identity):
-            raise self._busy(
-                f"{self.process_cap} concurrent requests on one server worker",
-                "this agent key would take every thread of this server worker",
-            )
+            raise self._process_busy()
         token = heavy_token = ""  # leases in the shared storage, when taken
         try:
             if time.monotonic() >= self._down_until:
@@ -194,16 +183,25 @@ class KeyLimiter:
 
     def refuse_known(self, identity: str, megabytes: int = 0, *, heavy: bool = False) -> None:
         """Raise ``RateLimited`` at once for a request this process knows it would
-        refuse (a rate just refused and not recovered, or a big body while this
-        process already serves the key's allowed ones): no lookup, no round trip."""
+        refuse (a rate just refused and not recovered, a big body while the key's
+        allowed ones are in flight, or every thread share of this process
+        taken): no lookup, no round trip.
+
+        ``identity`` may come from a key nobody has checked yet: only an
+        admitted key is ever remembered here, so a bad key is never refused."""
         if heavy and self.max_heavy and self._heavy_here.get(identity, 0) >= self.max_heavy:
             raise self._heavy_busy()
+        if self.process_cap and self._in_process.get(identity, 0) >= self.process_cap:
+            raise self._process_busy()
         if not self._refused:
             return
         now = time.monotonic()
-        for scope in ("rate", "body_rate") if megabytes else ("rate",):
+        scopes = ("rate", "body_rate") if megabytes else ("rate",)
+        for scope in scopes + (("heavy",) if heavy else ()):
             known = self._refused.get((identity, scope))
             if known is not None and known[0] > now:
+                if scope == "heavy":
+                    raise self._heavy_busy()
                 retry = max(1, math.ceil(known[1] - now))
                 raise RateLimited(
                     f"Too many requests for this agent key ({known[2]['limit']}); "
@@ -213,6 +211,10 @@ class KeyLimiter:
                 )
 
     def _refuse(self, identity: str, scope: str, message: str, retry: int, limit: str) -> None:
+        self._remember(identity, scope, retry, limit)
+        raise RateLimited(message, retry_after=retry, details={"limit": limit, "scope": scope})
+
+    def _remember(self, identity: str, scope: str, retry: float, limit: str) -> None:
         now = time.monotonic()
         with self._lock:
             if len(self._refused) > 10_000:
@@ -222,7 +224,6 @@ class KeyLimiter:
                 now + retry,
                 {"limit": limit},
             )
-        raise RateLimited(message, retry_after=retry, details={"limit": limit, "scope": scope})
 
     def _hit(self, item: limits.RateLimitItem, identity: str) -> bool:
         """One request against ``item``: from this process's batch of tokens, else
@@ -280,7 +281,16 @@ class KeyLimiter:
         heavy_key = self._slots_key(identity, "heavy")
         if heavy_token and not self._acquire(heavy_key, self.max_heavy, heavy_token):
             self._give_back(self._slots_key(identity), token)
+            # Held in another process: its next big bodies here are refused
+            # before they are read, for a moment (nobody knows when it ends).
+            self._remember(identity, "heavy", HEAVY_REFUSAL_MEMORY_SECONDS, "heavy")
             raise self._heavy_busy()
+
+    def _process_busy(self) -> RateLimited:
+        return self._busy(
+            f"{self.process_cap} concurrent requests on one server worker",
+            "this agent key would take every thread of this server worker",
+        )
 
     def _heavy_busy(self) -> RateLimited:
         return self._busy(
@@ -382,11 +392,3 @@ class KeyLimiter:
             STORAGE_RETRY_SECONDS,
             exc_info=True,
         )
-
-
-def parse_rates(rates: str) -> list[limits.RateLimitItem]:
-    """``"50/second;1500/minute"`` as limit items; "", "off" or "0" means none."""
-    text = (rates or "").strip().lower()
-    if text in ("", "off", "none", "0"):
-        return []
-    return limits.parse_many(text)

@@ -34,7 +34,11 @@ BIG = 30_000_000
 SAMPLES = 120
 # The other key's p99 under the flood may be at most twice its normal p99, or
 # this floor where twice normal is below what a loaded 2-core CI box can promise
-# (the starvation this guards against cost that key 162 s per append).
+# (the starvation this guards against cost that key 162 s per append). Measured
+# on a shared 2-core box, 2 x 2 threads: normal p99 6-41 ms, under the flood
+# 36-150 ms — the one 30 MB append admitted at a time takes a core for ~3.5 s
+# and, when it shares the calm key's worker, holds its GIL for 10-50 ms at a
+# time while its body is read and parsed. So the floor stays.
 FLOOR_MS = 200
 
 
@@ -58,9 +62,13 @@ def server(tmp_path):
         yield port
 
 
-def p99(values: list[float]) -> float:
+def pct(values: list[float], share: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+
+def p99(values: list[float]) -> float:
+    return pct(values, 0.99)
 
 
 def timed_appends(port: int, key: str, sid: str, count: int = SAMPLES) -> list[float]:
@@ -121,7 +129,8 @@ def test_one_key_flooding_does_not_starve_another(server):
 
     bound = max(2 * p99(normal), FLOOR_MS)
     report = (
-        f"calm key p99: normal {p99(normal):.0f} ms, under flood {p99(flooded):.0f} ms "
+        f"calm key p50/p99: normal {pct(normal, 0.5):.1f}/{p99(normal):.0f} ms, "
+        f"under flood {pct(flooded, 0.5):.1f}/{p99(flooded):.0f} ms "
         f"(bound {bound:.0f} ms); flood outcomes: "
         + ", ".join(
             f"{kind} " + str(sorted({o[0] for o in runs})) + f" x{len(runs)}"

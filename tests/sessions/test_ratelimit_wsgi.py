@@ -1,0 +1,238 @@
+"""A flooding key is refused in front of Django (contextsvc/ratelimit/wsgi.py):
+the same 429 + Retry-After error body, no query, the body never read; other
+keys and bad keys go through to Django as before."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import socket
+import time
+import uuid
+
+import pytest
+from django.core.signals import request_finished, request_started
+from django.db import close_old_connections, connection
+
+from contextsvc.ratelimit import KeyLimiter, RateLimited
+from contextsvc.ratelimit.limiter import HEAVY_REFUSAL_MEMORY_SECONDS
+from contextsvc.ratelimit.wsgi import DRAIN_BYTES, unread_body_ends_connection
+from contextsvc.wsgi import application
+from sessions.services.keys import agent_key_create
+from sessions.services.sessions import session_create
+from tests.live_server import database_url, gunicorn
+
+REDIS_URL = os.environ.get("REDIS_URL")
+BIG = 30_000_000
+
+
+class Unreadable(io.RawIOBase):
+    """A request body that fails the test if anyone reads it."""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        raise AssertionError("the refused request's body was read")
+
+
+def call(raw_key: str | None, path: str, size: int = 0, method: str = "POST", **headers: str):
+    """``application`` called as gunicorn calls it; (status, headers, body)."""
+    environ = {
+        "REQUEST_METHOD": method,
+        "PATH_INFO": path,
+        "SERVER_NAME": "testserver",
+        "SERVER_PORT": "80",
+        "wsgi.url_scheme": "http",
+        "wsgi.input": Unreadable() if size else io.BytesIO(b""),
+        "wsgi.errors": io.StringIO(),
+        "CONTENT_TYPE": "application/json",
+        "CONTENT_LENGTH": str(size),
+        **{f"HTTP_{name.upper()}": value for name, value in headers.items()},
+    }
+    if raw_key:
+        environ["HTTP_AUTHORIZATION"] = f"Bearer {raw_key}"
+    answer: dict = {}
+
+    def start_response(status: str, response_headers: list, exc_info=None) -> None:
+        answer.update(status=int(status.split()[0]), headers=dict(response_headers))
+
+    # As Django's test client does: the request cycle must not close the test's
+    # database connection (its transaction is the test's isolation).
+    request_started.disconnect(close_old_connections)
+    request_finished.disconnect(close_old_connections)
+    try:
+        chunks = application(environ, start_response)
+        try:
+            body = b"".join(chunks)
+        finally:
+            getattr(chunks, "close", lambda: None)()
+    finally:
+        request_started.connect(close_old_connections)
+        request_finished.connect(close_old_connections)
+    return answer["status"], answer["headers"], body
+
+
+def flood_until_refused(client, sid: str) -> None:
+    for _ in range(2):
+        assert client.get(f"sessions/{sid}/budget").status_code == 200
+    assert client.get(f"sessions/{sid}/budget").status_code == 429
+
+
+def test_a_flooding_key_is_refused_before_django_with_the_error_body(
+    alice, alice_key, bob, bob_key, make_session, settings, django_assert_num_queries
+):
+    sid = make_session()["id"]
+    bob_sid = make_session(bob)["id"]
+    settings.CONTEXTSVC_RATE_LIMIT = "2/minute"
+    flood_until_refused(alice, sid)
+    path = f"/api/v1/sessions/{sid}/messages"
+    started = []
+    request_started.connect(on_start := lambda **kw: started.append(kw))
+    try:
+        with django_assert_num_queries(0):
+            # A 30 MB upload: answered from its headers, its body never read.
+            status, headers, body = call(alice_key[1], path, BIG, x_request_id="trace-1")
+    finally:
+        request_started.disconnect(on_start)
+    assert not started  # Django never saw it
+    assert status == 429
+    error = json.loads(body)["error"]
+    retry_after = int(headers["Retry-After"])
+    assert 1 <= retry_after <= 60
+    assert error["code"] == "RATE_LIMITED"
+    assert f"retry in {retry_after} s" in error["message"]
+    assert error["details"] == {
+        "limit": "2 per 1 minute",
+        "scope": "rate",
+        "retry_after": retry_after,
+    }
+    assert headers["Content-Type"] == "application/json"
+    assert headers["Content-Length"] == str(len(body))
+    assert headers["X-Request-Id"] == "trace-1"
+    # Another key, a bad key and a path outside the API go through to Django.
+    assert call(bob_key[1], f"/api/v1/sessions/{bob_sid}/budget", method="GET")[0] == 200
+    assert bob.get(f"sessions/{bob_sid}/budget").status_code == 200
+    assert call(alice_key[1], "/dashboard/")[0] != 429
+
+
+def test_a_bad_key_is_never_refused_in_front_of_django(anon, alice, make_session, settings):
+    sid = make_session()["id"]
+    settings.CONTEXTSVC_RATE_LIMIT = "2/minute"
+    flood_until_refused(alice, sid)
+    path = f"/api/v1/sessions/{sid}/budget"
+    status, _, body = call("not-a-key", path, method="GET")
+    assert status == 401 and json.loads(body)["error"]["code"] == "UNAUTHORIZED"
+    assert call(None, path, method="GET")[0] == 401
+    assert call(alice.raw_key, path, method="GET")[0] == 429  # the flooding key is
+
+
+class ServerBody:
+    failed = False  # gunicorn's body reader: True closes the connection undrained
+
+
+@pytest.mark.parametrize(
+    ("size", "closes"), [(BIG, True), (DRAIN_BYTES + 1, True), (DRAIN_BYTES, False), (0, False)]
+)
+def test_an_unread_upload_closes_its_connection_instead_of_being_drained(size, closes):
+    body = ServerBody()
+    unread_body_ends_connection({"wsgi.input": body, "CONTENT_LENGTH": str(size)})
+    assert body.failed is closes
+    # Another server's input, or a bad length: nothing happens, nothing raises.
+    unread_body_ends_connection({"wsgi.input": io.BytesIO(), "CONTENT_LENGTH": str(size)})
+    unread_body_ends_connection({"wsgi.input": ServerBody(), "CONTENT_LENGTH": "x"})
+
+
+def test_every_thread_share_taken_is_refused_before_any_lookup():
+    limiter = KeyLimiter("memory://", "off", max_concurrent=0, lease_seconds=60, web_threads=2)
+    key, other = uuid.uuid4().hex, uuid.uuid4().hex
+    held = limiter.admit(key)  # one of this worker's two threads
+    with pytest.raises(RateLimited) as refused:
+        limiter.refuse_known(key)
+    assert refused.value.details["scope"] == "concurrency"
+    assert refused.value.retry_after == 1
+    limiter.refuse_known(other)  # other keys are not refused
+    held.release()
+    limiter.refuse_known(key)
+
+
+@pytest.mark.redis
+@pytest.mark.skipif(not REDIS_URL, reason="needs Redis (REDIS_URL)")
+def test_a_big_body_while_another_worker_serves_the_key_s_big_one_is_refused_unread():
+    def worker() -> KeyLimiter:
+        return KeyLimiter(REDIS_URL, "off", max_concurrent=0, lease_seconds=60, max_heavy=1)
+
+    here, there, key = worker(), worker(), uuid.uuid4().hex
+    held = there.admit(key, 30, heavy=True)
+    here.refuse_known(key, 30, heavy=True)  # this worker does not know yet
+    with pytest.raises(RateLimited):
+        here.admit(key, 30, heavy=True)  # learnt from the shared lease
+    with pytest.raises(RateLimited) as refused:
+        here.refuse_known(key, 30, heavy=True)  # now refused before any round trip
+    assert refused.value.details["limit"] == "1 concurrent requests with a large body"
+    here.refuse_known(key)  # the key's small calls go on
+    held.release()
+    time.sleep(HEAVY_REFUSAL_MEMORY_SECONDS + 0.05)
+    here.refuse_known(key, 30, heavy=True)  # asked again after a moment
+    here.admit(key, 30, heavy=True).release()
+
+
+def read_response(sock: socket.socket) -> bytes:
+    """One whole HTTP response (headers and its Content-Length of body)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(65536)
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))
+    while len(body) < length:
+        body += sock.recv(65536)
+    return data[: len(head) + 4] + body
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_gunicorn_answers_a_refused_upload_without_waiting_for_its_body(tmp_path):
+    """Only the headers of a 30 MB upload are sent: the 429 arrives anyway."""
+    if connection.vendor != "postgresql":
+        pytest.skip("a server sharing the test database needs PostgreSQL (DATABASE_URL)")
+    key, raw = agent_key_create(name="flood")
+    session_create(owner=key, data={"model": "claude-sonnet-4-5", "id": "s1"})
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONTEXTSVC_")}
+    env.update(
+        DATABASE_URL=database_url(),
+        DEBUG="false",
+        LOG_LEVEL="WARNING",
+        CONTEXTSVC_RATE_LIMIT="2/minute",
+        CONTEXTSVC_RATE_LIMIT_STORAGE="memory://",
+        CONTEXTSVC_PLAIN_HTTP="true",
+    )
+    with gunicorn(env, tmp_path / "gunicorn.log", "-w", "1", "--threads", "2") as port:
+        head = (
+            f"POST /api/v1/sessions/s1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            f"Authorization: Bearer {raw}\r\nContent-Type: application/json\r\n"
+        )
+        statuses = []
+        # One keep-alive connection: each request's slot is given back before
+        # the next is read, so only the rate can refuse the third.
+        with socket.create_connection(("127.0.0.1", port), timeout=20) as sock:
+            for _ in range(3):
+                sock.sendall(f"{head}Content-Length: 2\r\n\r\n{{}}".encode())
+                statuses.append(int(read_response(sock).split()[1]))
+        assert statuses[:2] != [429, 429] and statuses[2] == 429, statuses
+        with socket.create_connection(("127.0.0.1", port), timeout=20) as sock:
+            sock.sendall(f"{head}Content-Length: {BIG}\r\n\r\n".encode())  # no body at all
+            started = time.monotonic()
+            answer = read_response(sock)
+            waited = time.monotonic() - started
+            # Closed at once, not drained: no thread waits for the body.
+            closed = sock.recv(65536) == b""
+            held = time.monotonic() - started
+    status_line, _, rest = answer.partition(b"\r\n")
+    assert status_line.split()[1] == b"429", answer[:300]
+    assert b"retry-after:" in rest.lower()
+    error = json.loads(rest.partition(b"\r\n\r\n")[2])["error"]
+    assert error["code"] == "RATE_LIMITED" and error["details"]["scope"] == "rate"
+    assert waited < 5  # not the server's read timeout: nothing waited for the body
+    assert closed and held < 2.5, held  # gunicorn would wait 5 s to drain 64 KB
