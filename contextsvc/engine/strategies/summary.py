@@ -141,7 +141,7 @@ def summarize(window: Window, ctx: StrategyContext) -> StrategyOutcome:
                 span,
                 at_start=bool(msgs) and msgs[0].seq == 1,
                 counter=ctx.counter,
-                room=ctx.max_context_tokens,
+                room=_pin_room(ctx),
             )
         )
     )
@@ -161,6 +161,11 @@ def summarize(window: Window, ctx: StrategyContext) -> StrategyOutcome:
     source, fit = fit_summary_input([*head, *rest], cfg.summary_input_tokens, ctx.counter)
     details.update({k: v for k, v in fit.items() if v})
     if not strip_trailing_tool_calls(source):
+        if pinned or pins:
+            # All that leaves is the task (or what the agent pinned): it moves
+            # to the retain slot verbatim, with no summary call. Skipping here
+            # would leave the emergency link to drop the task with its turn.
+            return _pin_only(window, ctx, cut, pinned, pins, details)
         # Only a tool-calling assistant message with nothing to say: spec 000
         # §2.6.1 drops it, which leaves nothing to summarise.
         return make_outcome(
@@ -194,7 +199,7 @@ def summarize(window: Window, ctx: StrategyContext) -> StrategyOutcome:
         retain = (
             window.retain
             if keep_retain
-            else pinned_retain(pinned, ctx.counter, ctx.max_context_tokens)
+            else pinned_retain(pinned, ctx.counter, _pin_room(ctx))
         )
         details["pinned_task"] = True
     elif incremental:
@@ -209,3 +214,32 @@ def summarize(window: Window, ctx: StrategyContext) -> StrategyOutcome:
     return make_outcome(
         "summarize", window, window.with_messages(list(msgs[cut:]), retain, summary), ctx, details
     )
+
+
+def _pin_only(
+    window: Window,
+    ctx: StrategyContext,
+    cut: int,
+    pinned: Sequence[Message],
+    pins: Sequence[Message],
+    details: dict[str, Any],
+) -> StrategyOutcome:
+    """The span holds nothing to summarise but pinned messages: they go to the
+    retain slot, the rest of the span (empty tool-calling messages) goes."""
+    retain = window.retain
+    if pinned:
+        retain = pinned_retain(pinned, ctx.counter, _pin_room(ctx))
+        details["pinned_task"] = True
+    if pins:
+        retain = with_agent_pins(retain, pins)
+        details["pinned_messages"] = len(pins)
+    details["no_summary_call"] = True
+    after = window.with_messages(list(window.messages[cut:]), retain, window.summary)
+    return make_outcome("summarize", window, after, ctx, details)
+
+
+def _pin_room(ctx: StrategyContext) -> int | None:
+    """The room a pinned task is measured against: the history room when the
+    service knows it (what the window must fit), else the context limit."""
+    rooms = [r for r in (ctx.room_tokens, ctx.max_context_tokens) if r is not None]
+    return min(rooms) if rooms else None
