@@ -257,7 +257,7 @@ def test_setup_vendors_htmx_from_the_npm_package():
 def test_vendored_htmx_is_never_committed():
     ignored = (ROOT / ".gitignore").read_text().split()
     assert "static/vendor/" in ignored
-    assert "node_modules/" in ignored
+    assert "node_modules" in ignored  # the folder, or a symlink to a shared install
     if shutil.which("git") is None or not (ROOT / ".git").exists():
         pytest.skip("not a git checkout")
     tracked = subprocess.run(

@@ -111,7 +111,12 @@ class ContextsvcSession:
     # add_items reads the run's per-request usage from it.
 
     async def get_items(self, limit: int | None = None, *, wrapper: Any = None) -> list[Item]:
-        items: list[Item] = (await self.service.context("responses"))["input"]
+        body = await self.service.context("responses")
+        # An empty live window still builds a request with one marked user line
+        # (every request the service builds has a user turn); the session itself
+        # holds no items then, which is what the SDK's protocol asks for.
+        empty = not body["budget"]["components"]["conversation"]
+        items: list[Item] = [] if empty else body["input"]
         if limit is not None:
             return items[-limit:] if limit > 0 else []
         return items
