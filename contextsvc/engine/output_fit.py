@@ -21,6 +21,7 @@ from contextsvc.engine.output_views import (
     ViewConfig,
     iter_text_lines,
 )
+from contextsvc.engine.tokens import approx_tokens
 
 # One output may take at most this share of the history room (the effective
 # window less the fixed part): the rest is for the task, the summary and the
@@ -82,12 +83,6 @@ def head_tail_view(
         if budget <= 60:
             break
     return None
-
-
-def approx_tokens(text: str) -> int:
-    """A cheap count for cutting: about four characters a token (the view's own
-    count is taken afterwards by the session's tokenizer)."""
-    return (len(text) + 3) // 4
 
 
 def capped_view(view: View, text: str, info: OutputInfo, config: ViewConfig) -> View:

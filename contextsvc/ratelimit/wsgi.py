@@ -80,10 +80,7 @@ class RefuseFloodingKeys:
         limiter = get_limiter()
         if limiter is None:
             return None
-        try:
-            size = max(0, int(environ.get("CONTENT_LENGTH") or 0))
-        except ValueError:
-            size = 0
+        size = content_length(environ)
         heavy = size >= settings.CONTEXTSVC_HEAVY_BODY_BYTES
         try:
             limiter.refuse_known(self.identify(token), size // 1_000_000, heavy=heavy)
@@ -102,9 +99,13 @@ def unread_body_ends_connection(environ: dict[str, Any]) -> None:
     a body left unread on purpose is the same case. Elsewhere nothing happens.
     """
     body = environ.get("wsgi.input")
-    try:
-        size = int(environ.get("CONTENT_LENGTH") or 0)
-    except ValueError:
-        size = 0
-    if size > DRAIN_BYTES and hasattr(body, "failed"):
+    if content_length(environ) > DRAIN_BYTES and hasattr(body, "failed"):
         body.failed = True
+
+
+def content_length(environ: dict[str, Any]) -> int:
+    """The request's declared body size (0 when absent or not a number)."""
+    try:
+        return max(0, int(environ.get("CONTENT_LENGTH") or 0))
+    except ValueError:
+        return 0

@@ -18,7 +18,6 @@ from django.utils import timezone
 from contextsvc.engine import caching
 from contextsvc.engine.build import ContextParts, layout, preamble_messages
 from contextsvc.engine.messages import Message as EngineMessage
-from contextsvc.engine.providers.history import memo
 from contextsvc.lru import BoundedLRU
 from sessions import accounting
 from sessions.models import Session
@@ -50,14 +49,7 @@ def _message_key(msg: EngineMessage) -> bytes:
     # names it; what can change is its view (a trim, a cut, tool clearing),
     # which shows in the view state, the view's length and the recount.
     # Hashing every body on every build would cost more than the whole build.
-    # A changed view is another message object (the context cache reads it
-    # anew), so the key is kept on the object once it is counted.
-    if msg.token_count is None:
-        return _key_of(msg)
-    return memo(msg, "cache_key", _key_of)
-
-
-def _key_of(msg: EngineMessage) -> bytes:
+    # Each message is keyed once per window (``_history_blocks``).
     view = -1 if msg.view is None else len(msg.view)
     return (
         f"m\x1f{msg.seq}\x1f{msg.role}\x1f{msg.view_state}\x1f{view}\x1f{msg.token_count}"

@@ -67,14 +67,13 @@ def _live(session: Session) -> Any:
 def _select(session: Session, last: int | None, from_seq: int | None) -> tuple[list[dict], str]:
     """The rows to retract (oldest first) and the request field that chose them."""
     if from_seq is not None:
-        if from_seq < session.window_start_seq and has_head(session):
-            if from_seq <= session.head_end_seq:
-                raise ValidationFailed(
-                    f"from_seq {from_seq} is in the conversation's head (seqs up to "
-                    f"{session.head_end_seq}), kept by a sandwich compaction before its summary:"
-                    f" only messages from seq {session.window_start_seq} on can be retracted",
-                    details={"field": "from_seq"},
-                )
+        if has_head(session) and from_seq <= session.head_end_seq:
+            raise ValidationFailed(
+                f"from_seq {from_seq} is in the conversation's head (seqs up to "
+                f"{session.head_end_seq}), kept by a sandwich compaction before its summary:"
+                f" only messages from seq {session.window_start_seq} on can be retracted",
+                details={"field": "from_seq"},
+            )
         if from_seq < session.window_start_seq:
             raise ValidationFailed(
                 f"from_seq {from_seq} is before the live window, which starts at seq "
