@@ -12,7 +12,8 @@ keeps, in the text's own order:
 2. for every identifier (a path, a dotted / snake / camel name, a number of
    three digits or more, a short quoted string) not yet kept, the cheapest
    line naming it — most specific identifiers first (more distinct
-   characters: a long path before ``x.py``, a name before ``123``);
+   characters: a long path before ``x.py``, a name before ``123``) — then the
+   same for its long plain words (a product, a team, a concept it turns on);
 3. more opening and closing lines with whatever budget is left.
 
 Omitted runs become ``[…]``; a notice heads the text. A line longer than
@@ -34,12 +35,14 @@ HEAD_CORE = 0.25
 TAIL_CORE = 0.15
 # Of what is left after the identifier lines, the opening lines get this share.
 HEAD_SHARE = 0.6
+# Plain words this long are kept too, after every identifier.
+LONG_WORD = 7
 # Identifiers longer than this (a base64 blob, a minified line) are not covered.
 MAX_IDENT_CHARS = 160
 GAP = "[…]"
 NOTICE = (
     "[Condensed to fit the context window: {kept:,} of {total:,} lines kept: the opening"
-    " and closing lines and a line for every path, name, number and quoted string;"
+    " and closing lines and a line for each path, name, number, quoted string and long word;"
     " {gap} marks omitted lines.]"
 )
 
@@ -52,24 +55,34 @@ _EDGE = ".,:;-/~"
 
 def task_identifiers(text: str) -> list[str]:
     """The identifiers ``text`` names, most specific first (distinct characters,
-    then length, then first occurrence)."""
-    found: dict[str, int] = {}
-    for at, ident in _scan(text):
-        found.setdefault(ident, at)
-    return sorted(found, key=lambda w: (-len(set(w)), -len(w), found[w]))
+    then length, then first occurrence); its long plain words (lower-cased) after
+    them."""
+    found: dict[str, tuple[int, int]] = {}
+    for at, ident, tier in _scan(text):
+        found.setdefault(ident, (tier, at))
+    return sorted(found, key=lambda w: _rank(w, *found[w]))
 
 
-def _scan(text: str) -> list[tuple[int, str]]:
+def _rank(word: str, tier: int, at: int) -> tuple[int, int, int, int]:
+    return (tier, -len(set(word)), -len(word), at)
+
+
+def _scan(text: str) -> list[tuple[int, str, int]]:
+    """(offset, identifier, tier): tier 0 the names, paths, numbers and quoted
+    strings; tier 1 the plain words of ``LONG_WORD`` letters or more, lower-cased
+    (the task's own vocabulary: a product, a team, a concept it turns on)."""
     out = []
     for m in _WORD.finditer(text):
         word = m.group(0).strip(_EDGE)
         if 4 <= len(word) <= MAX_IDENT_CHARS and _MARK.search(word):
-            out.append((m.start(), word))
-    out.extend((m.start(), m.group(0)) for m in _NUMBER.finditer(text))
+            out.append((m.start(), word, 0))
+        elif len(word) >= LONG_WORD and word.isalpha():
+            out.append((m.start(), word.lower(), 1))
+    out.extend((m.start(), m.group(0), 0) for m in _NUMBER.finditer(text))
     for m in _QUOTED.finditer(text):
         inner = m.group(2)
         if inner.strip() == inner and any(c.isalnum() for c in inner):
-            out.append((m.start(2), inner))
+            out.append((m.start(2), inner, 0))
     return out
 
 
@@ -93,14 +106,22 @@ def _units(text: str) -> tuple[list[str], list[int]]:
 
 
 def _cover_plan(units: list[str]) -> tuple[list[set[str]], list[tuple[str, int]]]:
-    """(the identifiers of each unit; each identifier of the text, most specific
-    first, with the cheapest unit naming it — the earliest of equal ones)."""
-    names = [{ident for _, ident in _scan(unit)} for unit in units]
+    """(the identifiers of each unit; each identifier of the text in rank order,
+    with the cheapest unit naming it — the earliest of equal ones)."""
+    names: list[set[str]] = []
+    first: dict[str, tuple[int, int]] = {}
     where: dict[str, list[int]] = {}
-    for i, found in enumerate(names):
-        for ident in found:
-            where.setdefault(ident, []).append(i)
-    ranked = sorted(where, key=lambda w: (-len(set(w)), -len(w), where[w][0]))
+    for i, unit in enumerate(units):
+        found = set()
+        for _, ident, tier in _scan(unit):
+            found.add(ident)
+            if ident not in where:
+                first[ident] = (tier, i)
+                where[ident] = []
+            if not where[ident] or where[ident][-1] != i:
+                where[ident].append(i)
+        names.append(found)
+    ranked = sorted(where, key=lambda w: _rank(w, *first[w]))
     return names, [(w, min(where[w], key=lambda i: (len(units[i]), i))) for w in ranked]
 
 

@@ -25,6 +25,7 @@ MIDDLE = (
     "self.value_field._bind_to_schema(field_name, self)",
     'raise ValueError("precision must be seconds")',
     "see line 1474 of fields.py",
+    "Credentials live in Vaultwarden.",
 )
 
 
@@ -53,6 +54,7 @@ def test_the_middle_identifiers_survive_where_a_head_and_tail_cut_loses_them():
         "self.value_field._bind_to_schema",
         "precision must be seconds",
         "1474",
+        "Vaultwarden",  # a long plain word: kept after every identifier
     ]
     assert any(n not in cut for n in names)  # what the old cut lost
     for n in names:
@@ -90,10 +92,13 @@ def test_one_huge_line_is_split_at_spaces_and_its_names_kept():
 
 
 def test_identifiers_are_ranked_most_specific_first():
-    ids = task_identifiers("see 123 and a.py then src/pkg/long_module_name.py and is_ok()")
+    ids = task_identifiers(
+        "see 123 and a.py then src/pkg/long_module_name.py and is_ok() in Production"
+    )
     assert ids[0] == "src/pkg/long_module_name.py"
     assert ids.index("is_ok") < ids.index("123")
-    assert "see" not in ids and "then" not in ids  # prose words are not identifiers
+    assert ids[-1] == "production"  # long plain words come after every identifier
+    assert "see" not in ids and "then" not in ids  # short prose words are not identifiers
 
 
 _SEGMENT = st.text(alphabet="abcdefghijklmnopqrstuvwxyz", min_size=2, max_size=8)
