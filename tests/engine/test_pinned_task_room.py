@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from contextsvc.engine.messages import Message, ToolCall
 from contextsvc.engine.strategies.base import StrategyContext, TokenCounter, Window
-from contextsvc.engine.strategies.pinning import PIN_MAX_SHARE, PINNED_MARK
+from contextsvc.engine.strategies.pinning import CONDENSED_MARK, PIN_MAX_SHARE
 from contextsvc.engine.strategies.summary import summarize
 from contextsvc.engine.summarize import SummaryRequest, SummaryResult
 from contextsvc.engine.tokens import get_tokenizer
@@ -75,7 +75,7 @@ def test_a_task_over_the_history_room_moves_to_the_retain_slot_without_a_summary
     assert out.report.details.get("no_summary_call") and out.report.details.get("pinned_task")
     assert summarizer.requests == []
     retain = out.window.retain
-    assert retain.startswith(PINNED_MARK)
+    assert retain.startswith(CONDENSED_MARK)  # never labelled verbatim once condensed
     assert TASK_HEAD in retain and TASK_TAIL in retain  # head and tail of the task survive
     assert COUNTER.text(retain) <= PIN_MAX_SHARE * room + 64
     assert out.window.messages == msgs[1:]  # only the task left the messages

@@ -18,6 +18,8 @@ from contextsvc.engine.system_carry import split_carried
 from contextsvc.engine.task_condense import condense_task
 
 PINNED_MARK = "The task as first given (verbatim):"
+# A condensed task says so: the agent must not take it for the whole wording.
+CONDENSED_MARK = "The task as first given (condensed):"
 # A task bigger than this share of the room for the conversation is pinned
 # condensed to that share (``engine.task_condense``: its opening and closing
 # lines and a line for every path, name and number it names): kept whole it
@@ -31,7 +33,7 @@ PIN_MAX_SHARE = 0.6
 def is_pinned_retain(retain: str) -> bool:
     """Does the retain slot hold the pinned task (after any carried system block,
     which ``engine.system_carry`` puts at its top)?"""
-    return split_carried(retain)[1].startswith(PINNED_MARK)
+    return split_carried(retain)[1].startswith((PINNED_MARK, CONDENSED_MARK))
 
 
 def pinned_in(
@@ -60,13 +62,14 @@ def pinned_retain(
 ) -> str:
     """The retain slot holding the pinned task (condensed when it is over
     ``PIN_MAX_SHARE`` of ``room``)."""
-    texts = []
+    texts, condensed = [], False
     for m in pinned:
         text = m.context_text
         if counter is not None and room is not None and counter.text(text) > PIN_MAX_SHARE * room:
-            text = _cut_task(m, counter, room) or text
+            cut = _cut_task(m, counter, room)
+            text, condensed = (cut, True) if cut else (text, condensed)
         texts.append(text)
-    return "\n\n".join([PINNED_MARK, *texts])
+    return "\n\n".join([CONDENSED_MARK if condensed else PINNED_MARK, *texts])
 
 
 AGENT_PIN_MARK = "[Pinned by the agent (verbatim):]"
