@@ -215,3 +215,41 @@ def test_the_summary_call_of_a_session_over_its_limit_resends_its_own_tools(sess
     assert prefix.final_instruction is None
     # Calls travel as tool blocks, as the agent's own calls sent them.
     assert any(m.tool_calls for m in requests[0].llm_messages())
+
+
+def test_a_task_too_big_to_pin_verbatim_keeps_its_names_in_the_context(session_factory, alice):
+    """issue 15 §3 at a small window: a first message (a worked demonstration plus the
+    task) over 0.6 of the history room is pinned condensed, and the paths and names
+    only its middle gives are still in the context the agent gets, unchanged by a
+    later compaction (the retain slot stays in the cached prefix)."""
+    session = session_factory(0)
+    sid = session.external_id
+    prose = ["The agent read the output and chose its next step with care."] * 700
+    middle = "[File: /srv/demo/src/locking/backend_fcntl.py (212 lines total)]"
+    head = "Here is a demonstration; your task follows it: fix LOCK_EX in portalocker."
+    tail = "Run tests/test_portalocker.py when you are done."
+    task = "\n".join([head, *prose[:350], middle, *prose[350:], tail])
+    response = alice.post(
+        f"sessions/{sid}/messages", {"messages": [{"role": "user", "content": task}]}
+    )
+    assert response.status_code == 200, response.content
+    for t in range(2):
+        response = alice.post(f"sessions/{sid}/messages", {"messages": turn(t)[1:]})
+        assert response.status_code == 200, response.content
+    response = alice.post(f"sessions/{sid}/compact", {"wait": True, "strategy": "summarize"})
+    assert response.status_code == 200, response.content
+    session.refresh_from_db()
+    assert session.window_start_seq > 1  # the task left the messages
+    first = session.retain
+    assert "Condensed to fit the context window" in first
+    body = alice.get(f"sessions/{sid}/context", format="openai").json()
+    text = "\n".join(str(m.get("content")) for m in body["messages"])
+    assert middle in text and head in text and tail in text
+    assert task not in text  # condensed, not whole
+    assert body["budget"]["guard"]["status"] in ("ok", "compact")
+    for t in range(2, 5):
+        assert alice.post(f"sessions/{sid}/messages", {"messages": turn(t)}).status_code == 200
+    response = alice.post(f"sessions/{sid}/compact", {"wait": True, "strategy": "summarize"})
+    assert response.status_code == 200, response.content
+    session.refresh_from_db()
+    assert session.retain == first

@@ -3,8 +3,8 @@
 A first user message too big for the history room (an agent's demonstration
 plus the task) used to make ``summarize`` skip — nothing else left to
 summarise — and the emergency drop then took the task with its turn. Now the
-task moves to the retain slot (cut to its head and tail against the history
-room), with no summary call.
+task moves to the retain slot (condensed against the history room, keeping
+every path and name it gives), with no summary call.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from contextsvc.engine.messages import Message, ToolCall
 from contextsvc.engine.strategies.base import StrategyContext, TokenCounter, Window
-from contextsvc.engine.strategies.pinning import PIN_MAX_SHARE, PINNED_MARK
+from contextsvc.engine.strategies.pinning import CONDENSED_MARK, PIN_MAX_SHARE
 from contextsvc.engine.strategies.summary import summarize
 from contextsvc.engine.summarize import SummaryRequest, SummaryResult
 from contextsvc.engine.tokens import get_tokenizer
@@ -40,8 +40,9 @@ def ctx(**kw) -> StrategyContext:
     return StrategyContext(counter=COUNTER, **kw)
 
 
-def _session() -> list[Message]:
-    demo = "\n".join(f"demo{i} step{i} of the worked example" for i in range(3000))
+def _session(demo: str | None = None) -> list[Message]:
+    if demo is None:
+        demo = "\n".join(f"demo{i} step{i} of the worked example" for i in range(3000))
     msgs = [Message(role="user", content=f"{TASK_HEAD}\n{demo}\n{TASK_TAIL}")]
     for i in range(3):
         call = ToolCall(id=f"c{i}", name="bash", arguments={"command": f"run {i}"})
@@ -74,7 +75,7 @@ def test_a_task_over_the_history_room_moves_to_the_retain_slot_without_a_summary
     assert out.report.details.get("no_summary_call") and out.report.details.get("pinned_task")
     assert summarizer.requests == []
     retain = out.window.retain
-    assert retain.startswith(PINNED_MARK)
+    assert retain.startswith(CONDENSED_MARK)  # never labelled verbatim once condensed
     assert TASK_HEAD in retain and TASK_TAIL in retain  # head and tail of the task survive
     assert COUNTER.text(retain) <= PIN_MAX_SHARE * room + 64
     assert out.window.messages == msgs[1:]  # only the task left the messages
@@ -95,3 +96,21 @@ def test_the_task_is_cut_against_the_history_room_not_the_whole_window():
     )
     assert COUNTER.text(narrow.window.retain) < COUNTER.text(wide.window.retain)
     assert COUNTER.text(narrow.window.retain) <= PIN_MAX_SHARE * 4_000 + 64
+
+
+def test_a_condensed_task_keeps_the_names_only_its_middle_gives():
+    # A worked demonstration: prose, with the one path the agent will need in the middle.
+    prose = ["the agent read the output and chose its next step with care"] * 1500
+    middle = "[File: /srv/demo/src/locking/backend_fcntl.py (212 lines total)]"
+    msgs = _session("\n".join([*prose[:750], middle, *prose[750:]]))
+    before = sum(m.token_count for m in msgs)
+    room = 8_000
+    assert msgs[0].token_count > PIN_MAX_SHARE * room
+    out = summarize(
+        Window(msgs, "", ""),
+        ctx(target_tokens=before // 3, room_tokens=room, max_context_tokens=room),
+    )
+    retain = out.window.retain
+    assert out.report.details.get("pinned_task")
+    assert middle in retain and TASK_HEAD in retain and TASK_TAIL in retain
+    assert COUNTER.text(retain) <= PIN_MAX_SHARE * room + 64

@@ -13,22 +13,27 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from contextsvc.engine.messages import Message
-from contextsvc.engine.output_fit import head_tail_view
 from contextsvc.engine.strategies.base import TokenCounter
 from contextsvc.engine.system_carry import split_carried
+from contextsvc.engine.task_condense import condense_task
 
 PINNED_MARK = "The task as first given (verbatim):"
-# A task bigger than this share of the room for the conversation is pinned as
-# its head and tail cut to that share (a problem statement opens it, the
-# instructions close it): kept whole it would crowd out the work itself. A
-# task that cannot be cut (one long line) is summarised like the rest.
+# A condensed task says so: the agent must not take it for the whole wording.
+CONDENSED_MARK = "The task as first given (condensed):"
+# A task bigger than this share of the room for the conversation is pinned
+# condensed to that share (``engine.task_condense``: its opening and closing
+# lines and a line for every path, name and number it names): kept whole it
+# would crowd out the work itself. A bigger share leaves the guard too little
+# room (bench_policy 16k at 0.7: two calls answered 'final'). A task that
+# cannot be condensed (the share too small for the notice) is summarised like
+# the rest.
 PIN_MAX_SHARE = 0.6
 
 
 def is_pinned_retain(retain: str) -> bool:
     """Does the retain slot hold the pinned task (after any carried system block,
     which ``engine.system_carry`` puts at its top)?"""
-    return split_carried(retain)[1].startswith(PINNED_MARK)
+    return split_carried(retain)[1].startswith((PINNED_MARK, CONDENSED_MARK))
 
 
 def pinned_in(
@@ -49,21 +54,22 @@ def pinned_in(
 
 
 def _cut_task(msg: Message, counter: TokenCounter, room: int) -> str | None:
-    return head_tail_view(msg.context_text, None, int(PIN_MAX_SHARE * room), counter.text)
+    return condense_task(msg.context_text, int(PIN_MAX_SHARE * room), counter.text)
 
 
 def pinned_retain(
     pinned: Sequence[Message], counter: TokenCounter | None = None, room: int | None = None
 ) -> str:
-    """The retain slot holding the pinned task (its head and tail when it is over
+    """The retain slot holding the pinned task (condensed when it is over
     ``PIN_MAX_SHARE`` of ``room``)."""
-    texts = []
+    texts, condensed = [], False
     for m in pinned:
         text = m.context_text
         if counter is not None and room is not None and counter.text(text) > PIN_MAX_SHARE * room:
-            text = _cut_task(m, counter, room) or text
+            cut = _cut_task(m, counter, room)
+            text, condensed = (cut, True) if cut else (text, condensed)
         texts.append(text)
-    return "\n\n".join([PINNED_MARK, *texts])
+    return "\n\n".join([CONDENSED_MARK if condensed else PINNED_MARK, *texts])
 
 
 AGENT_PIN_MARK = "[Pinned by the agent (verbatim):]"
