@@ -17,6 +17,7 @@ from sessions.models import Message, Session
 from sessions.selectors import message_stored_count
 from sessions.services.exact_counts import COUNT_TASK, message_count_exact
 from sessions.tasks import count_exact_tokens
+from tests.conftest import tool_turn
 
 pytestmark = pytest.mark.django_db
 
@@ -184,3 +185,18 @@ def test_cost_does_not_grow_with_the_session(alice, make_session):
     assert _queries_for_count(alice, make_session, "short", 0) == _queries_for_count(
         alice, make_session, "long", 500
     )
+
+
+def test_a_preview_prices_a_huge_result_as_its_append_counts_it(alice, make_session):
+    # spec 001's price of a tool result, asked before it is posted: bounded like
+    # the append (no tokenizing without limit on any request), and the same figure.
+    sid = make_session(id="preview", **WINDOW, policy={"tool_output_cache": {"enabled": False}})[
+        "id"
+    ]
+    post(alice, sid, [{"role": "user", "content": "go"}, tool_turn("c1", "")[0]])
+    price = alice.post(f"sessions/{sid}/tools/preview", {"tool_call_id": "c1", "text": DENSE})
+    assert price.status_code == 200, price.content
+    result = post(alice, sid, [{"role": "tool", "tool_call_id": "c1", "content": DENSE}])
+    appended = result["messages"][-1]
+    assert appended["token_count_estimated"]
+    assert appended["token_count"] == price.json()["tokens"]
