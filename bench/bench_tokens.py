@@ -1,6 +1,8 @@
 """Token counting of huge texts: one encode of the whole text (the naive way,
-and the service's before bounded counting) vs contextsvc's bounded count.
-Prints figures; asserts nothing. No database needed.
+and the service's before bounded counting) vs contextsvc's bounded count vs
+the bounded estimate an append stores past its exact budget (what a request
+pays now; the bounded count runs in a worker). Prints figures; asserts
+nothing. No database needed.
 
     python bench/bench_tokens.py            # 30 MB texts, as in the attack
     BENCH_TOKENS_MB=8 python bench/bench_tokens.py
@@ -40,6 +42,7 @@ def text_of(kind: str) -> str:
 
 def run_case(kind: str, how: str) -> None:
     """In this (fresh) process: count, then print one JSON line of figures."""
+    from contextsvc.engine.token_estimate import sampled_estimate
     from contextsvc.engine.tokens import approx_tokens, get_tokenizer
 
     tokenizer = get_tokenizer("tiktoken:cl100k_base")
@@ -54,6 +57,8 @@ def run_case(kind: str, how: str) -> None:
     start = time.perf_counter()
     if how == "naive":
         tokens = len(tokenizer.encoding.encode_ordinary(text))
+    elif how == "estimate":
+        tokens = sampled_estimate(text, tokenizer)
     else:
         tokens = tokenizer.count(text)
     seconds = time.perf_counter() - start
@@ -70,7 +75,7 @@ def main() -> None:
     print(f"counting {mb(SIZE)} texts (cl100k), one process per case…", flush=True)
     results = {}
     for kind in ("one-word", "real text"):
-        for how in ("bounded", "naive") if naive else ("bounded",):
+        for how in ("estimate", "bounded", "naive") if naive else ("estimate", "bounded"):
             out = subprocess.run(
                 [sys.executable, __file__, "--case", kind, how],
                 cwd=ROOT,
@@ -81,19 +86,31 @@ def main() -> None:
             figures = json.loads(out.stdout.strip().splitlines()[-1])
             results[kind, how] = figures
             print(
-                f"  {kind:9} {how:7}: {figures['seconds']:7.2f} s, {figures['tokens']:>10,} tokens "
+                f"  {kind:9} {how:7}: {figures['seconds']:7.3f} s, {figures['tokens']:>10,} tokens "
                 f"(chars/4 {figures['chars_4']:,}), peak RSS growth {mb(figures['growth'])}",
                 flush=True,
             )
+    for kind in ("one-word", "real text"):
+        e, b = results[kind, "estimate"], results[kind, "bounded"]
+        # What is stored either way is floored by chars/4 (estimate_text).
+        stored = max(b["tokens"], b["chars_4"])
+        print(
+            f"  {kind}: the estimate is {b['seconds'] / e['seconds']:.0f}x faster than the bounded"
+            f" count, {100 * (e['tokens'] - stored) / stored:+.1f} % of its stored count"
+        )
     if naive:
         for kind in ("one-word", "real text"):
+            e = results[kind, "estimate"]
             b, n = results[kind, "bounded"], results[kind, "naive"]
             same = (
                 "identical count"
                 if b["tokens"] == n["tokens"]
                 else (f"count {100 * (b['tokens'] - n['tokens']) / n['tokens']:+.3f} %")
             )
-            print(f"  {kind}: bounded is {n['seconds'] / b['seconds']:.1f}x faster, {same}")
+            print(
+                f"  {kind}: bounded is {n['seconds'] / b['seconds']:.1f}x faster, {same};"
+                f" the estimate {n['seconds'] / e['seconds']:.0f}x"
+            )
 
 
 if __name__ == "__main__":

@@ -92,7 +92,9 @@ def _part_items(part: Any, where: tuple[str, ...]) -> list[tuple[Any, tuple[str,
 
 def reject_in_body(raw: bytes, data: Any) -> None:
     """422 naming the field when the parsed ``data`` of ``raw`` holds a NUL where text must not."""
-    if _ESCAPED not in raw:
+    # A body without a backslash has no escape at all: one memchr, ~1 ms for
+    # 30 MB where the six-byte search takes ~14 ms, with the GIL held either way.
+    if b"\\" not in raw or _ESCAPED not in raw:
         return
     field = find_nul(data)
     if field is not None:

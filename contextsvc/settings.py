@@ -282,6 +282,14 @@ CONTEXTSVC_MAX_BATCH = env_int("CONTEXTSVC_MAX_BATCH", 1000, minimum=1)
 # naming the first item over the limit, and nothing is applied.
 CONTEXTSVC_MAX_SECTIONS = env_int("CONTEXTSVC_MAX_SECTIONS", 100, minimum=1)
 CONTEXTSVC_MAX_TOOLS = env_int("CONTEXTSVC_MAX_TOOLS", 1000, minimum=1)
+# Characters an append tokenizes exactly per request (~50 ms of a core for real
+# text at 256 Ki): a message past what is left is stored with a bounded estimate
+# (contextsvc/engine/token_estimate.py, ~4 ms for 30 MB), marked
+# token_count_estimated, and a Celery task counts it exactly off the request
+# path. 0: every message over one 2 Ki-character sample window is estimated.
+CONTEXTSVC_EXACT_TOKEN_CHARS = env_int("CONTEXTSVC_EXACT_TOKEN_CHARS", 256 * 1024, minimum=0)
+# The queue of those exact counts ("" for Celery's default queue).
+CONTEXTSVC_TOKEN_COUNT_QUEUE = env_str("CONTEXTSVC_TOKEN_COUNT_QUEUE", "")
 
 # --- per-key limits -----------------------------------------------------------
 

@@ -214,6 +214,9 @@ class Message(models.Model):
     # verbatim above the summary, tool clearing leaves it.
     pinned = models.BooleanField(default=False)
     token_count = models.PositiveIntegerField()  # of the in-context form, computed once
+    # token_count is a bounded estimate (a text past the append's exact budget,
+    # contextsvc.engine.token_estimate) until a background task counts it exactly.
+    token_count_estimated = models.BooleanField(default=False)
     # Why and when the view became a placeholder: {reason, detail, at, tokens_before}.
     trim_info = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)

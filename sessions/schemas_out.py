@@ -152,6 +152,12 @@ class AppendedOut(Out):
     seq: int
     role: Literal["user", "assistant", "tool", "system"]
     token_count: int
+    token_count_estimated: bool = Field(
+        False,
+        description="token_count is a bounded estimate (a text past the request's exact-count"
+        " budget, CONTEXTSVC_EXACT_TOKEN_CHARS); a background task replaces it with the exact"
+        " count, in the message and the session's budget",
+    )
     output_ref: str | None
     view: str | None
     ref: OutputRefOut | None = Field(..., description="Set when a tool output was stored")

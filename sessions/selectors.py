@@ -156,6 +156,31 @@ def row_to_message(row: tuple) -> EngineMessage:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class StoredCount:
+    """One stored message as its token count sees it (``sessions.services.exact_counts``)."""
+
+    pk: int
+    message: EngineMessage
+    estimated: bool
+    retracted: bool
+
+
+def message_stored_count(session_id: int, seq: int) -> StoredCount | None:
+    """Message ``seq`` of session ``session_id`` (by pk: only background work asks), or None."""
+    row = (
+        Message.objects.filter(session_id=session_id, seq=seq)
+        .annotate(_parts=Cast("parts", TextField()), _calls=Cast("tool_calls", TextField()))
+        .values_list(*_FAST_MESSAGE_FIELDS, "pk", "token_count_estimated", "retracted_at")
+        .first()
+    )
+    if row is None:
+        return None
+    n = len(_FAST_MESSAGE_FIELDS)
+    pk, estimated, retracted_at = row[n:]
+    return StoredCount(pk, row_to_message(row[:n]), estimated, retracted_at is not None)
+
+
 def live_messages(
     session: Session, *, after_seq: int = 0, through_seq: int | None = None
 ) -> list[EngineMessage]:

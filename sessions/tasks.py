@@ -7,6 +7,7 @@ from typing import Any
 from celery import shared_task
 
 from .outputs.gc import outputs_gc
+from .services.exact_counts import session_count_exact
 from .services.idempotency import idempotency_prune
 
 
@@ -33,3 +34,23 @@ def gc_outputs(older_than_days: int | None = None) -> dict[str, Any]:
 def prune_idempotency_keys() -> int:
     """Periodic (beat, hourly): ``manage.py prune_idempotency_keys``. Idempotent."""
     return idempotency_prune()
+
+
+@shared_task(
+    name="sessions.count_exact_tokens",
+    acks_late=True,
+    reject_on_worker_lost=True,
+    autoretry_for=(Exception,),
+    retry_backoff=5,
+    max_retries=3,
+)
+def count_exact_tokens(session_id: int, seqs: list[int]) -> dict[str, str]:
+    """Exact token counts of messages an append stored with an estimate (``exact_counts``).
+
+    Idempotent: a message already counted is left alone. A failure after the
+    retries leaves the estimate in place.
+    """
+    return {
+        str(seq): outcome
+        for seq, outcome in session_count_exact(session_id=session_id, seqs=seqs).items()
+    }

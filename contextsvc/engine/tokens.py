@@ -304,6 +304,18 @@ def estimate_message(
     arguments, the tool_call_id, the name, a per-message overhead, and a flat
     figure per media item (thinking and refusal parts are text, not media).
     """
+    tokens = estimate_text(counted_text(msg), tokenizer)
+    return tokens + message_overhead(msg, config)
+
+
+def message_overhead(msg: Message, config: EstimateConfig = DEFAULT_ESTIMATE_CONFIG) -> int:
+    """The part of a message's estimate that is not its text: the per-message
+    overhead and the flat per-media-item figure (spec 003)."""
+    return config.per_message_overhead + msg.media_count * config.media_item_tokens
+
+
+def counted_text(msg: Message) -> str:
+    """The one text ``estimate_message`` tokenizes for ``msg`` (its fields, newline-joined)."""
     parts: list[str] = []
     text = msg.context_text
     if text:
@@ -324,8 +336,7 @@ def estimate_message(
     # ingested message (the hot path), and tiktoken's per-call overhead
     # dominates for the many short fields. Newline joins keep fields from
     # merging into tokens that span them.
-    tokens = estimate_text("\n".join(p for p in parts if p), tokenizer)
-    return tokens + config.per_message_overhead + msg.media_count * config.media_item_tokens
+    return "\n".join(p for p in parts if p)
 
 
 def estimate_tool_def(tool: ToolDef, tokenizer: Tokenizer) -> int:

@@ -13,7 +13,9 @@ After the answer gunicorn would drain up to 64 KB of an unread body, waiting
 up to 5 s for a client that sends it slowly: a thread held for the flooding
 key, outside its share. So a refused upload's connection is closed at once
 (``unread_body_ends_connection``): the thread is free once the answer is out
-(a WSGI application may not send ``Connection: close`` itself: PEP 3333).
+(a WSGI application may not send ``Connection: close`` itself: PEP 3333), and
+the read side is shut so that gunicorn's closing drain on its poller thread
+never waits for the client either.
 
 Only an admitted key is ever remembered by the limiter, so a bad key passes
 through to Django and stays a 401.
@@ -21,6 +23,7 @@ through to Django and stays a 401.
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -101,6 +104,18 @@ def unread_body_ends_connection(environ: dict[str, Any]) -> None:
     body = environ.get("wsgi.input")
     if content_length(environ) > DRAIN_BYTES and hasattr(body, "failed"):
         body.failed = True
+        # gunicorn (gthread) still closes "gracefully" on its poller thread:
+        # up to 64 KB read in 4 KB steps, waiting up to 2 s for a client that
+        # sends slowly — or, flooding from a loaded machine, is simply not
+        # running — while no other connection of that worker is dispatched
+        # (the calm keys' requests). With the read side shut, those reads take
+        # what is already buffered and end at once; the answer still goes out.
+        sock = environ.get("gunicorn.socket")
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RD)
+            except OSError:
+                pass  # the client is gone already
 
 
 def content_length(environ: dict[str, Any]) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -16,7 +17,7 @@ from contextsvc.engine.output_views import (
     make_view,
     view_bytes_estimate,
 )
-from contextsvc.engine.tokens import estimate_message
+from contextsvc.engine.token_estimate import count_message
 from contextsvc.errors import ValidationFailed
 
 from .. import accounting, hotpath, status
@@ -65,8 +66,13 @@ def tool_output_cost(
         message = EngineMessage(
             role="tool", content=text, view=view_text, tool_call_id=tool_call_id
         )
+        # Counted as an append of this one result would count it: exactly up to
+        # the per-request budget, past it with the bounded estimate.
+        counted = count_message(
+            message, tokenizer, estimate, exact_chars=settings.CONTEXTSVC_EXACT_TOKEN_CHARS
+        )
         return {
-            "tokens": estimate_message(message, tokenizer, estimate),
+            "tokens": counted.tokens,
             "raw_tokens": -(-len(data) // 4),
             "bytes": len(data),
         }

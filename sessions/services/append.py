@@ -24,6 +24,7 @@ from sessions.models import Message, Session
 from sessions.outputs.budget import apply_tool_outputs
 from sessions.outputs.ingest import save_pending_outputs
 
+from .exact_counts import exact_counts_enqueue
 from .idempotency import idempotency_record_create, replayed_response
 from .inputs import MessageData
 from .prepare import Prepared, prepare_messages_storing_outputs
@@ -235,6 +236,7 @@ def _append(
                     "seq": row.seq,
                     "role": row.role,
                     "token_count": row.token_count,
+                    "token_count_estimated": row.token_count_estimated,
                     "output_ref": row.output_ref,
                     "view": row.view_state,
                     "ref": p.ref,
@@ -252,4 +254,8 @@ def _append(
         last_role = "tool_overflow" if tool_effects.overflow_seqs else rows[-1].role
         for hook in REGISTRY.after_append if notify else ():
             transaction.on_commit(lambda hook=hook: hook(session, state, last_role))
+        estimated = [row.seq for row in rows if row.token_count_estimated]
+        if estimated:
+            pk = session.pk
+            transaction.on_commit(lambda: exact_counts_enqueue(session_id=pk, seqs=estimated))
     return response

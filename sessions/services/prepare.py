@@ -1,7 +1,8 @@
 """A posted batch made ready outside the session lock: converted, stored, counted.
 
 Tokenizing is the slow part of an append, so it happens here, before
-``session_append_messages`` takes the row lock (healthchecks' ``Check.ping``).
+``session_append_messages`` takes the row lock (healthchecks' ``Check.ping``),
+and it is bounded per request (``CONTEXTSVC_EXACT_TOKEN_CHARS``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from contextsvc.engine.messages import Message as EngineMessage
 from contextsvc.engine.messages import ToolCall, content_text
 from contextsvc.engine.output_sources import is_cache_read, stored_text, whole_view_config
 from contextsvc.engine.output_views import ViewConfig
-from contextsvc.engine.tokens import estimate_message
+from contextsvc.engine.token_estimate import count_message
 from contextsvc.errors import ValidationFailed
 from sessions import accounting
 from sessions.models import Session
@@ -88,6 +89,10 @@ def prepare_messages_storing_outputs(
     open_calls = dict(session.open_tool_calls or {})
     pending: dict[str, PendingOutput] = {}
     prepared = []
+    # Tokenizing is bounded per request, whatever the texts: past this many
+    # characters counted exactly, a message gets a bounded estimate and an exact
+    # count off the request path (``exact_counts``).
+    exact_left = settings.CONTEXTSVC_EXACT_TOKEN_CHARS
     for i, data in enumerate(messages):
         msg = to_engine_message(data)
         for call in msg.tool_calls:
@@ -126,7 +131,9 @@ def prepare_messages_storing_outputs(
             msg.content = nul.escape_content(msg.content)
             if msg.view is not None:
                 msg.view = nul.escape(msg.view)
-        msg.token_count = estimate_message(msg, tokenizer, config)
+        counted = count_message(msg, tokenizer, config, exact_chars=exact_left)
+        exact_left = max(0, exact_left - counted.exact_chars)
+        msg.token_count = counted.tokens
         content = msg.content
         if stored is not None and msg.view is not None:
             # The output lives in its ToolOutput; the row keeps only media parts.
@@ -152,6 +159,7 @@ def prepare_messages_storing_outputs(
                     "view": msg.view,
                     "view_state": msg.view_state,
                     "token_count": msg.token_count,
+                    "token_count_estimated": counted.estimated,
                     "pinned": msg.pinned,
                 },
                 ref=ref_dict(stored.output) if stored else None,

@@ -39,16 +39,16 @@ def test_token_count_is_computed_once_at_ingest(alice, make_session, monkeypatch
     alice.post(
         f"sessions/{sid}/messages", {"messages": [{"role": "user", "content": "first " * 100}]}
     )
-    from contextsvc.engine import tokens
+    from contextsvc.engine import token_estimate
 
     calls = []
-    real = tokens.estimate_message
+    real = token_estimate.count_message
 
     def counting(msg, *a, **kw):
         calls.append(msg.text)
         return real(msg, *a, **kw)
 
-    monkeypatch.setattr("sessions.services.prepare.estimate_message", counting)
+    monkeypatch.setattr("sessions.services.prepare.count_message", counting)
     alice.post(
         f"sessions/{sid}/messages", {"messages": [{"role": "assistant", "content": "second"}]}
     )

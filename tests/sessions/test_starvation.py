@@ -34,11 +34,17 @@ BIG = 30_000_000
 SAMPLES = 120
 # The other key's p99 under the flood may be at most twice its normal p99, or
 # this floor where twice normal is below what a loaded 2-core CI box can promise
-# (the starvation this guards against cost that key 162 s per append). Measured
-# on a shared 2-core box, 2 x 2 threads: normal p99 6-41 ms, under the flood
-# 36-150 ms — the one 30 MB append admitted at a time takes a core for ~3.5 s
-# and, when it shares the calm key's worker, holds its GIL for 10-50 ms at a
-# time while its body is read and parsed. So the floor stays.
+# (the starvation this guards against cost that key 162 s per append). The 30 MB
+# append admitted now costs its worker ~0.09 s of CPU (a bounded token estimate;
+# the exact count is a Celery worker's, none runs here) instead of ~3.5 s, and a
+# refused upload's connection no longer holds gunicorn's poller thread. Measured
+# on the shared 2-core box (load 4-5 from other jobs), 2 x 2 threads, 5 runs:
+# normal p99 8-41 ms, under the flood 16-32 ms, 0.6-3x (median 1.7x); the same
+# runs alternated with the 30 MB text counted exactly in the request: 18-103 ms,
+# 1.9-7.5x (median 2.7x). What is left is the flood's hundreds of requests a
+# second — refused, or admitted small appends (1,500 a minute) — sharing the
+# calm key's worker and its GIL, on a box other jobs keep busy. Twice normal is
+# met on most runs, not reliably, so the floor stays; the ratio is printed.
 FLOOR_MS = 200
 
 
@@ -131,7 +137,7 @@ def test_one_key_flooding_does_not_starve_another(server):
     report = (
         f"calm key p50/p99: normal {pct(normal, 0.5):.1f}/{p99(normal):.0f} ms, "
         f"under flood {pct(flooded, 0.5):.1f}/{p99(flooded):.0f} ms "
-        f"(bound {bound:.0f} ms); flood outcomes: "
+        f"({p99(flooded) / p99(normal):.1f}x at p99; bound {bound:.0f} ms); flood outcomes: "
         + ", ".join(
             f"{kind} " + str(sorted({o[0] for o in runs})) + f" x{len(runs)}"
             for kind, runs in outcomes.items()
@@ -152,5 +158,8 @@ def test_one_key_flooding_does_not_starve_another(server):
     stored = [json.loads(o[2]) for o in outcomes["big"] if o[0] == 200]
     assert stored, report
     for body in stored:
-        tokens = body["messages"][0]["token_count"]
-        assert BIG // 4 <= tokens <= BIG // 2, tokens
+        # Counted with the bounded estimate in the request (the exact count is
+        # a worker's job, off the request path: none runs here).
+        message = body["messages"][0]
+        assert message["token_count_estimated"], message
+        assert BIG // 4 <= message["token_count"] <= BIG // 2, message
