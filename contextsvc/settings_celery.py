@@ -65,6 +65,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "sessions.prune_idempotency_keys",
         "schedule": 3600.0,
     },
+    # exact token counts whose task was never enqueued (a broker outage at append)
+    "sessions-count-estimated-tokens": {
+        "task": "sessions.count_estimated_tokens",
+        "schedule": 600.0,
+    },
     # spec 000 §1.9: tool outputs nothing references any more
     "sessions-gc-outputs": {"task": "sessions.gc_outputs", "schedule": 86400.0},
 }

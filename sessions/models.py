@@ -239,6 +239,13 @@ class Message(models.Model):
                 name="message_tool_call_id_idx",
                 condition=models.Q(tool_call_id__isnull=False),
             ),
+            # The sweep for estimates whose exact count was never enqueued (a
+            # broker outage): partial, so it holds only those few rows.
+            models.Index(
+                fields=["created_at"],
+                name="message_estimated_idx",
+                condition=models.Q(token_count_estimated=True),
+            ),
         ]
         ordering = ["session", "seq"]
 

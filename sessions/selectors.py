@@ -7,6 +7,7 @@ Every lookup takes the owner, so a stranger's session id is a 404, never a
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -179,6 +180,16 @@ def message_stored_count(session_id: int, seq: int) -> StoredCount | None:
     n = len(_FAST_MESSAGE_FIELDS)
     pk, estimated, retracted_at = row[n:]
     return StoredCount(pk, row_to_message(row[:n]), estimated, retracted_at is not None)
+
+
+def estimated_messages(*, created_before: datetime, limit: int) -> list[tuple[int, int]]:
+    """``(session pk, seq)`` of messages still carrying an append's estimate,
+    oldest first (a partial index holds only those, so this reads no other row)."""
+    return list(
+        Message.objects.filter(token_count_estimated=True, created_at__lt=created_before)
+        .order_by("created_at")
+        .values_list("session_id", "seq")[:limit]
+    )
 
 
 def live_messages(

@@ -7,7 +7,7 @@ from typing import Any
 from celery import shared_task
 
 from .outputs.gc import outputs_gc
-from .services.exact_counts import session_count_exact
+from .services.exact_counts import estimated_counts_sweep, session_count_exact
 from .services.idempotency import idempotency_prune
 
 
@@ -54,3 +54,10 @@ def count_exact_tokens(session_id: int, seqs: list[int]) -> dict[str, str]:
         str(seq): outcome
         for seq, outcome in session_count_exact(session_id=session_id, seqs=seqs).items()
     }
+
+
+@shared_task(name="sessions.count_estimated_tokens", acks_late=True, ignore_result=True)
+def count_estimated_tokens(older_than_seconds: int = 300) -> int:
+    """Periodic (beat, every 10 minutes): ``manage.py count_estimated_tokens``.
+    Exact counts of estimates whose own task never ran. Idempotent."""
+    return estimated_counts_sweep(older_than_seconds=older_than_seconds)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Literal
 
 from django.conf import settings
@@ -37,7 +38,7 @@ from sessions.extensions import REGISTRY
 from sessions.live import in_live_window
 from sessions.models import Message, Session
 from sessions.outputs.budget import TRIMMABLE_STATES
-from sessions.selectors import message_stored_count
+from sessions.selectors import estimated_messages, message_stored_count
 
 logger = logging.getLogger("contextsvc.tokens")
 
@@ -75,9 +76,26 @@ def exact_counts_enqueue(*, session_id: int, seqs: Sequence[int]) -> None:
             **options,
         )
     except Exception:  # noqa: BLE001 - a broker outage must not fail the append
-        # The estimate stays (an over-estimate, by design); manage.py or a later
-        # enqueue can still count it.
+        # The estimate stays (an over-estimate, by design); the periodic sweep
+        # (``estimated_counts_sweep``) counts it later.
         logger.exception("could not enqueue exact token counts of session %s", session_id)
+
+
+def estimated_counts_sweep(*, older_than_seconds: int = 300, limit: int = 1000) -> int:
+    """Count exactly the estimates whose count never ran (the broker was down at
+    the append, or the task failed its retries): periodic (beat) and
+    ``manage.py count_estimated_tokens``. Younger ones are left to their task.
+    Returns how many messages got their exact count."""
+    created_before = timezone.now() - timedelta(seconds=older_than_seconds)
+    counted = 0
+    for session_id, seq in estimated_messages(created_before=created_before, limit=limit):
+        try:
+            outcome = message_count_exact(session_id=session_id, seq=seq)
+        except Exception:  # noqa: BLE001 - one bad row must not stop the sweep
+            logger.exception("exact count of session %s message %s failed", session_id, seq)
+            continue
+        counted += outcome == "counted"
+    return counted
 
 
 def session_count_exact(*, session_id: int, seqs: Sequence[int]) -> dict[int, Outcome]:

@@ -6,17 +6,25 @@ alone, whatever happened to the message in between."""
 from __future__ import annotations
 
 import random
+from datetime import timedelta
+from io import StringIO
 
 import pytest
+from django.core.management import call_command
 from django.db import connection
 from django.db.models import Sum
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from contextsvc.engine.tokens import estimate_message, get_tokenizer
 from sessions.models import Message, Session
 from sessions.selectors import message_stored_count
-from sessions.services.exact_counts import COUNT_TASK, message_count_exact
-from sessions.tasks import count_exact_tokens
+from sessions.services.exact_counts import (
+    COUNT_TASK,
+    estimated_counts_sweep,
+    message_count_exact,
+)
+from sessions.tasks import count_estimated_tokens, count_exact_tokens
 from tests.conftest import tool_turn
 
 pytestmark = pytest.mark.django_db
@@ -200,3 +208,31 @@ def test_a_preview_prices_a_huge_result_as_its_append_counts_it(alice, make_sess
     appended = result["messages"][-1]
     assert appended["token_count_estimated"]
     assert appended["token_count"] == price.json()["tokens"]
+
+
+def test_the_sweep_counts_an_estimate_whose_task_never_ran(alice, estimated):
+    # The enqueue was lost (captured, never run: a broker outage at append).
+    # The periodic sweep leaves it to its task while young, then counts it once.
+    sid, session, body, _ = estimated
+    seq = body["messages"][1]["seq"]
+    assert estimated_counts_sweep(older_than_seconds=300) == 0
+    assert Message.objects.get(session=session, seq=seq).token_count_estimated
+
+    Message.objects.filter(session=session, seq=seq).update(
+        created_at=timezone.now() - timedelta(minutes=10)
+    )
+    assert count_estimated_tokens.apply(kwargs={"older_than_seconds": 300}).get() == 1
+    row = Message.objects.get(session=session, seq=seq)
+    assert not row.token_count_estimated
+    assert row.token_count == exact_of(session.pk, seq) < body["messages"][1]["token_count"]
+    session.refresh_from_db()
+    assert session.conversation_tokens == recount(session)
+    assert estimated_counts_sweep(older_than_seconds=0) == 0  # nothing left to count
+
+
+def test_the_sweep_command_reports_what_it_counted(estimated):
+    _, session, body, _ = estimated
+    out = StringIO()
+    call_command("count_estimated_tokens", "--older-than-seconds", "0", stdout=out)
+    assert out.getvalue().strip() == "Counted 1 estimated message(s) exactly"
+    assert not Message.objects.filter(session=session, token_count_estimated=True).exists()

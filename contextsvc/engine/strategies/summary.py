@@ -197,9 +197,7 @@ def summarize(window: Window, ctx: StrategyContext) -> StrategyOutcome:
         )
         summary = join_facts(facts, merge_summaries(old_body, summary, cap))
         retain = (
-            window.retain
-            if keep_retain
-            else pinned_retain(pinned, ctx.counter, _pin_room(ctx))
+            window.retain if keep_retain else pinned_retain(pinned, ctx.counter, _pin_room(ctx))
         )
         details["pinned_task"] = True
     elif incremental:
