@@ -13,7 +13,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from django.db.models import Case, F, TextField, Value, When
+from django.db.models import Case, F, OuterRef, Subquery, TextField, Value, When
 from django.db.models.functions import Cast
 
 from contextsvc.engine.build import message_to_dict
@@ -230,26 +230,44 @@ def breaker_open(state: CompactionState | None) -> bool:
     return state is not None and state.consecutive_failures >= BREAKER_THRESHOLD
 
 
-def budget_block(session: Session) -> dict[str, Any]:
-    """``compaction`` in GET budget / context: is auto-compaction on, the breaker."""
-    policy = (session.policy or {}).get("compaction") or {}
-    state = state_of(session)
-    is_open = breaker_open(state)
-    active = (
-        CompactionRun.objects.filter(session=session, status__in=CompactionRun.ACTIVE)
-        .values_list("pk", "status")
+def _block_row(session: Session) -> tuple[int, Any, Any, str | None]:
+    """The breaker's columns and the active run (the oldest), in one query:
+    (consecutive failures, breaker opened at, run id, run status)."""
+    state = CompactionState.objects.filter(session=OuterRef("pk"))
+    run = CompactionRun.objects.filter(
+        session=OuterRef("pk"), status__in=CompactionRun.ACTIVE
+    ).order_by("pk")
+    row = (
+        Session.objects.filter(pk=session.pk)
+        .annotate(
+            failures=Subquery(state.values("consecutive_failures")[:1]),
+            opened=Subquery(state.values("breaker_opened_at")[:1]),
+            run_id=Subquery(run.values("pk")[:1]),
+            run_status=Subquery(run.values("status")[:1]),
+        )
+        .values_list("failures", "opened", "run_id", "run_status")
         .first()
     )
+    if row is None:
+        return 0, None, None, None
+    return row[0] or 0, row[1], row[2], row[3]
+
+
+def budget_block(session: Session) -> dict[str, Any]:
+    """``compaction`` in GET budget / context: is auto-compaction on, the breaker (one query)."""
+    policy = (session.policy or {}).get("compaction") or {}
+    failures, opened_at, run_id, run_status = _block_row(session)
+    is_open = failures >= BREAKER_THRESHOLD
     return {
         "compaction": {
             "enabled": policy.get("enabled", True),
             "auto": policy.get("auto", True) and not is_open,
             "circuit_breaker": {
                 "open": is_open,
-                "consecutive_failures": state.consecutive_failures if state else 0,
+                "consecutive_failures": failures,
                 "threshold": BREAKER_THRESHOLD,
-                "opened_at": state.breaker_opened_at if state else None,
+                "opened_at": opened_at,
             },
-            "active_run": {"run_id": str(active[0]), "status": active[1]} if active else None,
+            "active_run": {"run_id": str(run_id), "status": run_status} if run_id else None,
         }
     }

@@ -6,7 +6,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from django.db import transaction
+from django.conf import settings
+from django.db import connection, transaction
 
 from contextsvc import telemetry
 from sessions.models import Session
@@ -66,7 +67,10 @@ def _context_for_call(
     built = account_build(session, fmt, parts, tool_plan, prompt_plan)
     # One commit for the build's two writes (the state, the record): a second
     # commit would cost a second WAL flush, the larger part of the record's price.
+    outermost = not connection.in_atomic_block
     with transaction.atomic():
+        if outermost:  # a caller's transaction keeps its own durability
+            _commit_without_flush()
         build_record_save(built)
         body["budget"].update(built.blocks())
         context_call_record(
@@ -84,3 +88,14 @@ def _context_for_call(
     if body["budget"]["guard"]["status"] == "final":
         session_mark_final(session=session, reason="context")
     return body
+
+
+def _commit_without_flush() -> None:
+    """This transaction commits without waiting for the WAL flush (PostgreSQL;
+    ``DB_BUILD_RECORD_SYNC_COMMIT``): the record is not worth a millisecond
+    before the call it describes. Still atomic and in order; only a database
+    crash in the next fraction of a second can lose it."""
+    if connection.vendor != "postgresql" or settings.DB_BUILD_RECORD_SYNC_COMMIT:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL synchronous_commit TO OFF")
