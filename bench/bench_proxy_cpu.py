@@ -108,6 +108,8 @@ def run(dialect_name: str, agent_key: str, size: int, profile: bool) -> tuple[fl
         if trips is not None:
             trips.mark("forward")
             before.append((trips.total, trips.statements, trips.transactions))
+        if prepared.record is not None:  # the relay writes it once upstream answered
+            prepared.record()
         reply = Reply(
             message={"role": "assistant", "content": f"reply {n}"},
             usage=Usage(input_tokens=1000, output_tokens=10),
