@@ -13,7 +13,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from django.db.models import Case, F, OuterRef, Subquery, TextField, Value, When
+from django.db.models import Case, F, TextField, Value, When
 from django.db.models.functions import Cast
 
 from contextsvc.engine.build import message_to_dict
@@ -231,30 +231,26 @@ def breaker_open(state: CompactionState | None) -> bool:
 
 
 def _block_row(session: Session) -> tuple[int, Any, Any, str | None]:
-    """The breaker's columns and the active run (the oldest), in one query:
-    (consecutive failures, breaker opened at, run id, run status)."""
-    state = CompactionState.objects.filter(session=OuterRef("pk"))
-    run = CompactionRun.objects.filter(
-        session=OuterRef("pk"), status__in=CompactionRun.ACTIVE
-    ).order_by("pk")
-    row = (
-        Session.objects.filter(pk=session.pk)
-        .annotate(
-            failures=Subquery(state.values("consecutive_failures")[:1]),
-            opened=Subquery(state.values("breaker_opened_at")[:1]),
-            run_id=Subquery(run.values("pk")[:1]),
-            run_status=Subquery(run.values("status")[:1]),
-        )
-        .values_list("failures", "opened", "run_id", "run_status")
+    """The breaker's two columns and the active run (the oldest): (consecutive failures,
+    breaker opened at, run id, run status). Two narrow queries: the state's summary is
+    not read, and one query with subqueries cost more to compile than a round trip."""
+    state = (
+        CompactionState.objects.filter(session=session)
+        .values_list("consecutive_failures", "breaker_opened_at")
         .first()
     )
-    if row is None:
-        return 0, None, None, None
-    return row[0] or 0, row[1], row[2], row[3]
+    run = (
+        CompactionRun.objects.filter(session=session, status__in=CompactionRun.ACTIVE)
+        .values_list("pk", "status")
+        .first()
+    )
+    failures, opened_at = state if state is not None else (0, None)
+    run_id, run_status = run if run is not None else (None, None)
+    return failures, opened_at, run_id, run_status
 
 
 def budget_block(session: Session) -> dict[str, Any]:
-    """``compaction`` in GET budget / context: is auto-compaction on, the breaker (one query)."""
+    """``compaction`` in GET budget / context: is auto-compaction on, the breaker."""
     policy = (session.policy or {}).get("compaction") or {}
     failures, opened_at, run_id, run_status = _block_row(session)
     is_open = failures >= BREAKER_THRESHOLD
