@@ -42,9 +42,8 @@ def context_for_call(
     one. Every build leaves a ``ContextCall`` (what was sent, as sent), which
     the next usage report completes.
     """
-    body, record = context_for_call_deferred(
-        session=session, fmt=fmt, extra=extra, preflight=preflight, source=source
-    )
+    kw: dict[str, Any] = {"extra": extra, "preflight": preflight, "source": source}
+    body, record = _traced(session=session, fmt=fmt, apps_blocks=True, **kw)
     record()
     return body
 
@@ -62,11 +61,20 @@ def context_for_call_deferred(
     The proxy calls it once upstream has answered, before the reply is
     stored: a call's first byte does not wait for the record of its build
     (one transaction, its CPU). Until then the budget lacks its ``cache``,
-    ``deferral`` and ``degraded`` blocks. The callable never raises.
+    ``deferral`` and ``degraded`` blocks; the other apps' blocks (compaction's
+    breaker) are left out: the proxy reads only the guard and the totals. The
+    callable raises only what a failed transaction raises.
     """
+    kw: dict[str, Any] = {"extra": extra, "preflight": preflight, "source": source}
+    return _traced(session=session, fmt=fmt, apps_blocks=False, **kw)
+
+
+def _traced(
+    *, session: Session, fmt: str, apps_blocks: bool, **kw: Any
+) -> tuple[dict[str, Any], Callable[[], None]]:
     started = time.perf_counter()
     check_format(fmt)
-    kw: dict[str, Any] = {"extra": extra, "preflight": preflight, "source": source}
+    kw["apps_blocks"] = apps_blocks
     if not telemetry.enabled():
         return _context_for_call(session=session, fmt=fmt, started=started, **kw)
     attributes = telemetry.session_attributes(session, "contextsvc.context")
@@ -79,14 +87,23 @@ def context_for_call_deferred(
 
 
 def _context_for_call(
-    *, session: Session, fmt: str, extra: int, preflight: bool, source: str, started: float
+    *,
+    session: Session,
+    fmt: str,
+    extra: int,
+    preflight: bool,
+    source: str,
+    started: float,
+    apps_blocks: bool,
 ) -> tuple[dict[str, Any], Callable[[], None]]:
     if preflight:
         session = session_context_preflight(session=session, extra=extra)
     messages, stats = context_window(session)
     tool_plan = plan_tools(session, messages, load_state=state_get_or_create)
     tools_record_plan(session, tool_plan)
-    body, parts, prompt_plan = build_context(session, fmt, messages, tool_plan, extra=extra)
+    body, parts, prompt_plan = build_context(
+        session, fmt, messages, tool_plan, extra=extra, apps_blocks=apps_blocks
+    )
     if body["budget"]["guard"]["status"] == "final":
         session_mark_final(session=session, reason="context")
     build_ms = (time.perf_counter() - started) * 1000
