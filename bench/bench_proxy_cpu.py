@@ -10,6 +10,10 @@ sessions of BENCH_HISTORIES (200 and 2,000) messages. Prints CPU ms per call
 and SQL statements per call: neither must grow with the session.
 BENCH_PROFILE=anthropic|openai|responses prints a cProfile of that dialect's
 calls at the longest history (sorted by BENCH_SORT, cumulative time).
+Round trips to PostgreSQL (``roundtrips.RoundTrips``: statements, PREPAREs,
+BEGIN / COMMIT) are counted per call, and apart for the work before the
+forward (``prepare``: what delays the first byte); BENCH_TRACE=1 prints one
+call's round trips at the longest history.
 """
 
 from __future__ import annotations
@@ -21,10 +25,12 @@ import time
 
 import orjson
 from common import OUT_OF_REACH, django_on_scratch_database
+from roundtrips import RoundTrips
 
 HISTORIES = [int(n) for n in os.environ.get("BENCH_HISTORIES", "200,2000").split(",")]
 CALLS = int(os.environ.get("BENCH_CALLS", "40"))
 PROFILE = os.environ.get("BENCH_PROFILE", "")
+TRACE = os.environ.get("BENCH_TRACE", "") == "1"
 MODEL = {"anthropic": "claude-opus-4-5", "openai": "gpt-4o", "responses": "gpt-5.1-codex"}
 AFTER_FIRST_SYNC: list = []  # callables run after each session's first sync (stage timers)
 FILLER = "please look at the handler " * 20
@@ -66,21 +72,9 @@ def echoed(dialect: str, text: str) -> dict:
     return {"role": "assistant", "content": text}
 
 
-class Counter:
-    """Counts the SQL statements run on any connection (``execute_wrapper``)."""
-
-    def __init__(self) -> None:
-        self.count = 0
-
-    def __call__(self, execute, sql, params, many, context):
-        self.count += 1
-        return execute(sql, params, many, context)
-
-
-def run(dialect_name: str, agent_key: str, size: int, profile: bool) -> tuple[float, float]:
-    """CPU ms and statements per call over CALLS calls on a session of ``size`` messages."""
-    from django.db import connection
-
+def run(dialect_name: str, agent_key: str, size: int, profile: bool) -> tuple[float, dict]:
+    """CPU ms per call over CALLS calls on a session of ``size`` messages, and the
+    round trips per call: in all, and before the forward."""
     from contextsvc.engine.providers.common import Reply, Usage
     from proxy.providers import ANTHROPIC, OPENAI, RESPONSES
     from proxy.services.calls import prepare
@@ -102,11 +96,20 @@ def run(dialect_name: str, agent_key: str, size: int, profile: bool) -> tuple[fl
         def __init__(self, raw: bytes) -> None:
             self.body = raw
 
-    def one(n: int) -> None:
+    walls: list[float] = []
+
+    def one(n: int, trips: RoundTrips | None = None) -> None:
         request = Request(orjson.dumps({**base, key: messages}))
         body = _body(request)
         converted = dialect.envelope(body)
+        wall = time.perf_counter()
         _, prepared = prepare_fn(dialect=dialect, headers=headers, body=body, converted=converted)
+        walls.append(time.perf_counter() - wall)
+        if trips is not None:
+            trips.mark("forward")
+            before.append((trips.total, trips.statements, trips.transactions))
+        if prepared.record is not None:  # the relay writes it once upstream answered
+            prepared.record()
         reply = Reply(
             message={"role": "assistant", "content": f"reply {n}"},
             usage=Usage(input_tokens=1000, output_tokens=10),
@@ -122,10 +125,13 @@ def run(dialect_name: str, agent_key: str, size: int, profile: bool) -> tuple[fl
     one(-1)  # the first sync
     for hook in AFTER_FIRST_SYNC:
         hook()
-    counter = Counter()
+    before: list[tuple[int, int, int]] = []
+    trips = RoundTrips(trace=TRACE and size == HISTORIES[-1])
     profiler = cProfile.Profile() if profile else None
     cpu = 0.0
-    with connection.execute_wrapper(counter):
+    prior = (0, 0, 0)
+    pre = [0, 0, 0]
+    with trips:
         for n in range(CALLS):
             messages += [
                 echoed(dialect_name, f"reply {n - 1}"),
@@ -134,14 +140,29 @@ def run(dialect_name: str, agent_key: str, size: int, profile: bool) -> tuple[fl
             started = time.process_time()
             if profiler:
                 profiler.enable()
-            one(n)
+            one(n, trips)
             if profiler:
                 profiler.disable()
             cpu += time.process_time() - started
+            pre = [p + b - a for p, a, b in zip(pre, prior, before[-1], strict=True)]
+            prior = (trips.total, trips.statements, trips.transactions)
+            if trips.trace is not None and n == 0:
+                print(f"  one {dialect_name} call at {size} messages:")
+                print("\n".join("    " + line for line in trips.trace))
+                trips.trace = None
     if profiler:
         stats = pstats.Stats(profiler).sort_stats(os.environ.get("BENCH_SORT", "cumulative"))
         stats.print_stats(60)
-    return cpu / CALLS * 1000, counter.count / CALLS
+    counts = {
+        "trips": trips.total / CALLS,
+        "statements": trips.statements / CALLS,
+        "transactions": trips.transactions / CALLS,
+        "pre_trips": pre[0] / CALLS,
+        "pre_statements": pre[1] / CALLS,
+        "pre_transactions": pre[2] / CALLS,
+        "pre_wall": sorted(walls[-CALLS:])[CALLS // 2] * 1000,
+    }
+    return cpu / CALLS * 1000, counts
 
 
 def main() -> None:
@@ -150,13 +171,20 @@ def main() -> None:
     from sessions.services.keys import agent_key_create
 
     _, agent_key = agent_key_create(name="bench")
-    print(f"per call, {CALLS} calls each: CPU ms / SQL statements")
+    print(
+        f"per call, {CALLS} calls each: CPU ms (the wall time of prepare alone); "
+        "round trips / statements / transactions (before the forward / in all)"
+    )
     for dialect in ("anthropic", "openai", "responses"):
         figures = []
         for size in HISTORIES:
             profile = dialect == PROFILE and size == HISTORIES[-1]
-            cpu, queries = run(dialect, agent_key, size, profile)
-            figures.append(f"{size:>5}: {cpu:6.2f} ms {queries:5.1f} q")
+            cpu, c = run(dialect, agent_key, size, profile)
+            figures.append(
+                f"{size:>5}: {cpu:6.2f} ms (prepare wall p50 {c['pre_wall']:5.2f})  rt {c['pre_trips']:4.1f}/{c['trips']:4.1f}"
+                f"  st {c['pre_statements']:4.1f}/{c['statements']:4.1f}"
+                f"  tx {c['pre_transactions']:3.1f}/{c['transactions']:3.1f}"
+            )
         print(f"  {dialect:>9}  " + "   ".join(figures))
 
 

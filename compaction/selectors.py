@@ -230,26 +230,40 @@ def breaker_open(state: CompactionState | None) -> bool:
     return state is not None and state.consecutive_failures >= BREAKER_THRESHOLD
 
 
-def budget_block(session: Session) -> dict[str, Any]:
-    """``compaction`` in GET budget / context: is auto-compaction on, the breaker."""
-    policy = (session.policy or {}).get("compaction") or {}
-    state = state_of(session)
-    is_open = breaker_open(state)
-    active = (
+def _block_row(session: Session) -> tuple[int, Any, Any, str | None]:
+    """The breaker's two columns and the active run (the oldest): (consecutive failures,
+    breaker opened at, run id, run status). Two narrow queries: the state's summary is
+    not read, and one query with subqueries cost more to compile than a round trip."""
+    state = (
+        CompactionState.objects.filter(session=session)
+        .values_list("consecutive_failures", "breaker_opened_at")
+        .first()
+    )
+    run = (
         CompactionRun.objects.filter(session=session, status__in=CompactionRun.ACTIVE)
         .values_list("pk", "status")
         .first()
     )
+    failures, opened_at = state if state is not None else (0, None)
+    run_id, run_status = run if run is not None else (None, None)
+    return failures, opened_at, run_id, run_status
+
+
+def budget_block(session: Session) -> dict[str, Any]:
+    """``compaction`` in GET budget / context: is auto-compaction on, the breaker."""
+    policy = (session.policy or {}).get("compaction") or {}
+    failures, opened_at, run_id, run_status = _block_row(session)
+    is_open = failures >= BREAKER_THRESHOLD
     return {
         "compaction": {
             "enabled": policy.get("enabled", True),
             "auto": policy.get("auto", True) and not is_open,
             "circuit_breaker": {
                 "open": is_open,
-                "consecutive_failures": state.consecutive_failures if state else 0,
+                "consecutive_failures": failures,
                 "threshold": BREAKER_THRESHOLD,
-                "opened_at": state.breaker_opened_at if state else None,
+                "opened_at": opened_at,
             },
-            "active_run": {"run_id": str(active[0]), "status": active[1]} if active else None,
+            "active_run": {"run_id": str(run_id), "status": run_status} if run_id else None,
         }
     }

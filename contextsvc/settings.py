@@ -217,6 +217,12 @@ if DB_PREPARED_STATEMENTS and DATABASES["default"]["ENGINE"].endswith("postgresq
     # Django turns psycopg's statement preparing off (None); the ORM's cursors
     # bind on the client and never prepare, so this reaches only hotpath's.
     DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = 5
+# A context build's record (its ContextCall row and the prompt state's cache
+# accounting) commits without waiting for the WAL flush on PostgreSQL
+# (synchronous_commit off for that transaction alone): a crash of the database
+# server can lose the last fraction of a second of records, never a message;
+# the flush was a millisecond before every proxied call's first byte.
+DB_BUILD_RECORD_SYNC_COMMIT = env_bool("DB_BUILD_RECORD_SYNC_COMMIT", False)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- celery and compaction: contextsvc/settings_celery.py ---------------------

@@ -12,19 +12,19 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 from asgiref.sync import sync_to_async
-from django.db import connections
 from django.http import HttpResponse, StreamingHttpResponse
 
 from contextsvc.engine.providers.common import ConversionError, Reply
 from contextsvc.engine.providers.sse import SseParser
 from sessions.models import Session
 
+from .pooled import release_connections
 from .providers import Dialect, relayed_headers
 from .services.builtins import MAX_ROUNDS
 from .services.calls import Prepared, rebuild, rebuild_after_overflow
@@ -65,10 +65,39 @@ def _ours(response: HttpResponse | StreamingHttpResponse, prepared: Prepared) ->
     response[GUARD_HEADER] = prepared.guard
 
 
+def _write_record(record: Callable[[], None], session_pk: int) -> None:
+    try:
+        record()
+    except Exception:
+        logger.exception("proxy: could not record the build of session %s", session_pk)
+    finally:
+        release_connections()
+
+
+async def record_build(call: Call) -> None:
+    """Write the record of the build just forwarded (``Prepared.record``), once.
+
+    Run when upstream has answered: after the first chunk of a stream is
+    relayed, before anything else of an answer or an error, and before the
+    reply is stored (which completes the record with its usage).
+    """
+    record, call.prepared.record = call.prepared.record, None
+    if record is not None:
+        await sync_to_async(_write_record)(record, call.prepared.session.pk)
+
+
 def _record_closing(
-    session: Session, dialect: Dialect, reply: Reply, final_tool: str | None, started_ns: int
+    session: Session,
+    dialect: Dialect,
+    reply: Reply,
+    final_tool: str | None,
+    started_ns: int,
+    record: Callable[[], None] | None = None,
 ) -> None:
-    """Store a reply from outside the request's thread, then close that thread's connections."""
+    """Store a reply from outside the request's thread (the build's record first, if
+    not written yet), then close that thread's connections."""
+    if record is not None:
+        _write_record(record, session.pk)
     try:
         session_record_reply(
             session=session,
@@ -81,7 +110,7 @@ def _record_closing(
     except Exception:
         logger.exception("proxy: could not store the reply of session %s", session.pk)
     finally:
-        connections.close_all()
+        release_connections()
 
 
 async def forward(call: Call) -> HttpResponse | StreamingHttpResponse:
@@ -99,6 +128,8 @@ async def forward(call: Call) -> HttpResponse | StreamingHttpResponse:
         body = _upstream_body(call, streaming)
         call.started_ns = time.time_ns()
         response = await open_call("POST", url, headers=call.headers, json=body)
+        if not streaming or response.status_code >= 300:
+            await record_build(call)  # a stream's: once its first chunk is relayed
         if response.status_code >= 300:
             raw = await read_body(response)
             payload = json_or_none(raw)
@@ -229,6 +260,8 @@ async def _relay(response: httpx.Response, call: Call) -> AsyncIterator[bytes]:
                         yield chunk
                     elif any(out):
                         yield b"".join(out)
+                    if call.prepared.record is not None:
+                        await record_build(call)
                 for event in parser.close():
                     accumulator.feed(event)
                     if relay is not None:
@@ -241,6 +274,7 @@ async def _relay(response: httpx.Response, call: Call) -> AsyncIterator[bytes]:
                 await response.aclose()
             rounds += 1
             reply = accumulator.result()
+            await record_build(call)  # a stream that relayed nothing
             recorded = await sync_to_async(session_record_reply)(
                 session=call.prepared.session,
                 dialect=dialect,
@@ -275,14 +309,17 @@ async def _relay(response: httpx.Response, call: Call) -> AsyncIterator[bytes]:
                 json=_upstream_body(call, True),
             )
             if response.status_code >= 300:
+                await record_build(call)
                 raw = await read_body(response)
                 payload = json_or_none(raw) or {}
                 error = payload.get("error") if isinstance(payload, dict) else None
                 yield _error_event(dialect, error or {"message": raw.decode(errors="replace")})
                 return
     except Unreachable as exc:
+        await record_build(call)
         yield _error_event(dialect, {"type": "api_error", "message": exc.message})
     finally:
+        pending, call.prepared.record = call.prepared.record, None
         if not stored:
             # A client disconnect cancels the relay: store what arrived, whatever
             # happens to this task (a thread of its own, not the request's).
@@ -293,6 +330,7 @@ async def _relay(response: httpx.Response, call: Call) -> AsyncIterator[bytes]:
                     accumulator.result(),
                     call.prepared.final_tool,
                     call.started_ns,
+                    pending,
                 )
             )
             try:

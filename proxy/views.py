@@ -14,7 +14,6 @@ from typing import Any
 
 import orjson
 from asgiref.sync import sync_to_async
-from django.db import connections
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
@@ -22,8 +21,9 @@ from contextsvc.engine.errors import EngineValidationError
 from contextsvc.engine.providers.common import ConversionError
 from contextsvc.errors import ServiceError
 
+from .pooled import released
 from .providers import ANTHROPIC, OPENAI, Dialect, relayed_headers
-from .relay import Call, forward
+from .relay import Call, forward, record_build
 from .services.caller import caller_for
 from .services.calls import ContextTooLarge, count_body, prepare
 from .upstream import Unreachable, open_call, read_body
@@ -74,21 +74,6 @@ def _stdlib_body(raw: bytes) -> Any:
         raise ConversionError(f"the body is not valid JSON: {exc}") from exc
 
 
-def _released(work: Any) -> Any:
-    """``work``, then this thread's pooled connections go back to the pool
-    (``settings_proxy``): a stream waits on upstream holding none."""
-
-    def run(**kwargs: Any) -> Any:
-        try:
-            return work(**kwargs)
-        finally:
-            for connection in connections.all(initialized_only=True):
-                if getattr(connection, "pool", None) is not None:
-                    connection.close()
-
-    return run
-
-
 async def proxy_call(
     request: HttpRequest, dialect: Dialect, path: str, prepare_fn: Any = prepare
 ) -> HttpResponse | StreamingHttpResponse:
@@ -102,7 +87,7 @@ async def proxy_call(
         return provider_error(dialect, 400, str(exc))
     headers = request.headers
     try:
-        caller, prepared = await sync_to_async(_released(prepare_fn))(
+        caller, prepared = await sync_to_async(released(prepare_fn))(
             dialect=dialect,
             headers=headers,
             body=body,
@@ -127,6 +112,7 @@ async def proxy_call(
     try:
         return await forward(call)
     except Unreachable as exc:
+        await record_build(call)  # the build was made: it is recorded as for any answer
         response = provider_error(dialect, exc.status, exc.message)
         response["X-Contextsvc-Session"] = prepared.session.external_id
         return response

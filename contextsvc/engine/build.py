@@ -216,16 +216,17 @@ def _anthropic(parts: ContextParts) -> dict[str, Any]:
             messages.append({"role": role, "content": content})
     if messages and messages[-1]["role"] == "assistant":
         # A last assistant turn is a prefill; the API rejects one ending in whitespace.
-        last = messages[-1]["content"][-1]
-        if last["type"] == "text":
-            last["text"] = last["text"].rstrip()
+        content = messages[-1]["content"]
+        if content[-1]["type"] == "text":
+            content[-1] = {**content[-1], "text": content[-1]["text"].rstrip()}
     marked = [m for m in messages if m["role"] != "system"]
     if plan is not None and plan.history and marked and not is_synthetic_turn(history):
         # The moving breakpoint: the newest history block, before the tail
         # (never on a mid-conversation system message: the API documents
         # cache_control on user and assistant turns; nor on a synthetic user
         # turn, gone from the next call).
-        marked[-1]["content"][-1]["cache_control"] = plan.cache_control()
+        last = marked[-1]["content"]
+        last[-1] = {**last[-1], "cache_control": plan.cache_control()}
     if lay.tail and messages and messages[-1]["role"] == "system":
         # The tail is user text after the history; a system message last takes
         # a user turn after it rather than moving the tail into ``system``.

@@ -87,8 +87,11 @@ def build_context(
     tool_plan: ToolPlan,
     *,
     extra: int = 0,
+    apps_blocks: bool = True,
 ) -> tuple[dict[str, Any], ContextParts, PromptPlan]:
-    """The request body and the budget, without prompting's accounting blocks.
+    """The request body and the budget, without prompting's accounting blocks
+    (and without the other apps' with ``apps_blocks=False``: the proxy reads
+    only the guard and the totals).
 
     The tools come from deferral (spec 002 §5), the sections are ordered and
     the cache breakpoints placed (spec 002 §4); each degrades rather than fails
@@ -132,7 +135,8 @@ def build_context(
         parts.sections, parts.cache, parts.plain = prompt_plan.sections, None, True
         body = build_request(fmt, parts)
     body["budget"] = state.to_dict()
-    body["budget"].update(_other_apps_blocks(session))
+    if apps_blocks:
+        body["budget"].update(_other_apps_blocks(session))
     return body, parts, prompt_plan
 
 

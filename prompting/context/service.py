@@ -4,9 +4,11 @@ enforces it (``GET /context`` and the overflow endpoint both answer with it)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
-from django.db import transaction
+from django.conf import settings
+from django.db import connection, transaction
 
 from contextsvc import telemetry
 from sessions.models import Session
@@ -32,55 +34,113 @@ def context_for_call(
     """The body to send next, with its budget; the build is recorded.
 
     In order: the preflight hooks (spec 002 §8: at block or final, compaction
-    may make room first); the tool selection, saved; the build; its cache
-    accounting, saved; and on a ``final`` verdict the session is marked final
-    (spec 001 enforcement: the model is told to finish, so the session is).
-    ``preflight=False`` when the caller has just compacted (the overflow
-    endpoint): a second compaction could not make more room than that one.
-    Every build leaves a ``ContextCall`` (what was sent, as sent), which the
-    next usage report completes.
+    may make room first); the tool selection, saved; the build; on a
+    ``final`` verdict the session is marked final (spec 001 enforcement: the
+    model is told to finish, so the session is); its cache accounting and
+    record, saved. ``preflight=False`` when the caller has just compacted (the
+    overflow endpoint): a second compaction could not make more room than that
+    one. Every build leaves a ``ContextCall`` (what was sent, as sent), which
+    the next usage report completes.
     """
+    kw: dict[str, Any] = {"extra": extra, "preflight": preflight, "source": source}
+    body, record = _traced(session=session, fmt=fmt, apps_blocks=True, **kw)
+    record()
+    return body
+
+
+def context_for_call_deferred(
+    *,
+    session: Session,
+    fmt: str,
+    extra: int = 0,
+    preflight: bool = True,
+    source: str = "api",
+) -> tuple[dict[str, Any], Callable[[], None]]:
+    """``context_for_call``'s body, and the writing of its record as a callable.
+
+    The proxy calls it once upstream has answered, before the reply is
+    stored: a call's first byte does not wait for the record of its build
+    (one transaction, its CPU). Until then the budget lacks its ``cache``,
+    ``deferral`` and ``degraded`` blocks; the other apps' blocks (compaction's
+    breaker) are left out: the proxy reads only the guard and the totals. The
+    callable raises only what a failed transaction raises.
+    """
+    kw: dict[str, Any] = {"extra": extra, "preflight": preflight, "source": source}
+    return _traced(session=session, fmt=fmt, apps_blocks=False, **kw)
+
+
+def _traced(
+    *, session: Session, fmt: str, apps_blocks: bool, **kw: Any
+) -> tuple[dict[str, Any], Callable[[], None]]:
     started = time.perf_counter()
     check_format(fmt)
-    kw: dict[str, Any] = {"extra": extra, "preflight": preflight, "source": source}
+    kw["apps_blocks"] = apps_blocks
     if not telemetry.enabled():
         return _context_for_call(session=session, fmt=fmt, started=started, **kw)
     attributes = telemetry.session_attributes(session, "contextsvc.context")
     with telemetry.span("contextsvc.context", {**attributes, "contextsvc.format": fmt}) as span:
-        body = _context_for_call(session=session, fmt=fmt, started=started, **kw)
+        body, record = _context_for_call(session=session, fmt=fmt, started=started, **kw)
         budget = body["budget"]
         span.set_attribute("contextsvc.context.tokens", budget["used"])
         span.set_attribute("contextsvc.guard", budget["guard"]["status"])
-        return body
+        return body, record
 
 
 def _context_for_call(
-    *, session: Session, fmt: str, extra: int, preflight: bool, source: str, started: float
-) -> dict[str, Any]:
+    *,
+    session: Session,
+    fmt: str,
+    extra: int,
+    preflight: bool,
+    source: str,
+    started: float,
+    apps_blocks: bool,
+) -> tuple[dict[str, Any], Callable[[], None]]:
     if preflight:
         session = session_context_preflight(session=session, extra=extra)
     messages, stats = context_window(session)
     tool_plan = plan_tools(session, messages, load_state=state_get_or_create)
     tools_record_plan(session, tool_plan)
-    body, parts, prompt_plan = build_context(session, fmt, messages, tool_plan, extra=extra)
-    built = account_build(session, fmt, parts, tool_plan, prompt_plan)
-    # One commit for the build's two writes (the state, the record): a second
-    # commit would cost a second WAL flush, the larger part of the record's price.
-    with transaction.atomic():
-        build_record_save(built)
-        body["budget"].update(built.blocks())
-        context_call_record(
-            session=session,
-            source=source,
-            fmt=fmt,
-            parts=parts,
-            tool_plan=tool_plan,
-            prompt_plan=prompt_plan,
-            budget=body["budget"],
-            record=built.record,
-            build_ms=(time.perf_counter() - started) * 1000,
-            stats=stats,
-        )
+    body, parts, prompt_plan = build_context(
+        session, fmt, messages, tool_plan, extra=extra, apps_blocks=apps_blocks
+    )
     if body["budget"]["guard"]["status"] == "final":
         session_mark_final(session=session, reason="context")
-    return body
+    build_ms = (time.perf_counter() - started) * 1000
+    budget = body["budget"]  # the caller may take it out of the body meanwhile
+
+    def record() -> None:
+        built = account_build(session, fmt, parts, tool_plan, prompt_plan)
+        # One commit for the build's two writes (the state, the record): a second
+        # commit would cost a second WAL flush, the larger part of the record's price.
+        outermost = not connection.in_atomic_block
+        with transaction.atomic():
+            if outermost:  # a caller's transaction keeps its own durability
+                _commit_without_flush()
+            build_record_save(built)
+            budget.update(built.blocks())
+            context_call_record(
+                session=session,
+                source=source,
+                fmt=fmt,
+                parts=parts,
+                tool_plan=tool_plan,
+                prompt_plan=prompt_plan,
+                budget=budget,
+                record=built.record,
+                build_ms=build_ms,
+                stats=stats,
+            )
+
+    return body, record
+
+
+def _commit_without_flush() -> None:
+    """This transaction commits without waiting for the WAL flush (PostgreSQL;
+    ``DB_BUILD_RECORD_SYNC_COMMIT``): the record is not worth a millisecond
+    before the call it describes. Still atomic and in order; only a database
+    crash in the next fraction of a second can lose it."""
+    if connection.vendor != "postgresql" or settings.DB_BUILD_RECORD_SYNC_COMMIT:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL synchronous_commit TO OFF")

@@ -8,7 +8,7 @@ append, session create / sections / tools, the one context build and usage.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +18,7 @@ from contextsvc.engine.providers import openai_chat
 from contextsvc.engine.providers.common import Converted
 from contextsvc.errors import NotFound
 from prompting.context.build import context_preview
-from prompting.context.service import context_for_call
+from prompting.context.service import context_for_call_deferred
 from sessions.accounting import final_tool_name
 from sessions.hotpath import read_session
 from sessions.models import Session
@@ -63,6 +63,9 @@ class Prepared:
     final_tool: str | None = (
         None  # the final-report tool the proxy turns into text (``services.final``)
     )
+    # Writes the build's record (``context_for_call_deferred``): the relay runs
+    # it once upstream has answered (``record_build``), before the reply is stored.
+    record: Callable[[], None] | None = None
 
 
 def _to_transcript(dialect: Dialect, lead: int) -> ToTranscript:
@@ -214,10 +217,11 @@ def _build(
     synced: Synced,
     runnable: frozenset[str],
 ) -> Prepared:
-    built = context_for_call(session=session, fmt=dialect.fmt, source="proxy")
+    built, record = context_for_call_deferred(session=session, fmt=dialect.fmt, source="proxy")
     budget = built.pop("budget")
     guard = budget["guard"]["status"]
     if guard == "final" and budget["estimated_tokens"] > budget["context_window"]:
+        record()  # refused, but built: recorded as every build is
         raise ContextTooLarge(
             f"prompt is too long: the managed context needs about {budget['estimated_tokens']} "
             f"tokens > {budget['context_window']} maximum, even after compaction"
@@ -233,6 +237,7 @@ def _build(
         synced=synced,
         runnable=runnable,
         final_tool=final_tool,
+        record=record,
     )
 
 

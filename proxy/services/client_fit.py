@@ -78,22 +78,27 @@ def cap_breakpoints(body: dict[str, Any], limit: int = MAX_BREAKPOINTS) -> dict[
 
     The build marks at most one message block (the newest history turn,
     ``engine.build``), so when the tools, the system and that one marker fit,
-    the history is not walked: the common call costs nothing per message.
+    the history is not walked: the common call costs nothing per message. A
+    marker is removed by replacing its block with a copy without it: history
+    blocks are shared with other builds (``engine.providers.history``).
     """
-    ours: list[dict[str, Any]] = [t for t in body.get("tools") or () if _marked(t)]
+    ours: list[tuple[list[Any], int]] = []
+    tools = body.get("tools")
+    if isinstance(tools, list):
+        ours.extend((tools, i) for i, t in enumerate(tools) if _marked(t))
     system = body.get("system")
     if isinstance(system, list):
-        ours.extend(b for b in system if _marked(b))
+        ours.extend((system, i) for i, b in enumerate(system) if _marked(b))
     top = 1 if "cache_control" in body else 0
     if len(ours) + 1 + top <= limit:
         return body
     for message in body.get("messages") or ():
         content = message.get("content")
         if isinstance(content, list):
-            ours.extend(b for b in content if _marked(b))
+            ours.extend((content, i) for i, b in enumerate(content) if _marked(b))
     total = len(ours) + top
-    for block in ours[: max(0, total - limit)]:
-        del block["cache_control"]
+    for blocks, i in ours[: max(0, total - limit)]:
+        blocks[i] = {k: v for k, v in blocks[i].items() if k != "cache_control"}
     return body
 
 

@@ -73,9 +73,11 @@ def session_record_reply(
             batch: list[MessageData] = [message]  # type: ignore[list-item]
             # The usage report below runs the after-append checks (compaction's
             # auto-trigger) on the newer state: once per call, not twice.
-            session_append_messages(session=session, messages=batch, notify=not reported)
+            session_append_messages(
+                session=session, messages=batch, notify=not reported, savepoint=False
+            )
         if reported:
-            session_record_usage(session=session, usage=usage)  # type: ignore[arg-type]
+            session_record_usage(session=session, usage=usage, savepoint=False)  # type: ignore[arg-type]
         if ours:
             session_run_builtin_calls(session=session, calls=ours)
         if has_content and not reply.incomplete and not again:

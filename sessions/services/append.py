@@ -163,6 +163,7 @@ def session_append_messages(
     idempotency_key: str | None = None,
     fingerprint: str = "",
     notify: bool = True,
+    savepoint: bool = True,
 ) -> dict[str, Any]:
     """Append a batch; returns the API response (also what a retry replays).
 
@@ -170,12 +171,15 @@ def session_append_messages(
     ``idempotency.request_fingerprint``. ``notify=False`` leaves out the
     ``after_append`` hooks: for a caller whose same transaction reports usage
     next, which runs them on the newer state (the proxy storing a reply).
+    ``savepoint=False``: inside a caller's transaction that any error rolls
+    back whole (the proxy's sync and stored reply), no SAVEPOINT / RELEASE
+    (two round trips); a refused batch then dooms that transaction.
     """
     if not telemetry.enabled():
-        return _append(session, messages, idempotency_key, fingerprint, notify)
+        return _append(session, messages, idempotency_key, fingerprint, notify, savepoint)
     attributes = telemetry.session_attributes(session, "contextsvc.append")
     with telemetry.span("contextsvc.append", attributes) as span:
-        response = _append(session, messages, idempotency_key, fingerprint, notify)
+        response = _append(session, messages, idempotency_key, fingerprint, notify, savepoint)
         span.set_attribute("contextsvc.messages", len(response["messages"]))
         span.set_attribute(
             "contextsvc.tokens_added", sum(m["token_count"] for m in response["messages"])
@@ -191,6 +195,7 @@ def _append(
     idempotency_key: str | None,
     fingerprint: str,
     notify: bool = True,
+    savepoint: bool = True,
 ) -> dict[str, Any]:
     _check_batch_size(messages)
     if idempotency_key:
@@ -200,7 +205,7 @@ def _append(
     _duplicate_call_id(messages)
     # Tokenizing is the slow part: do it before taking the row lock.
     prepared = prepare_messages_storing_outputs(session, messages)
-    with transaction.atomic():
+    with transaction.atomic(savepoint=savepoint):
         session = hotpath.relock_session(session, exclude=hotpath.HEAVY_FIELDS)
         if idempotency_key:
             # A concurrent retry may have committed while we tokenized.

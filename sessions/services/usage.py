@@ -16,13 +16,32 @@ from sessions.models import Message, Session, UsageReport
 from .calls import context_call_complete
 from .inputs import UsageData
 
+# What a usage report changes on the session row (``refresh_guard``'s two included).
+USAGE_FIELDS = (
+    "reported_total",
+    "reported_through_seq",
+    "estimated_at_report",
+    "guard_status",
+    "used_tokens",
+    "updated_at",
+)
 
-@transaction.atomic
+
 def session_record_usage(
-    *, session: Session, usage: UsageData
+    *, session: Session, usage: UsageData, savepoint: bool = True
 ) -> tuple[UsageReport, accounting.BudgetState]:
-    """Store one call's usage and what the service estimated for the same messages."""
-    session = hotpath.lock_session(session.pk)
+    """Store one call's usage and what the service estimated for the same messages.
+
+    ``savepoint=False``: as ``session_append_messages``'s (the proxy's stored reply).
+    """
+    with transaction.atomic(savepoint=savepoint):
+        return _record_usage(session, usage)
+
+
+def _record_usage(session: Session, usage: UsageData) -> tuple[UsageReport, accounting.BudgetState]:
+    # Without the tools (a megabyte of JSON at most): nothing here reads them,
+    # and the UPDATE below writes only the columns the report changes.
+    session = hotpath.lock_session(session.pk, exclude=hotpath.HEAVY_FIELDS)
     through = usage.get("through_seq")
     if through is None:
         through = session.last_seq
@@ -67,7 +86,7 @@ def session_record_usage(
     session.estimated_at_report = estimated_then
     state = status.refresh_guard(session)
     session.updated_at = timezone.now()
-    session.save()
+    hotpath.save_fields(session, USAGE_FIELDS)
     for hook in REGISTRY.after_append:
         transaction.on_commit(lambda hook=hook: hook(session, state, "usage"))
     if telemetry.enabled():

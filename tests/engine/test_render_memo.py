@@ -4,7 +4,9 @@ The context cache hands the same message objects to every build of a
 session; the build, the proxy and the API then mark, merge and trim the body
 they got. Each test changes a built body every way those do, builds again
 from the same objects, and compares with a build from fresh copies (which
-have no memo).
+have no memo). Anthropic blocks are shared with the memo (a build copies
+none per message): they are changed by replacing them with changed copies,
+as the build's marker and ``proxy.services.client_fit.cap_breakpoints`` do.
 """
 
 from __future__ import annotations
@@ -53,16 +55,18 @@ def fresh(messages: list[Message]) -> list[Message]:
 
 
 def scribble(body: dict) -> None:
-    """Change a built body's messages (items) and their blocks in place, as later code may:
-    markers added and removed, text trimmed, blocks appended (the memo's promise: these)."""
+    """Change a built body's messages (items) and their block lists, as later code may:
+    markers added and removed, text trimmed, blocks appended (the memo's promise: these),
+    each changed block replaced by a changed copy."""
     for message in body.get("messages") or body.get("input"):
         message["seen"] = True
         content = message.get("content")
         if isinstance(content, list):
-            for block in content:
+            for i, block in enumerate(content):
+                changed = {**block, "cache_control": {"type": "ephemeral"}}
                 if "text" in block:
-                    block["text"] = "CHANGED"
-                block["cache_control"] = {"type": "ephemeral"}
+                    changed["text"] = "CHANGED"
+                content[i] = changed
             content.append({"type": "text", "text": "ADDED"})
 
 
@@ -94,3 +98,21 @@ def test_a_changed_message_is_rendered_again():
     assert changed.rendered is None  # ``replace`` does not carry the memo
     body = build_request("anthropic", parts([*messages[:1], changed, *messages[2:]]))
     assert body["messages"][1]["content"][0]["text"] == "Looked."
+
+
+def test_the_history_marker_stays_on_the_build_that_placed_it():
+    """The newest block is marked by a copy: the next build, one message longer, has
+    one marker (on its own newest block), none on the block that was newest before."""
+    messages = history()
+    build_request("anthropic", parts(messages))
+    longer = [*messages, Message(role="user", content="And c.py?", seq=8)]
+    body = build_request("anthropic", parts(longer))
+    marked = [
+        block
+        for message in body["messages"]
+        if isinstance(message["content"], list)
+        for block in message["content"]
+        if "cache_control" in block
+    ]
+    assert len(marked) == 1
+    assert body == build_request("anthropic", parts(fresh(longer)))

@@ -54,3 +54,25 @@ def test_a_proxy_call_is_recorded_and_completed_by_the_captured_usage(upstreams,
         )
         assert record.cost_usd == pytest.approx(expected)
         assert record.latency_ms is not None and record.latency_ms >= 0
+
+
+def test_a_streamed_call_is_recorded_before_its_reply_completes_it(upstreams, alice_key):
+    """The build's record is written once the stream has started (not before the
+    forward), and before the reply is stored: the usage still completes it."""
+    fake, _ = upstreams
+    fake.script(ScriptedReply(text="streamed"))
+
+    async def call():
+        client = asgi_claude(alice_key[1], session="ses_calls_stream")
+        async with client.messages.stream(
+            model=MODEL, max_tokens=256, messages=[{"role": "user", "content": "hi"}]
+        ) as stream:
+            return await stream.get_final_text()
+
+    assert async_to_sync(call)() == "streamed"
+    session = Session.objects.get(external_id="ses_calls_stream")
+    (record,) = ContextCall.objects.filter(session=session)
+    (report,) = UsageReport.objects.filter(session=session)
+    assert record.source == "proxy" and record.through_seq == 1
+    assert record.completed_at is not None
+    assert record.reported_input == report.input_tokens

@@ -17,6 +17,9 @@ import pytest
 from asgiref.sync import async_to_sync
 from django.urls import reverse
 
+from contextsvc.engine.build import ContextParts, build_request
+from contextsvc.engine.messages import Message as EngineMessage
+from contextsvc.engine.prompt import CachePlan
 from proxy.models import ClientCompaction
 from proxy.services.client_fit import cap_breakpoints
 from sessions.models import Message, ModelProfile, Session
@@ -157,6 +160,34 @@ def test_cap_breakpoints_removes_ours_from_the_front():
     assert markers(capped) == 4
     assert "cache_control" not in capped["tools"][0]
     assert "cache_control" in capped["messages"][0]["content"][0]
+
+
+def test_cap_breakpoints_leaves_the_shared_history_blocks_as_they_were():
+    """The build's history blocks are the render memo's (shared by later builds): a
+    marker is removed from a copy, so the next build of the same messages keeps its own."""
+
+    def build(messages: list[EngineMessage]) -> dict:
+        parts = ContextParts(
+            model=MODEL, max_output_tokens=100, messages=messages, cache=CachePlan(history=True)
+        )
+        return build_request("anthropic", parts)
+
+    def fresh() -> list[EngineMessage]:
+        mark = {"cache_control": {"type": "ephemeral"}}  # the client's own, as Claude Code's
+        return [
+            EngineMessage(role="user", content=[{"type": "text", "text": "hi", **mark}], seq=1),
+            EngineMessage(
+                role="assistant", content=[{"type": "text", "text": "ok", **mark}], seq=2
+            ),
+            EngineMessage(role="user", content=[{"type": "text", "text": "go on"}], seq=3),
+        ]
+
+    messages = fresh()
+    assert markers(build(messages)) == 3
+    capped = cap_breakpoints(build(messages), limit=0)
+    assert markers(capped) == 0
+    assert markers(build(messages)) == 3
+    assert build(messages) == build(fresh())
 
 
 def test_side_requests_go_to_linked_sessions_never_the_main_transcript(upstreams, alice_key):

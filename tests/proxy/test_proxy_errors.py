@@ -8,7 +8,7 @@ import pytest
 from asgiref.sync import async_to_sync
 
 from compaction.models import CompactionRun
-from sessions.models import Message, Session
+from sessions.models import ContextCall, Message, Session
 from tests.live_server import free_port
 from tests.proxy.conftest import PROXY_DB, UPSTREAM_KEY, asgi_claude, asgi_gpt, asgi_http
 
@@ -80,6 +80,8 @@ def test_unreachable_upstream_is_a_502(upstreams, settings, alice_key):
         claude_call(alice_key[1], "ses_e3", [{"role": "user", "content": "still stored"}])
     assert raised.value.status_code == 502
     assert Message.objects.filter(session__external_id="ses_e3").count() == 1
+    # The build was made: its record is written when the forward fails too.
+    assert ContextCall.objects.filter(session__external_id="ses_e3").count() == 1
 
 
 def test_prompt_too_long_upstream_compacts_and_retries_once(upstreams, alice_key):
@@ -96,6 +98,10 @@ def test_prompt_too_long_upstream_compacts_and_retries_once(upstreams, alice_key
     assert reply.content
     attempts = fake.messages_requests()[before:]
     assert [r.status for r in attempts] == [400, 200]
+    # Both builds recorded (the refused one first), the last completed by the usage.
+    records = list(ContextCall.objects.filter(session__external_id="ses_e4").order_by("id"))
+    assert len(records) == 12 + 2
+    assert records[-2].completed_at is None and records[-1].completed_at is not None
     assert CompactionRun.objects.filter(session__external_id="ses_e4", trigger="emergency").exists()
     assert Session.objects.get(external_id="ses_e4").context_window == 30_000
 

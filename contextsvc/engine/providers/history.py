@@ -88,12 +88,15 @@ def anthropic_content(msg: Message) -> tuple[list[dict[str, Any]], bool]:
     """``msg``'s Anthropic content blocks, and whether it was posted as one string.
 
     The second value lets the build give a string back when the message ends
-    up alone in its turn, unmarked (the agent's own form). The blocks are
-    copies (the build marks and merges them); the rendering is done once per
-    message object (``memo``).
+    up alone in its turn, unmarked (the agent's own form). The rendering is
+    done once per message object (``memo``). The list is new (the build merges
+    turns into it); the blocks are the memo's, shared by every build of this
+    message object: whoever changes one replaces it with a changed copy
+    (``engine.build`` and the proxy mark and unmark only by replacing), so a
+    build copies no block per message.
     """
     blocks, as_string = memo(msg, "anthropic", _anthropic_content)
-    return [dict(block) for block in blocks], as_string
+    return list(blocks), as_string
 
 
 def _anthropic_content(msg: Message) -> tuple[list[dict[str, Any]], bool]:
