@@ -38,6 +38,7 @@ from common import (
     Http,
     Peak,
     against,
+    client_gc_paused,
     cpu_seconds,
     django_on_scratch_database,
     growth,
@@ -113,9 +114,10 @@ class Bench:
                 {"role": "user", "content": f"turn {n}"},
             ]
             body = {**self.body, "messages": messages}
-            direct.append(ttfb(self.direct_url, body, self.headers)[0])
-            before = cpu_seconds(worker)
-            through.append(ttfb(self.proxy_url, body, proxied)[0])
+            with client_gc_paused():
+                direct.append(ttfb(self.direct_url, body, self.headers)[0])
+                before = cpu_seconds(worker)
+                through.append(ttfb(self.proxy_url, body, proxied)[0])
             time.sleep(0.05)  # the reply is stored after the stream ends: count it too
             cpu += cpu_seconds(worker) - before
         added = [(b - a) * 1000 for a, b in zip(direct, through, strict=True)]
@@ -213,6 +215,11 @@ def main() -> None:
             print(
                 f"   {size:>5}+ messages: p50 {against(pct(added, 0.5), 15)}  "
                 f"p99 {against(pct(added, 0.99), 50)}  CPU {cpus[size]:.2f} ms/call"
+            )
+            slowest = sorted(enumerate(added), key=lambda item: -item[1])[:3]
+            print(
+                "          slowest calls (#, ms): "
+                + ", ".join(f"{i} {ms:.1f}" for i, ms in slowest)
             )
         print(f"   CPU per call {growth(cpus)}")
         gaps = bench.chunk_gaps()

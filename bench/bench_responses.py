@@ -32,6 +32,7 @@ from common import (
     OUT_OF_REACH,
     ROOT,
     against,
+    client_gc_paused,
     cpu_seconds,
     django_on_scratch_database,
     growth,
@@ -92,11 +93,12 @@ def added_first_event(
             },
             {"role": "user", "content": f"turn {n}"},
         ]
-        direct.append(
-            first_event(f"{fake.base_url}/v1/responses", {**body, "input": items}, headers)
-        )
-        before = cpu_seconds(worker)
-        through.append(first_event(proxy, {**body, "input": items}, proxied))
+        with client_gc_paused():
+            direct.append(
+                first_event(f"{fake.base_url}/v1/responses", {**body, "input": items}, headers)
+            )
+            before = cpu_seconds(worker)
+            through.append(first_event(proxy, {**body, "input": items}, proxied))
         time.sleep(0.05)  # the reply is stored after the stream ends: count it too
         cpu += cpu_seconds(worker) - before
     return [(b - a) * 1000 for a, b in zip(direct, through, strict=True)], cpu / CALLS * 1000

@@ -136,10 +136,10 @@ def _context_for_call(
 
 
 def _commit_without_flush() -> None:
-    """This transaction commits without waiting for the WAL flush (PostgreSQL;
-    ``DB_BUILD_RECORD_SYNC_COMMIT``): the record is not worth a millisecond
-    before the call it describes. Still atomic and in order; only a database
-    crash in the next fraction of a second can lose it."""
+    """This transaction commits without waiting for the WAL flush when the
+    operator chose so (PostgreSQL; ``DB_BUILD_RECORD_SYNC_COMMIT=false``). Still
+    atomic and in order; only a database crash in the next fraction of a
+    second can lose it."""
     if connection.vendor != "postgresql" or settings.DB_BUILD_RECORD_SYNC_COMMIT:
         return
     with connection.cursor() as cursor:

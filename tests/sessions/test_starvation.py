@@ -31,7 +31,7 @@ FLOOD_AGENT = ROOT / "tests" / "fakes" / "flood_agent.py"
 # gunicorn.conf.py's threads per worker, and the shipped per-key limits.
 WORKERS, THREADS = 2, 2
 BIG = 30_000_000
-SAMPLES = 120
+SAMPLES = 300
 # The other key's p99 under the flood may be at most twice its normal p99, or
 # this floor where twice normal is below what a loaded 2-core CI box can promise
 # (the starvation this guards against cost that key 162 s per append). The 30 MB
@@ -43,8 +43,11 @@ SAMPLES = 120
 # runs alternated with the 30 MB text counted exactly in the request: 18-103 ms,
 # 1.9-7.5x (median 2.7x). What is left is the flood's hundreds of requests a
 # second — refused, or admitted small appends (1,500 a minute) — sharing the
-# calm key's worker and its GIL, on a box other jobs keep busy. Twice normal is
-# met on most runs, not reliably, so the floor stays; the ratio is printed.
+# calm key's worker and its GIL, on a box other jobs keep busy. On the idle box,
+# 6 runs: normal p99 6-10 ms, under the flood 12-22 ms, 1.9-2.3x (median 2.0x).
+# SAMPLES is 300, not 120: the p99 of 120 is the second-slowest call, too noisy
+# to compare. Twice normal is met on half the runs, not reliably, so the floor
+# stays; the ratio is printed.
 FLOOR_MS = 200
 
 
