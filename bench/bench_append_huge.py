@@ -22,23 +22,14 @@ import json
 import os
 import time
 
-from common import WORKLOADS, django_on_scratch_database, mb  # bench/ is sys.path[0]
+from common import django_on_scratch_database, huge_text, mb  # bench/ is sys.path[0]
 
 SIZE = int(float(os.environ.get("BENCH_HUGE_MB", "30")) * 1_000_000)
 ROUNDS = int(os.environ.get("BENCH_HUGE_ROUNDS", "3"))
 
 
 def text_of(kind: str) -> str:
-    if kind == "one-word":
-        return ("abcdefghij" * (SIZE // 10 + 1))[:SIZE]
-    parts = []
-    for path in sorted(WORKLOADS.glob("*/*.jsonl")):
-        for line in path.read_text().splitlines():
-            content = json.loads(line).get("content")
-            if isinstance(content, str) and content:
-                parts.append(content)
-    text = "\n".join(parts) or "def handler(event):\n    return process(event['body'])\n"
-    return (text * (SIZE // len(text) + 1))[:SIZE]
+    return huge_text(kind, SIZE)
 
 
 def main() -> None:

@@ -22,22 +22,13 @@ import subprocess
 import sys
 import time
 
-from common import ROOT, WORKLOADS, mb, proc_status  # bench/ is sys.path[0] as a script
+from common import ROOT, huge_text, mb, proc_status  # bench/ is sys.path[0] as a script
 
 SIZE = int(float(os.environ.get("BENCH_TOKENS_MB", "30")) * 1_000_000)
 
 
 def text_of(kind: str) -> str:
-    if kind == "one-word":
-        return ("abcdefghij" * (SIZE // 10 + 1))[:SIZE]
-    parts = []
-    for path in sorted(WORKLOADS.glob("*/*.jsonl")):
-        for line in path.read_text().splitlines():
-            content = json.loads(line).get("content")
-            if isinstance(content, str) and content:
-                parts.append(content)
-    text = "\n".join(parts) or "def handler(event):\n    return process(event['body'])\n"
-    return (text * (SIZE // len(text) + 1))[:SIZE]
+    return huge_text(kind, SIZE)
 
 
 def run_case(kind: str, how: str) -> None:

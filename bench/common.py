@@ -74,6 +74,21 @@ def client_gc_paused() -> Iterator[None]:
         gc.enable()
 
 
+def huge_text(kind: str, size: int) -> str:
+    """``size`` characters: one unbroken word (``one-word``: byte-pair encoding's
+    worst case) or the workloads' own text repeated (real agent text)."""
+    if kind == "one-word":
+        return ("abcdefghij" * (size // 10 + 1))[:size]
+    parts = []
+    for path in sorted(WORKLOADS.glob("*/*.jsonl")):
+        for line in path.read_text().splitlines():
+            content = json.loads(line).get("content")
+            if isinstance(content, str) and content:
+                parts.append(content)
+    text = "\n".join(parts) or "def handler(event):\n    return process(event['body'])\n"
+    return (text * (size // len(text) + 1))[:size]
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
