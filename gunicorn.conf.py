@@ -7,7 +7,9 @@ before every LLM call, over one keep-alive connection. gunicorn's default
 ``sync`` worker closes the connection after each response, so every call
 paid a new TCP handshake and ~0.5 ms of extra CPU on both sides (measured
 with bench/bench_append.py). ``gthread`` keeps connections open and lets a
-worker wait on the database for one request while serving another.
+worker wait on the database for one request while serving another; the
+project's worker class is gthread with refused connections held
+(contextsvc/gunicorn_worker.py).
 """
 
 import multiprocessing
@@ -17,7 +19,10 @@ import socket
 bind = os.environ.get("GUNICORN_BIND", "127.0.0.1:8000")
 # WEB_CONCURRENCY is gunicorn's (and most PaaS') name for the worker count.
 workers = int(os.environ.get("WEB_CONCURRENCY", 2 * multiprocessing.cpu_count()))
-worker_class = "gthread"
+# gthread, plus one thing: a connection refused with a 429 is left unread for
+# its Retry-After (contextsvc/ratelimit/hold.py), so a flooding client that
+# ignores it cannot make the worker parse thousands of requests a second.
+worker_class = "contextsvc.gunicorn_worker.HoldingThreadWorker"
 threads = int(os.environ.get("GUNICORN_THREADS", "2"))
 # Agents call again within seconds; keep idle connections that long.
 keepalive = int(os.environ.get("GUNICORN_KEEPALIVE", "15"))

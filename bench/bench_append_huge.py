@@ -34,7 +34,12 @@ def text_of(kind: str) -> str:
 
 def main() -> None:
     # The per-key limits would refuse the repeats (128 MB a minute): off here.
-    django_on_scratch_database("_huge", CONTEXTSVC_RATE_LIMIT="off", CONTEXTSVC_RATE_LIMIT_MB="off")
+    django_on_scratch_database(
+        "_huge",
+        CONTEXTSVC_RATE_LIMIT="off",
+        CONTEXTSVC_RATE_LIMIT_MB="off",
+        CONTEXTSVC_RATE_PACE="off",
+    )
     from django.conf import settings
     from django.test import Client
 

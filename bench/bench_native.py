@@ -121,7 +121,10 @@ def responses(ids: list[str]) -> list[dict]:
 
 def main() -> None:
     db_url = django_on_scratch_database(
-        "_bench_native", CONTEXTSVC_RATE_LIMIT="off", CONTEXTSVC_RATE_LIMIT_MB="off"
+        "_bench_native",
+        CONTEXTSVC_RATE_LIMIT="off",
+        CONTEXTSVC_RATE_LIMIT_MB="off",
+        CONTEXTSVC_RATE_PACE="off",
     )
     try:
         run()

@@ -329,6 +329,7 @@ def setup_django() -> str | None:
     for name, value in (
         ("CONTEXTSVC_RATE_LIMIT", "1000000/second"),
         ("CONTEXTSVC_RATE_LIMIT_MB", "1000000/second"),
+        ("CONTEXTSVC_RATE_PACE", "1000000/second"),
         ("CONTEXTSVC_MAX_CONCURRENT_PER_KEY", "0"),
         ("CONTEXTSVC_MAX_HEAVY_PER_KEY", "0"),
         ("CONTEXTSVC_KEEP_THREAD_FREE", "false"),

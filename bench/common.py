@@ -128,6 +128,7 @@ def gunicorn(
     for name, value in (
         ("CONTEXTSVC_RATE_LIMIT", "1000000/second"),
         ("CONTEXTSVC_RATE_LIMIT_MB", "1000000/second"),
+        ("CONTEXTSVC_RATE_PACE", "1000000/second"),
         ("CONTEXTSVC_MAX_CONCURRENT_PER_KEY", "0"),
         ("CONTEXTSVC_KEEP_THREAD_FREE", "false"),
         ("CONTEXTSVC_MAX_HEAVY_PER_KEY", "0"),
@@ -242,6 +243,7 @@ def mb(n: float) -> str:
 OUT_OF_REACH = {
     "CONTEXTSVC_RATE_LIMIT": "1000000/second",
     "CONTEXTSVC_RATE_LIMIT_MB": "1000000/second",
+    "CONTEXTSVC_RATE_PACE": "1000000/second",
     "CONTEXTSVC_MAX_CONCURRENT_PER_KEY": "0",
 }
 

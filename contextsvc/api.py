@@ -22,7 +22,7 @@ from contextsvc.engine.errors import EngineUnavailableError, EngineValidationErr
 from contextsvc.errors import ServiceError, error_body
 from contextsvc.http import ORJSONParser, ORJSONRenderer
 from contextsvc.middleware import database_unavailable, internal_error
-from contextsvc.ratelimit import RateLimited
+from contextsvc.ratelimit import RateLimited, hold_refused
 from contextsvc.ratelimit.wsgi import unread_body_ends_connection
 from sessions.auth import AgentKeyAuth
 
@@ -76,6 +76,7 @@ def on_rate_limited(request: HttpRequest, exc: RateLimited) -> HttpResponse:
     response._has_been_logged = True  # a flood's refusals would flood the log as warnings
     # Refused at auth, before its body was read: not drained either.
     unread_body_ends_connection(request.META)
+    hold_refused(exc)
     return response
 
 

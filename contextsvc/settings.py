@@ -315,15 +315,32 @@ CONTEXTSVC_RATE_LIMIT = env_str("CONTEXTSVC_RATE_LIMIT", "1500/minute")
 # body costs CPU by the megabyte (4 appends of 30 MB a minute; a 5 MB tool output
 # is an ordinary one).
 CONTEXTSVC_RATE_LIMIT_MB = env_str("CONTEXTSVC_RATE_LIMIT_MB", "128/minute")
-for _name in ("CONTEXTSVC_RATE_LIMIT", "CONTEXTSVC_RATE_LIMIT_MB"):
+# Past a burst, a key's requests are paced to one steady rate ("limits"
+# notation, one rate; "off" or a burst of 0 for none), per worker in process
+# memory, free: a window lets a flooding key spend its whole minute in seconds
+# (1,500 small appends in 7 s, a thread of every worker). A burst this large
+# covers an agent's calls at once.
+CONTEXTSVC_RATE_PACE = env_str("CONTEXTSVC_RATE_PACE", "25/second")
+CONTEXTSVC_RATE_BURST = env_int("CONTEXTSVC_RATE_BURST", 50, minimum=0)
+# A connection refused with a 429 is not read again before its Retry-After, at
+# most this many seconds (0: at once; gunicorn.conf.py's worker class): a
+# flooding client that ignores Retry-After sent ~2,000 requests a second, each
+# parsed before it could be refused. At most a minute: a held connection
+# cannot time out meanwhile.
+CONTEXTSVC_REFUSAL_HOLD_SECONDS = env_int(
+    "CONTEXTSVC_REFUSAL_HOLD_SECONDS", 1, minimum=0, maximum=60
+)
+for _name in ("CONTEXTSVC_RATE_LIMIT", "CONTEXTSVC_RATE_LIMIT_MB", "CONTEXTSVC_RATE_PACE"):
     _rate = globals()[_name]
     if _rate.strip().lower() not in ("off", "none", "0"):
         try:
-            limits.parse_many(_rate)
+            _items = limits.parse_many(_rate)
         except ValueError as exc:
             raise ImproperlyConfigured(
                 f"{_name}={_rate!r} is not a rate such as '50/second;1500/minute': {exc}"
             ) from exc
+        if _name == "CONTEXTSVC_RATE_PACE" and len(_items) != 1:
+            raise ImproperlyConfigured(f"{_name}={_rate!r} must be one rate, such as 25/second")
 # A key never holds every thread of one server worker (its keep-alive
 # connections stay there): checked in process memory, free. On by default.
 CONTEXTSVC_KEEP_THREAD_FREE = env_bool("CONTEXTSVC_KEEP_THREAD_FREE", True)

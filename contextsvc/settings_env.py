@@ -41,8 +41,10 @@ def env_bool(name: str, default: bool) -> bool:
     raise ImproperlyConfigured(f"{name}={value!r} is not a boolean (use true/false)")
 
 
-def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
-    """An integer, at least ``minimum`` when one is given."""
+def env_int(
+    name: str, default: int, *, minimum: int | None = None, maximum: int | None = None
+) -> int:
+    """An integer, at least ``minimum`` and at most ``maximum`` when given."""
     value = os.environ.get(name)
     if value is None or value == "":
         return default
@@ -52,6 +54,8 @@ def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
         raise ImproperlyConfigured(f"{name}={value!r} is not an integer") from exc
     if minimum is not None and number < minimum:
         raise ImproperlyConfigured(f"{name}={number} must be >= {minimum}")
+    if maximum is not None and number > maximum:
+        raise ImproperlyConfigured(f"{name}={number} must be <= {maximum}")
     return number
 
 

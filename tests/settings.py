@@ -14,3 +14,9 @@ os.environ.setdefault("CONTEXTSVC_PLAIN_HTTP", "true")
 os.environ["DJANGO_SETTINGS_MODULE"] = "contextsvc.settings"
 
 from contextsvc.settings import *  # noqa: E402,F403
+
+# In-process tests drive one key as fast as the test client goes (hundreds of
+# calls in a second): past the burst, pacing would answer them 429. Pacing is
+# tested where it is switched on (tests/sessions/test_ratelimit_pacing.py) and
+# in the live servers, which load contextsvc.settings with the shipped pace.
+CONTEXTSVC_RATE_PACE = "off"

@@ -141,6 +141,7 @@ def test_every_operation_keeps_its_contract_under_schemathesis(transactional_db,
         # One key sends every request: its rate limit would answer most of them 429.
         "CONTEXTSVC_RATE_LIMIT": "off",
         "CONTEXTSVC_RATE_LIMIT_MB": "off",
+        "CONTEXTSVC_RATE_PACE": "off",
         "CONTEXTSVC_MAX_HEAVY_PER_KEY": "0",
         # Queued runs (no worker here) go to a queue of their own, removed afterwards.
         "CONTEXTSVC_COMPACTION_QUEUE": f"contract-fuzz-{uuid.uuid4().hex[:8]}",

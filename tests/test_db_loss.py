@@ -91,6 +91,7 @@ def _gunicorn(tmp_path: Path, application_name: str) -> Iterator[int]:
         "CONTEXTSVC_KEEP_THREAD_FREE": "false",
         "CONTEXTSVC_RATE_LIMIT": "off",
         "CONTEXTSVC_RATE_LIMIT_MB": "off",
+        "CONTEXTSVC_RATE_PACE": "off",
     }
     with gunicorn(env, tmp_path / "gunicorn.log") as port:
         yield port

@@ -12,6 +12,7 @@ from django.conf import settings
 from django.core.signals import setting_changed
 from django.http import HttpRequest, HttpResponse
 
+from .hold import hold
 from .limiter import KeyLimiter, RateLimited, Slot, parse_rates
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "admit_key",
     "count_key",
     "get_limiter",
+    "hold_refused",
     "parse_rates",
     "refuse_flooding_key",
 ]
@@ -49,8 +51,10 @@ def _build_limiter() -> KeyLimiter | None:
         web_threads=settings.CONTEXTSVC_WEB_THREADS,
         keep_thread_free=settings.CONTEXTSVC_KEEP_THREAD_FREE,
         max_heavy=settings.CONTEXTSVC_MAX_HEAVY_PER_KEY,
+        pace=settings.CONTEXTSVC_RATE_PACE,
+        burst=settings.CONTEXTSVC_RATE_BURST,
     )
-    if not (limiter.rates or limiter.body_rates or limiter.holds_slots):
+    if not (limiter.rates or limiter.body_rates or limiter.pacer or limiter.holds_slots):
         return None
     return limiter
 
@@ -58,7 +62,7 @@ def _build_limiter() -> KeyLimiter | None:
 def _settings_changed(*, setting: str, **kwargs: Any) -> None:
     if setting.startswith(
         (
-            "CONTEXTSVC_RATE_LIMIT",
+            "CONTEXTSVC_RATE_",
             "CONTEXTSVC_MAX_CONCURRENT",
             "CONTEXTSVC_CONC",
             "CONTEXTSVC_MAX_HEAVY",
@@ -78,6 +82,13 @@ def _body_size(request: HttpRequest) -> int:
         return int(request.META.get("CONTENT_LENGTH") or 0)
     except ValueError:
         return 0
+
+
+def hold_refused(refusal: RateLimited) -> None:
+    """Leave the refused request's connection unread for its Retry-After (at
+    most ``CONTEXTSVC_REFUSAL_HOLD_SECONDS``): a flood that ignores it waits
+    anyway, and costs the server no parsing meanwhile (``hold.py``)."""
+    hold(min(refusal.retry_after, settings.CONTEXTSVC_REFUSAL_HOLD_SECONDS))
 
 
 def refuse_flooding_key(request: HttpRequest, identity: str) -> None:

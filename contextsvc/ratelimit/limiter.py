@@ -1,28 +1,25 @@
 """Per-agent-key rate and concurrency limits, so that no key can starve the others.
 
 Rates come from the ``limits`` library (sliding window counter; Redis shared by
-every gunicorn worker when REDIS_URL is set, process memory otherwise). It has
-no concurrency primitive, so requests in flight are leases in the same storage:
-a Redis sorted set scored by expiry (a request killed with its worker frees its
-slot when the lease lapses), or a dict in process memory.
+every gunicorn worker when REDIS_URL is set, process memory otherwise), one
+round trip per *batch*: each process takes a few tokens at a time from the
+shared window (at most 1 % of the limit), and near the limit one at a time
+(exact). Past a burst a key is also paced to a steady rate, in process memory
+(``pacing.py``), so that it cannot spend a minute's window in seconds.
 
-An agent's keep-alive connection stays with the gunicorn worker that accepted
-it, so a key holding every thread of one worker stalls every other key
-connected there, whatever its total: a key never holds all of one process's
-``web_threads`` (told by gunicorn.conf.py's post_fork hook). That check is in
-process memory and free; the global count (``max_concurrent``) is a Redis
-round trip per request, off by default.
-
-A big body costs CPU by the megabyte (parsing, the NUL scan, counting tokens):
-a key has at most ``max_heavy`` requests with a body of ``heavy_bytes`` or
-more in flight at once, so its uploads take at most that many cores.
-
-Request rates cost one round trip per *batch*: each process takes a few tokens
-at a time from the shared window (at most 1 % of the limit) and spends them
-locally; near the limit tokens are taken one at a time (exact).
+Requests in flight (``limits`` has no concurrency primitive) are leases in the
+same storage: a Redis sorted set scored by expiry (a request killed with its
+worker frees its slot when the lease lapses), or a dict in process memory. An
+agent's keep-alive connection stays with the worker that accepted it, so a key
+holding every thread of one worker would stall every other key connected
+there: a key never holds all of one process's ``web_threads`` (told by
+gunicorn.conf.py's post_fork hook; in process memory, free). The global count
+(``max_concurrent``) is a round trip per request, off by default. A big body
+costs CPU by the megabyte: a key has at most ``max_heavy`` requests with a
+body of ``heavy_bytes`` or more in flight, so its uploads take that many cores.
 
 A key over a limit gets a 429 (``RateLimited``) with ``Retry-After``; what a
-process just refused it refuses again before any lookup (``refuse_known``,
+process knows it would refuse it refuses before any lookup (``refuse_known``,
 also from the WSGI wrapper in ``wsgi.py``, before the body is read). The
 limiter fails open: if its storage is unreachable the request goes through.
 """
@@ -41,15 +38,14 @@ import limits
 from limits.storage import RedisStorage, storage_from_string
 from limits.strategies import SlidingWindowCounterRateLimiter
 
-from .rates import RateLimited, parse_rates
+from .pacing import Pacer
+from .rates import RateLimited, parse_rates, too_many_at_once
 
 logger = logging.getLogger(__name__)
 
 # After a storage error the limiter stands aside this long instead of paying a
 # timeout on every request while Redis is down.
 STORAGE_RETRY_SECONDS = 5.0
-# Nobody can tell when one of a key's running requests will end: ask for a second.
-CONCURRENCY_RETRY_AFTER = 1
 # Rate tokens taken in a batch are spent within this share of the window, so
 # the shared count never runs far ahead of (or behind) the requests it counts.
 TOKEN_LIFETIME_SHARE = 0.1
@@ -108,6 +104,8 @@ class KeyLimiter:
         web_threads: int = 0,
         keep_thread_free: bool = True,
         max_heavy: int = 0,
+        pace: str = "off",
+        burst: int = 0,
         timeout: float = 0.5,
     ) -> None:
         options = {} if storage_uri.startswith("memory") else {"socket_timeout": timeout}
@@ -116,6 +114,8 @@ class KeyLimiter:
         self.storage = storage_from_string(storage_uri, **options)
         self.rates = parse_rates(rates)
         self.body_rates = parse_rates(body_rates)
+        paces = parse_rates(pace)
+        self.pacer = Pacer(paces[0], burst) if paces and burst > 0 else None
         self.strategy = SlidingWindowCounterRateLimiter(self.storage)
         self.max_concurrent = max_concurrent
         self.max_heavy = max_heavy
@@ -148,6 +148,11 @@ class KeyLimiter:
         """
         if not self._enter_process(identity):
             raise self._process_busy()
+        try:
+            self._pace(identity)
+        except RateLimited:
+            self._leave_process(identity)
+            raise
         token = heavy_token = ""  # leases in the shared storage, when taken
         try:
             if time.monotonic() >= self._down_until:
@@ -172,6 +177,7 @@ class KeyLimiter:
 
         Raises ``RateLimited`` over a rate; a storage failure stands aside, as ``admit``.
         """
+        self._pace(identity)
         if time.monotonic() < self._down_until:
             return
         try:
@@ -193,6 +199,8 @@ class KeyLimiter:
             raise self._heavy_busy()
         if self.process_cap and self._in_process.get(identity, 0) >= self.process_cap:
             raise self._process_busy()
+        if self.pacer is not None and (wait := self.pacer.wait(identity)) > 0:
+            raise self.pacer.refusal(wait)
         if not self._refused:
             return
         now = time.monotonic()
@@ -209,6 +217,10 @@ class KeyLimiter:
                     retry_after=retry,
                     details={**known[2], "scope": scope},
                 )
+
+    def _pace(self, identity: str) -> None:
+        if self.pacer is not None and (wait := self.pacer.take(identity)) > 0:
+            raise self.pacer.refusal(wait)
 
     def _refuse(self, identity: str, scope: str, message: str, retry: int, limit: str) -> None:
         self._remember(identity, scope, retry, limit)
@@ -274,7 +286,7 @@ class KeyLimiter:
 
     def _lease(self, identity: str, token: str, heavy_token: str) -> None:
         if token and not self._acquire(self._slots_key(identity), self.max_concurrent, token):
-            raise self._busy(
+            raise too_many_at_once(
                 f"{self.max_concurrent} concurrent requests",
                 f"this agent key already has {self.max_concurrent} requests in progress",
             )
@@ -287,13 +299,13 @@ class KeyLimiter:
             raise self._heavy_busy()
 
     def _process_busy(self) -> RateLimited:
-        return self._busy(
+        return too_many_at_once(
             f"{self.process_cap} concurrent requests on one server worker",
             "this agent key would take every thread of this server worker",
         )
 
     def _heavy_busy(self) -> RateLimited:
-        return self._busy(
+        return too_many_at_once(
             f"{self.max_heavy} concurrent requests with a large body",
             f"this agent key already has {self.max_heavy} large request(s) in progress",
         )
@@ -333,14 +345,6 @@ class KeyLimiter:
     def _retry_after(self, item: limits.RateLimitItem, *identifiers: str) -> int:
         reset = self.strategy.get_window_stats(item, *identifiers).reset_time
         return max(1, math.ceil(reset - time.time()))
-
-    @staticmethod
-    def _busy(limit: str, why: str) -> RateLimited:
-        return RateLimited(
-            f"Too many concurrent requests: {why}; retry in {CONCURRENCY_RETRY_AFTER} s",
-            retry_after=CONCURRENCY_RETRY_AFTER,
-            details={"limit": limit, "scope": "concurrency"},
-        )
 
     def _enter_process(self, identity: str) -> bool:
         if not self.process_cap:

@@ -17,6 +17,19 @@ class RateLimited(ServiceError):
         self.retry_after = retry_after
 
 
+# Nobody can tell when one of a key's running requests will end: ask for a second.
+CONCURRENCY_RETRY_AFTER = 1
+
+
+def too_many_at_once(limit: str, why: str) -> RateLimited:
+    """The 429 of a concurrency limit (``limit``), saying ``why``."""
+    return RateLimited(
+        f"Too many concurrent requests: {why}; retry in {CONCURRENCY_RETRY_AFTER} s",
+        retry_after=CONCURRENCY_RETRY_AFTER,
+        details={"limit": limit, "scope": "concurrency"},
+    )
+
+
 def parse_rates(rates: str) -> list[limits.RateLimitItem]:
     """``"50/second;1500/minute"`` as limit items; "", "off" or "0" means none."""
     text = (rates or "").strip().lower()

@@ -32,7 +32,7 @@ from django.conf import settings
 
 from contextsvc.middleware import REQUEST_ID_HEADER, sane_request_id
 
-from . import get_limiter
+from . import get_limiter, hold_refused
 from .rates import RateLimited
 
 # What gunicorn drains of an unread body before it reuses a connection: a body
@@ -70,6 +70,7 @@ class RefuseFloodingKeys:
             ],
         )
         unread_body_ends_connection(environ)
+        hold_refused(refusal)
         return [body]
 
     def refusal(self, environ: dict[str, Any]) -> RateLimited | None:

@@ -57,6 +57,7 @@ def _server_env(tmp: Path) -> dict[str, str]:
         # Agents run hundreds of calls a minute here: no per-key limits.
         "CONTEXTSVC_RATE_LIMIT": "off",
         "CONTEXTSVC_RATE_LIMIT_MB": "off",
+        "CONTEXTSVC_RATE_PACE": "off",
         "CONTEXTSVC_MAX_HEAVY_PER_KEY": "0",
         # No worker here: background runs go to a queue of their own, removed afterwards
         # (GET /context compacts in the request when the window is full).

@@ -369,6 +369,7 @@ def test_concurrent_context_calls_answer_within_the_bound_while_a_dead_run_holds
         # One key plays all six agents: no per-key thread share or rate here.
         "CONTEXTSVC_KEEP_THREAD_FREE": "false",
         "CONTEXTSVC_RATE_LIMIT": "off",
+        "CONTEXTSVC_RATE_PACE": "off",
     }
 
     def get(port: int, url: str) -> tuple[int, bytes, float]:

@@ -104,6 +104,7 @@ def alice_identity(client) -> str:
 def test_limits_off_means_no_limiter(settings):
     settings.CONTEXTSVC_RATE_LIMIT = "off"
     settings.CONTEXTSVC_RATE_LIMIT_MB = "off"
+    settings.CONTEXTSVC_RATE_PACE = "off"
     settings.CONTEXTSVC_MAX_CONCURRENT_PER_KEY = 0
     settings.CONTEXTSVC_MAX_HEAVY_PER_KEY = 0
     settings.CONTEXTSVC_KEEP_THREAD_FREE = False

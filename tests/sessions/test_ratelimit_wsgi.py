@@ -231,6 +231,9 @@ def test_gunicorn_answers_a_refused_upload_without_waiting_for_its_body(tmp_path
         CONTEXTSVC_RATE_LIMIT="2/minute",
         CONTEXTSVC_RATE_LIMIT_STORAGE="memory://",
         CONTEXTSVC_PLAIN_HTTP="true",
+        # Closed as soon as answered: the hold till Retry-After is
+        # tests/test_gunicorn_hold.py's.
+        CONTEXTSVC_REFUSAL_HOLD_SECONDS="0",
     )
     with gunicorn(env, tmp_path / "gunicorn.log", "-w", "1", "--threads", "2") as port:
         head = (

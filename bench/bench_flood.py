@@ -1,0 +1,170 @@
+"""One key floods, another appends: the other key's latency with the shipped
+per-key protections and with each taken away. Prints figures; asserts nothing.
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/contextsvc \
+    REDIS_URL=redis://127.0.0.1:6379/0 python bench/bench_flood.py
+    BENCH_FLOOD_RUNS=3 BENCH_FLOOD_VARIANTS=shipped,no-hold python bench/bench_flood.py
+
+The scenario of tests/sessions/test_starvation.py (whose assertion is the
+issue's: p99 under the flood within 2x of normal): a real gunicorn, 2 workers
+x 2 threads, on its own PostgreSQL database (<name>_flood). A calm key appends
+one line 25 times a second, 300 times before and 300 during a flood from
+another key (tests/fakes/flood_agent.py at nice 19: three threads posting
+30 MB one-word appends and three posting small ones, none waiting for
+Retry-After). Variants:
+
+- shipped: every protection as configured by default;
+- no-hold: refused connections answered and read again at once
+  (CONTEXTSVC_REFUSAL_HOLD_SECONDS=0);
+- no-pace: no pacing past the burst (CONTEXTSVC_RATE_PACE=off): the minute's
+  window is spent as fast as the server takes it;
+- neither: both of the above (the limits before pacing and holds);
+- unlimited: no per-key limit at all (the naive way).
+
+Server CPU is the gunicorn workers' user + system time during the flood.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+from common import (  # bench/ is sys.path[0]
+    ROOT,
+    Http,
+    cpu_seconds,
+    django_on_scratch_database,
+    drop_database,
+    gunicorn,
+    pct,
+    worker_pids,
+)
+
+FLOOD_AGENT = ROOT / "tests" / "fakes" / "flood_agent.py"
+SAMPLES = int(os.environ.get("BENCH_FLOOD_SAMPLES", "300"))
+RUNS = int(os.environ.get("BENCH_FLOOD_RUNS", "1"))
+BIG = 30_000_000
+SHIPPED = {
+    "CONTEXTSVC_RATE_LIMIT": "1500/minute",
+    "CONTEXTSVC_RATE_LIMIT_MB": "128/minute",
+    "CONTEXTSVC_RATE_PACE": "25/second",
+    "CONTEXTSVC_RATE_BURST": "50",
+    "CONTEXTSVC_REFUSAL_HOLD_SECONDS": "1",
+    "CONTEXTSVC_KEEP_THREAD_FREE": "true",
+    "CONTEXTSVC_MAX_HEAVY_PER_KEY": "1",
+    "CONTEXTSVC_MAX_CONCURRENT_PER_KEY": "0",
+}
+VARIANTS = {
+    "shipped": {},
+    "no-hold": {"CONTEXTSVC_REFUSAL_HOLD_SECONDS": "0"},
+    "no-pace": {"CONTEXTSVC_RATE_PACE": "off"},
+    "neither": {"CONTEXTSVC_REFUSAL_HOLD_SECONDS": "0", "CONTEXTSVC_RATE_PACE": "off"},
+    "unlimited": {
+        "CONTEXTSVC_RATE_LIMIT": "off",
+        "CONTEXTSVC_RATE_LIMIT_MB": "off",
+        "CONTEXTSVC_RATE_PACE": "off",
+        "CONTEXTSVC_KEEP_THREAD_FREE": "false",
+        "CONTEXTSVC_MAX_HEAVY_PER_KEY": "0",
+    },
+}
+
+
+def append(content: str) -> dict:
+    return {"messages": [{"role": "user", "content": content}]}
+
+
+def calm_appends(port: int, key: str, sid: str, count: int) -> list[float]:
+    """One-line appends at an active agent's pace (25 a second); ms each."""
+    client, latencies = Http(port, key, timeout=120), []
+    for n in range(count):
+        started = time.perf_counter()
+        status, payload, ms = client.call("POST", f"sessions/{sid}/messages", append(f"step {n}"))
+        assert status == 200, payload[:300]
+        latencies.append(ms)
+        time.sleep(max(0.0, 0.04 - (time.perf_counter() - started)))
+    return latencies
+
+
+def sessions_for(run: str) -> tuple[str, str, list[str], list[str]]:
+    """A calm key with one session, a flooding key with six; raw keys and ids."""
+    from sessions.services.keys import agent_key_create
+    from sessions.services.sessions import session_create
+
+    calm, calm_raw = agent_key_create(name=f"calm-{run}")
+    flood, flood_raw = agent_key_create(name=f"flood-{run}")
+    off = {"compaction": {"enabled": False}}  # the flood is about web threads
+    ids = []
+    for owner, sid in [(calm, f"calm-{run}")] + [(flood, f"f{n}-{run}") for n in range(6)]:
+        session_create(owner=owner, data={"model": "claude-sonnet-4-5", "id": sid, "policy": off})
+        ids.append(sid)
+    return calm_raw, flood_raw, ids[1:4], ids[4:7]
+
+
+def one_run(db_url: str, name: str, run: str) -> dict:
+    os.environ.update({**SHIPPED, **VARIANTS[name]})
+    calm, flood, big_sids, small_sids = sessions_for(run)
+    with gunicorn(db_url, workers=2, timeout=300) as (port, server):
+        workers = worker_pids(server.pid, 2)
+        calm_appends(port, calm, f"calm-{run}", 20)  # warm up
+        normal = calm_appends(port, calm, f"calm-{run}", SAMPLES)
+        flooder = subprocess.Popen(
+            [sys.executable, str(FLOOD_AGENT), str(port), flood]
+            + [",".join(big_sids), ",".join(small_sids), str(BIG)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            preexec_fn=lambda: os.nice(19),
+        )
+        try:
+            assert flooder.stdout.readline().strip() == "flooding"
+            cpu_before, started = sum(cpu_seconds(p) for p in workers), time.monotonic()
+            time.sleep(2)
+            flooded = calm_appends(port, calm, f"calm-{run}", SAMPLES)
+            cpu = (sum(cpu_seconds(p) for p in workers) - cpu_before) / (
+                time.monotonic() - started
+            )
+        finally:
+            out, _ = flooder.communicate("stop\n", timeout=600)
+    outcomes = json.loads(out)
+    return {
+        "normal": normal,
+        "flooded": flooded,
+        "cpu": cpu,
+        "requests": sum(len(v) for v in outcomes.values()),
+        "admitted": {k: sum(1 for o in v if o[0] == 200) for k, v in outcomes.items()},
+    }
+
+
+def main() -> None:
+    db_url = django_on_scratch_database("_flood")
+    chosen = os.environ.get("BENCH_FLOOD_VARIANTS", ",".join(VARIANTS)).split(",")
+    print(
+        f"calm key: {SAMPLES} one-line appends at 25/s before and during the flood "
+        f"(2 workers x 2 threads, PostgreSQL; {RUNS} run(s) each)"
+    )
+    try:
+        for name in chosen:
+            for n in range(RUNS):
+                r = one_run(db_url, name, f"{name}-{n}")
+                normal, flooded = r["normal"], r["flooded"]
+                ratio = pct(flooded, 0.99) / pct(normal, 0.99)
+                print(
+                    f"{name:>9}: normal p50/p99 {pct(normal, 0.5):5.1f}/{pct(normal, 0.99):5.1f} ms, "
+                    f"flooded {pct(flooded, 0.5):6.1f}/{pct(flooded, 0.99):6.1f} ms, "
+                    f"p99 {ratio:5.1f}x; flood sent {r['requests']:6d} requests "
+                    f"(admitted: {r['admitted']['small']} small, {r['admitted']['big']} of 30 MB); "
+                    f"server CPU {r['cpu']:.2f} cores",
+                    flush=True,
+                )
+    finally:
+        from django.db import connections
+
+        connections.close_all()
+        drop_database(db_url)
+
+
+if __name__ == "__main__":
+    main()
