@@ -26,14 +26,10 @@ Server CPU is the gunicorn workers' user + system time during the flood.
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 import time
 
-from common import (  # bench/ is sys.path[0]
-    ROOT,
+from common import (  # bench/ is sys.path[0]; common puts the project root on sys.path
     Http,
     cpu_seconds,
     django_on_scratch_database,
@@ -43,7 +39,8 @@ from common import (  # bench/ is sys.path[0]
     worker_pids,
 )
 
-FLOOD_AGENT = ROOT / "tests" / "fakes" / "flood_agent.py"
+from tests.fakes.flood_agent import flooding
+
 SAMPLES = int(os.environ.get("BENCH_FLOOD_SAMPLES", "300"))
 RUNS = int(os.environ.get("BENCH_FLOOD_RUNS", "1"))
 BIG = 30_000_000
@@ -110,25 +107,12 @@ def one_run(db_url: str, name: str, run: str) -> dict:
         workers = worker_pids(server.pid, 2)
         calm_appends(port, calm, f"calm-{run}", 20)  # warm up
         normal = calm_appends(port, calm, f"calm-{run}", SAMPLES)
-        flooder = subprocess.Popen(
-            [sys.executable, str(FLOOD_AGENT), str(port), flood]
-            + [",".join(big_sids), ",".join(small_sids), str(BIG)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            preexec_fn=lambda: os.nice(19),
-        )
-        try:
-            assert flooder.stdout.readline().strip() == "flooding"
+        with flooding(port, flood, big_sids, small_sids, BIG) as outcomes:
             cpu_before, started = sum(cpu_seconds(p) for p in workers), time.monotonic()
             time.sleep(2)
             flooded = calm_appends(port, calm, f"calm-{run}", SAMPLES)
-            cpu = (sum(cpu_seconds(p) for p in workers) - cpu_before) / (
-                time.monotonic() - started
-            )
-        finally:
-            out, _ = flooder.communicate("stop\n", timeout=600)
-    outcomes = json.loads(out)
+            seconds = time.monotonic() - started
+            cpu = (sum(cpu_seconds(p) for p in workers) - cpu_before) / seconds
     return {
         "normal": normal,
         "flooded": flooded,

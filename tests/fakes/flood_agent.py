@@ -16,9 +16,13 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
+import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 
 class Client:
@@ -53,6 +57,30 @@ class Client:
 
 def append_body(content: str) -> bytes:
     return json.dumps({"messages": [{"role": "user", "content": content}]}).encode()
+
+
+@contextmanager
+def flooding(
+    port: int, key: str, big_sids: list[str], small_sids: list[str], big_bytes: int
+) -> Iterator[dict]:
+    """This agent, flooding for the duration of the ``with`` block, in its own
+    process at the lowest CPU priority; the dict yielded holds its outcomes
+    once the block is left."""
+    agent = subprocess.Popen(
+        [sys.executable, __file__, str(port), key]
+        + [",".join(big_sids), ",".join(small_sids), str(big_bytes)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: os.nice(19),
+    )
+    outcomes: dict = {}
+    try:
+        assert agent.stdout.readline().strip() == "flooding"
+        yield outcomes
+    finally:
+        out, _ = agent.communicate("stop\n", timeout=600)
+    outcomes.update(json.loads(out))
 
 
 def main() -> None:

@@ -112,13 +112,6 @@ def test_the_shipped_pace_and_an_agent_s_calls(settings):
         limiter.count(key)
     with pytest.raises(RateLimited):
         limiter.count(key)
-    settings.CONTEXTSVC_RATE_LIMIT = "off"
-    settings.CONTEXTSVC_RATE_LIMIT_MB = "off"
-    settings.CONTEXTSVC_RATE_PACE = "off"
-    settings.CONTEXTSVC_MAX_CONCURRENT_PER_KEY = 0
-    settings.CONTEXTSVC_MAX_HEAVY_PER_KEY = 0
-    settings.CONTEXTSVC_KEEP_THREAD_FREE = False
-    assert get_limiter() is None
 
 
 @pytest.mark.parametrize(

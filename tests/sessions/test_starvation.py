@@ -11,23 +11,18 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 from django.db import connection
 
 from sessions.services.keys import agent_key_create
 from sessions.services.sessions import session_create
-from tests.fakes.flood_agent import Client, append_body
+from tests.fakes.flood_agent import Client, append_body, flooding
 from tests.live_server import database_url, gunicorn
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
-ROOT = Path(__file__).resolve().parents[2]
-FLOOD_AGENT = ROOT / "tests" / "fakes" / "flood_agent.py"
 # gunicorn.conf.py's threads per worker, and the shipped per-key limits.
 WORKERS, THREADS = 2, 2
 BIG = 30_000_000
@@ -112,23 +107,11 @@ def test_one_key_flooding_does_not_starve_another(server):
     timed_appends(port, calm_raw, calm_sid, 20)  # warm the workers up
     normal = timed_appends(port, calm_raw, calm_sid)
 
-    # The flooding agent runs in its own process at the lowest CPU priority: in a
-    # real deployment its CPU is not the server's (tests/fakes/flood_agent.py).
-    flooder = subprocess.Popen(
-        [sys.executable, str(FLOOD_AGENT), str(port), flood_raw]
-        + [",".join(big_sids), ",".join(small_sids), str(BIG)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        preexec_fn=lambda: os.nice(19),
-    )
-    try:
-        assert flooder.stdout.readline().strip() == "flooding"
+    # The flooding agent runs in its own process at the lowest CPU priority: in
+    # a real deployment its CPU is not the server's (tests/fakes/flood_agent.py).
+    with flooding(port, flood_raw, big_sids, small_sids, BIG) as outcomes:
         time.sleep(2)  # the big appends are being read and counted
         flooded = timed_appends(port, calm_raw, calm_sid)
-    finally:
-        out, _ = flooder.communicate("stop\n", timeout=300)
-    outcomes = json.loads(out)
 
     bound = max(2 * p99(normal), FLOOR_MS)
     report = (
