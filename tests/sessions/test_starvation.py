@@ -34,9 +34,10 @@ SAMPLES = 300  # the p99 of 120 would be the second-slowest call: too noisy
 # second per worker, not the 130-240 a second that spent the minute's window
 # in 7 s), and a refused connection is not read again until its Retry-After
 # (the flood sent ~2,000 requests a second, each parsed before it was refused;
-# now ~60). bench/bench_flood.py takes each away: on the idle box the p99
-# ratio was 1.3x shipped, 1.7x without the hold, 1.5x without pacing, 3.1x
-# without either, 22x without any limit (each run: normal p99 6-10 ms).
+# now ~60). bench/bench_flood.py takes each away: on the idle box, 3 runs
+# each, the p99 ratio was 1.1-1.4x shipped, 1.5-3.2x without the hold,
+# 1.4-1.5x without pacing, 1.4-2.5x without either, 24-62x without any limit
+# (normal p99 6-11 ms).
 FLOOR_MS = 20
 
 
