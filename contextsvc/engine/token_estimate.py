@@ -9,9 +9,9 @@ count (``sessions.services.exact_counts``).
 The estimate tokenizes up to ``SAMPLE_WINDOWS`` windows of ``SAMPLE_CHARS``
 characters spread evenly over the text — at most an eighth of it and at most
 64 Ki characters, whatever its length — and scales their tokens per character
-to the whole text, times ``MARGIN``. A window cut inside a word counts a token or two more than the word would have there,
-so the samples lean high; the margin covers the variation between the samples
-and the rest. On any text whose makeup is even at the scale of a window (a log,
+to the whole text, times ``MARGIN``. A window cut inside a word counts a token
+or two more than the word would have there, so the samples lean high; the
+margin covers the variation between the samples and the rest. On any text whose makeup is even at the scale of a window (a log,
 code, prose, one long word, a repeated unit) it is an over-estimate, by ~10 %;
 a text built to differ between the windows (dense where no window falls) can
 be under-counted until the exact count lands. Like every count here it is

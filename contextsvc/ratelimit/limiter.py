@@ -148,13 +148,9 @@ class KeyLimiter:
         """
         if not self._enter_process(identity):
             raise self._process_busy()
-        try:
-            self._pace(identity)
-        except RateLimited:
-            self._leave_process(identity)
-            raise
         token = heavy_token = ""  # leases in the shared storage, when taken
         try:
+            self._pace(identity)  # in memory: whether or not the storage is up
             if time.monotonic() >= self._down_until:
                 token = uuid.uuid4().hex if self.max_concurrent else ""
                 heavy_token = uuid.uuid4().hex if heavy and self.max_heavy else ""

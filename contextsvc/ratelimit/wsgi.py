@@ -11,8 +11,9 @@ worker need.
 
 After the answer gunicorn would drain up to 64 KB of an unread body, waiting
 up to 5 s for a client that sends it slowly: a thread held for the flooding
-key, outside its share. So a refused upload's connection is closed at once
-(``unread_body_ends_connection``): the thread is free once the answer is out
+key, outside its share. So a refused upload's connection is closed, not
+drained (``unread_body_ends_connection``; after its hold, ``hold_refused``, on
+the project's gunicorn worker): the thread is free once the answer is out
 (a WSGI application may not send ``Connection: close`` itself: PEP 3333), and
 the read side is shut so that gunicorn's closing drain on its poller thread
 never waits for the client either.

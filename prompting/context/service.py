@@ -42,8 +42,9 @@ def context_for_call(
     one. Every build leaves a ``ContextCall`` (what was sent, as sent), which
     the next usage report completes.
     """
-    kw: dict[str, Any] = {"extra": extra, "preflight": preflight, "source": source}
-    body, record = _traced(session=session, fmt=fmt, apps_blocks=True, **kw)
+    body, record = _traced(
+        session, fmt, extra=extra, preflight=preflight, source=source, apps_blocks=True
+    )
     record()
     return body
 
@@ -65,16 +66,13 @@ def context_for_call_deferred(
     breaker) are left out: the proxy reads only the guard and the totals. The
     callable raises only what a failed transaction raises.
     """
-    kw: dict[str, Any] = {"extra": extra, "preflight": preflight, "source": source}
-    return _traced(session=session, fmt=fmt, apps_blocks=False, **kw)
+    return _traced(session, fmt, extra=extra, preflight=preflight, source=source, apps_blocks=False)
 
 
-def _traced(
-    *, session: Session, fmt: str, apps_blocks: bool, **kw: Any
-) -> tuple[dict[str, Any], Callable[[], None]]:
+def _traced(session: Session, fmt: str, **kw: Any) -> tuple[dict[str, Any], Callable[[], None]]:
+    """``_context_for_call`` (``kw``: its keyword arguments), in a span when tracing."""
     started = time.perf_counter()
     check_format(fmt)
-    kw["apps_blocks"] = apps_blocks
     if not telemetry.enabled():
         return _context_for_call(session=session, fmt=fmt, started=started, **kw)
     attributes = telemetry.session_attributes(session, "contextsvc.context")
