@@ -279,7 +279,7 @@ CONTEXTSVC_GREP_TIME_LIMIT_MS = env_int("CONTEXTSVC_GREP_TIME_LIMIT_MS", 10_000,
 # (0: only the sweep, a search and a compaction do); a search indexes at most
 # this much backlog first; on SQLite it walks at most this many ~4 KiB segments.
 CONTEXTSVC_RECALL_INDEX_DELAY = env_int("CONTEXTSVC_RECALL_INDEX_DELAY", 10, minimum=0)
-CONTEXTSVC_RECALL_CATCH_UP_BYTES = env_int("CONTEXTSVC_RECALL_CATCH_UP_BYTES", 64 << 20, minimum=0)
+CONTEXTSVC_RECALL_CATCH_UP_BYTES = env_int("CONTEXTSVC_RECALL_CATCH_UP_BYTES", 8 << 20, minimum=0)
 CONTEXTSVC_RECALL_SCAN_SEGMENTS = env_int("CONTEXTSVC_RECALL_SCAN_SEGMENTS", 20_000, minimum=1)
 
 # --- contextsvc defaults ----------------------------------------------------
