@@ -18,7 +18,7 @@ class AgentSessionsConfig(AppConfig):
         from .recall import index as recall_index
         from .recall import tool as recall
 
-        for check in (gc.live_message_refs, gc.retained_text_refs):
+        for check in (gc.live_message_refs, gc.retained_text_refs, gc.active_session_refs):
             REGISTRY.add(REGISTRY.reference_checks, check)
         REGISTRY.register_tool(tools.READ_TOOL, tools.call_read)
         REGISTRY.register_tool(tools.GREP_TOOL, tools.call_grep)
