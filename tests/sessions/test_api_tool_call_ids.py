@@ -162,3 +162,21 @@ def test_a_batch_with_thousands_of_tool_calls_is_checked_against_the_open_ones(
     many[-1]["tool_calls"][-1]["id"] = "fresh"
     assert alice.post(f"sessions/{sid}/messages", {"messages": many}).status_code == 200
 
+
+def test_retracting_a_result_whose_id_is_called_again_later_keeps_its_pair(alice, make_session):
+    """A retracted range that reuses an id: its first result answers a call before it."""
+    sid = make_session(id="reuse-retract")["id"]
+    post(alice, sid, user(), calls("a"))
+    post(
+        alice,
+        sid,
+        {"role": "tool", "tool_call_id": "a", "content": "one"},
+        *tool_turn("a", "two"),
+    )
+    refused = alice.post(f"sessions/{sid}/messages/retract", {"from_seq": 3})
+    assert refused.status_code == 422
+    assert refused.json()["error"]["details"] == {"field": "from_seq", "from_seq": 2}
+    # The later exchange alone goes, and its id is free again.
+    assert alice.post(f"sessions/{sid}/messages/retract", {"from_seq": 4}).status_code == 200
+    assert Session.objects.get(external_id=sid).open_tool_calls == {}
+    assert post(alice, sid, *tool_turn("a", "three")).status_code == 200
