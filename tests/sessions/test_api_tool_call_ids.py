@@ -53,7 +53,9 @@ def anthropic_pairs(body: dict) -> list[tuple[str, str, str]]:
 
 def test_an_id_reused_after_its_call_was_answered_is_stored_as_posted(alice, make_session):
     sid = make_session(id="reuse-rest")["id"]
-    assert post(alice, sid, user(), *tool_turn("a", "first output", command="ls")).status_code == 200
+    assert (
+        post(alice, sid, user(), *tool_turn("a", "first output", command="ls")).status_code == 200
+    )
     assert post(alice, sid, *tool_turn("b", "other output", command="pwd")).status_code == 200
     reused = post(alice, sid, *tool_turn("a", "second output", name="read", command="cat"))
     assert reused.status_code == 200, reused.content
@@ -70,9 +72,7 @@ def test_an_id_reused_after_its_call_was_answered_is_stored_as_posted(alice, mak
     assert [c["id"] for m in raw["messages"] for c in m.get("tool_calls", ())] == ["a", "b", "a"]
 
 
-def test_the_built_requests_give_a_reused_id_a_unique_name_and_its_own_result(
-    alice, make_session
-):
+def test_the_built_requests_give_a_reused_id_a_unique_name_and_its_own_result(alice, make_session):
     sid = make_session(id="reuse-build")["id"]
     alice.put(f"sessions/{sid}/tools", [{"name": "bash", "input_schema": {"type": "object"}}])
     post(alice, sid, user(), *tool_turn("a", "first output", command="ls"))
@@ -117,9 +117,7 @@ def test_one_batch_may_call_answer_and_call_an_id_again(alice, make_session):
     assert anthropic_pairs(body) == [("x", "ls", "one"), ("x_2", "cat", "two")]
 
 
-def test_a_call_repeating_an_open_id_of_the_session_is_422_naming_id_and_field(
-    alice, make_session
-):
+def test_a_call_repeating_an_open_id_of_the_session_is_422_naming_id_and_field(alice, make_session):
     sid = make_session(id="dup-open")["id"]
     assert post(alice, sid, calls("a")).status_code == 200
     again = post(alice, sid, user("hm"), calls("b", "a"))
@@ -135,9 +133,7 @@ def test_a_call_repeating_an_open_id_of_the_session_is_422_naming_id_and_field(
     assert post(alice, sid, user("hm"), calls("b", "a")).status_code == 200
 
 
-def test_a_repeat_of_an_id_open_earlier_in_the_batch_is_422_and_stores_nothing(
-    alice, make_session
-):
+def test_a_repeat_of_an_id_open_earlier_in_the_batch_is_422_and_stores_nothing(alice, make_session):
     sid = make_session(id="dup-batch")["id"]
     same_message = post(alice, sid, calls("a", "a"))
     assert same_message.status_code == 422
@@ -150,9 +146,7 @@ def test_a_repeat_of_an_id_open_earlier_in_the_batch_is_422_and_stores_nothing(
     assert not Message.objects.filter(session__external_id=sid).exists()
 
 
-def test_a_batch_with_thousands_of_tool_calls_is_checked_against_the_open_ones(
-    alice, make_session
-):
+def test_a_batch_with_thousands_of_tool_calls_is_checked_against_the_open_ones(alice, make_session):
     sid = make_session(id="dup-many")["id"]
     assert post(alice, sid, calls("x1999")).status_code == 200
     many = [calls(*(f"x{n}" for n in range(k, k + 200))) for k in range(0, 2000, 200)]
