@@ -38,9 +38,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import ROOT, WORKLOADS, drop_database, scratch_database
+from common import SHARED, WORKLOADS, drop_database, scratch_database
 
-TOOLS = ROOT.parent / "shared" / "tools"
+TOOLS = SHARED / "tools"
 sys.path.insert(0, str(TOOLS))
 import nextaction  # noqa: E402  (../shared/tools)
 import peer_policies as peers  # noqa: E402
@@ -53,29 +53,6 @@ WINDOWS = {32_000: 4_000, 16_000: 2_000}  # window: max output (the simulator's 
 
 def load(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def unique_ids(msgs: list[dict]) -> list[dict]:
-    """The service refuses a tool-call id used twice in a session (some recordings reuse
-    them): a repeated id, and the results answering it, get a suffix. Ids are not text
-    recall looks at."""
-    seen: dict[str, int] = {}
-    current: dict[str, str] = {}
-    out = []
-    for m in msgs:
-        m = dict(m)
-        if m.get("tool_calls"):
-            calls = []
-            for c in m["tool_calls"]:
-                n = seen.get(c["id"], 0)
-                seen[c["id"]] = n + 1
-                current[c["id"]] = c["id"] if n == 0 else f"{c['id']}~{n}"
-                calls.append({**c, "id": current[c["id"]]})
-            m["tool_calls"] = calls
-        if m["role"] == "tool" and m.get("tool_call_id") in current:
-            m["tool_call_id"] = current[m["tool_call_id"]]
-        out.append(m)
-    return out
 
 
 def api_message(m: dict) -> dict:
@@ -226,7 +203,7 @@ SUMMARY_SPLIT = {"input": 0.0, "output": 0.0, "calls": 0}
 
 
 def replay(client, key: str, path: Path, window: int, policy: dict) -> dict:
-    msgs = unique_ids(load(path))
+    msgs = load(path)
     sid = f"{path.stem[:60]}-{window}-{time.monotonic_ns()}"
     r = Replay(client, key, sid, window, WINDOWS[window], policy)
     system = "\n".join(m.get("content") or "" for m in msgs if m["role"] == "system")
@@ -419,9 +396,15 @@ def main() -> None:
         for window in (int(w) for w in args.windows.split(",")):
             limit = window - WINDOWS[window]
             started = time.perf_counter()
-            runs = []
+            runs, errors = [], []
             for f in files:
-                res = replay(client, key, f, window, policy)
+                try:
+                    res = replay(client, key, f, window, policy)
+                except RuntimeError as exc:
+                    # A refused request ends that replay; the others still run and
+                    # the table says how many did not finish (their figures are left out).
+                    errors.append(f"{f.parent.name}/{f.name}: {exc}")
+                    continue
                 runs.append(res)
                 if args.per_run:
                     print(
@@ -458,6 +441,7 @@ def main() -> None:
                 f"input {SUMMARY_SPLIT['input']:,.0f}, output {SUMMARY_SPLIT['output']:,.0f} units",
                 flush=True,
             )
+            print(f"replay errors: {len(errors)}", *(f"  {e}" for e in errors), sep="\n")
             SUMMARY_SPLIT.update(input=0.0, output=0.0, calls=0)
         planner_timing()
     finally:

@@ -21,7 +21,9 @@ from urllib.parse import urlparse, urlunparse
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-WORKLOADS = ROOT.parent / "shared" / "workloads" / "real"
+# The team's shared folder sits next to the checkout; a git worktree elsewhere names it.
+SHARED = Path(os.environ.get("CONTEXTSVC_SHARED") or ROOT.parent / "shared")
+WORKLOADS = SHARED / "workloads" / "real"
 
 # Outside DEBUG the settings refuse a missing SECRET_KEY and redirect plain HTTP
 # to HTTPS; a benchmark is a local run over plain HTTP (its gunicorn inherits these).

@@ -19,8 +19,9 @@ class ClientView(models.Model):
     in that place is taken as the echo (``services.sync``). The per-message
     chains (``ClientViewEntry``) are read only when the view diverges, to find
     the common prefix. ``renamed`` maps tool-call ids of the client's view to
-    the ids stored for them after a divergence (a re-appended view may not
-    reuse a session's ids).
+    the ids stored for them by a divergence of the time when a re-appended
+    view could not reuse a session's ids (``<id>_v<n>``); a divergence now
+    stores ids as sent and empties it.
     """
 
     session = models.OneToOneField(Session, on_delete=models.CASCADE, related_name="client_view")

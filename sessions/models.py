@@ -231,9 +231,9 @@ class Message(models.Model):
         indexes = [
             # GC asks "does a live message still reference this output?".
             models.Index(fields=["output_ref"], name="message_output_ref_idx"),
-            # Append refuses a tool-call id the session already answered: one
-            # index probe per batch with calls, whatever the session's length.
-            # Partial: only tool results carry the id, so the index stays small.
+            # Results by call id. Appends no longer read it (an answered id may
+            # be reused; the open ones are on the session row); kept until a
+            # migration drops it. Partial: only tool results carry the id.
             models.Index(
                 fields=["session", "tool_call_id"],
                 name="message_tool_call_id_idx",

@@ -15,6 +15,7 @@ from datetime import timedelta
 from django.db import transaction
 from django.utils import timezone
 
+from contextsvc.engine.pairing import pair_tool_calls
 from sessions import accounting, hotpath
 from sessions.recall.index import recall_add_summary
 
@@ -36,6 +37,23 @@ Status = CompactionRun.Status
 
 class WindowChanged(Exception):
     """The live window moved (another compaction, a restore) since the run loaded it."""
+
+
+def _unanswered_leaving(plan: CompactionPlan, head_end: int, start: int) -> set[str]:
+    """Ids of the calls that leave the window unanswered (seqs between ``head_end`` and ``start``).
+
+    A late result for one would have no call before it in any context, so it
+    is refused: the id stops being open. A call answered before it left does
+    not count: its id may be open again through a later call (reused ids), and
+    that call stays open.
+    """
+    window = [*plan.window.head, *plan.window.messages]
+    waiting = pair_tool_calls(window).waiting
+    return {
+        call_id
+        for call_id, keys in waiting.items()
+        if any(head_end < (window[i].seq or 0) < start for i, _ in keys)
+    }
 
 
 def apply_plan(
@@ -81,11 +99,7 @@ def apply_plan(
                 if m.seq in original and view_key(m) != view_key(original[m.seq])
             }
             changes = set_message_views(session, desired)
-            # Calls whose message left the window: a late result for them
-            # would have no call before it in any context, so it is refused.
-            gone = {
-                c.id for m in plan.window.messages if head_end < m.seq < start for c in m.tool_calls
-            }
+            gone = _unanswered_leaving(plan, head_end, start)
             if gone and session.open_tool_calls:
                 session.open_tool_calls = {
                     k: v for k, v in session.open_tool_calls.items() if k not in gone

@@ -1,10 +1,11 @@
 """Which tool results answer which tool calls: the one pairing rule of the engine.
 
 A result answers the most recent call with its id that precedes it and is still
-unanswered. Appends refuse duplicate call ids, so in a live session an id names
-one call; the rule only decides anything for legacy transcripts that reuse an
-id, and there it pairs the way the agent meant (the nearest open call first,
-then the one before it). A result with no such call is an orphan: its call was
+unanswered. A session may reuse an id once its call was answered (appends
+refuse only a repeat of an open call), so an id can name several calls, one
+after the other; the rule pairs each result the way the agent meant (the
+nearest open call first, then the one before it, for old transcripts that
+repeated an open id). A result with no such call is an orphan: its call was
 cut off, or it is a second answer.
 
 Safe cuts (``engine.turns``), the open-call floor of compaction

@@ -28,11 +28,14 @@ turns for Anthropic):
   conversation without a user message);
 - messages with nothing to send (whitespace-only text, no media, no calls)
   are left out: Anthropic rejects whitespace-only text blocks;
-- tool-call ids are unique and match ``^[a-zA-Z0-9_-]+$`` (Anthropic's
-  pattern for ``tool_use.id``). Appends refuse duplicate ids, so a rename
-  only happens for legacy transcripts or unusual characters; an id is only
-  a pairing key inside one request, so renaming it changes nothing the model
-  sees;
+- tool-call ids are unique in the request and match ``^[a-zA-Z0-9_-]+$``
+  (Anthropic's pattern for ``tool_use.id``; Anthropic rejects a repeated
+  one). A session may reuse an id once its call was answered (appends
+  accept it, as OpenAI does), so a repeat is renamed here (``<id>_2``; the
+  first use keeps its id, so the names are stable as the history grows),
+  with the result that answers it and the provider meta kept for it; an id
+  is only a pairing key inside one request, so renaming it changes nothing
+  the model sees;
 - a request that defines no tools carries no tool blocks (Anthropic rejects
   them): calls and results are then rendered as text, in place.
 """
@@ -46,6 +49,7 @@ from dataclasses import replace
 
 from .messages import Message, ToolCall
 from .pairing import pair_tool_calls
+from .providers.common import rename_call_meta
 
 NO_RESULT_TEXT = "[no result: this tool call was not answered]"
 LEADING_USER_TEXT = "[Earlier turns of this conversation are not shown.]"
@@ -105,8 +109,8 @@ def well_formed(messages: Sequence[Message], *, tools: bool = True) -> list[Mess
     if not tools:
         return _leading_user(_as_text(messages))
     # Pass 1: which result answers which call (``engine.pairing``). A call is
-    # keyed by (message index, call index), so even duplicate ids in an old
-    # transcript pair up with the nearest open call of that id, as the agent meant.
+    # keyed by (message index, call index), so a reused id pairs each result
+    # with the nearest open call of that id, as the agent meant.
     pairing = pair_tool_calls(messages)
     result_of = pairing.result_of
     paired = pairing.call_of
@@ -127,7 +131,11 @@ def well_formed(messages: Sequence[Message], *, tools: bool = True) -> list[Mess
             call if (new := ids.take(call.id)) == call.id else replace(call, id=new)
             for call in msg.tool_calls
         )
-        out.append(msg if calls == msg.tool_calls else replace(msg, tool_calls=calls))
+        if calls != msg.tool_calls:
+            renames = [(a.id, b.id) for a, b in zip(msg.tool_calls, calls, strict=True)]
+            content = rename_call_meta(msg.content, renames)
+            msg = replace(msg, tool_calls=calls, content=content)
+        out.append(msg)
         for k, call in enumerate(calls):
             answer = result_of.get((i, k))
             out.append(_result_for(call, None if answer is None else messages[answer]))

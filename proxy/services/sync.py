@@ -20,9 +20,14 @@ loses nothing: the stored transcript is kept whole; a marker message is
 appended, then the client's whole new view, and the session's live window
 restarts just after the marker — at the first message of the new view — and
 a ``ClientCompaction`` row marks it on the dashboard's usage chart.
-Tool-call ids of the new view are re-numbered (``<id>_v<n>``) because a
-session never reuses a tool-call id; ``ClientView.renamed`` keeps the mapping
-so later results for those calls still match.
+The new view is stored as the client sent it, tool-call ids included: the
+calls still open in the earlier record are closed first (they lie before the
+new window, so no result can answer them any more), which leaves the new
+view's ids free, as after any answered call. ``ClientView.renamed`` is the
+mapping of views that diverged when ids were still renumbered
+(``<id>_v<n>``): applied to their later messages so results still find
+their calls, and dropped at the next divergence, which re-sends everything
+the window holds.
 """
 
 from __future__ import annotations
@@ -91,6 +96,15 @@ def _append(session: Session, messages: list[dict[str, Any]]) -> int:
         appended = session_append_messages(session=session, messages=batch, savepoint=False)
         last_seq = appended["messages"][-1]["seq"]
     return last_seq
+
+
+def _close_open_calls(session: Session) -> None:
+    """The record's unanswered calls are abandoned: the window restarts after them
+    (caller is in a transaction; the next append re-reads the row under its lock)."""
+    locked = hotpath.lock_session(session.pk, exclude=hotpath.HEAVY_FIELDS)
+    if locked.open_tool_calls:
+        locked.open_tool_calls = {}
+        hotpath.save_fields(locked, ("open_tool_calls",))
 
 
 def _restart_window(session: Session, start_seq: int) -> None:
@@ -215,26 +229,22 @@ def session_sync_client_view(
         if plan is None or plan.state != _state(view):
             plan = plan_client_sync(view=view, messages=messages, to_transcript=to_transcript)
         match, new = plan.match, plan.new
-        renamed = dict(view.renamed or {})
         if plan.diverged:
             view.divergences += 1
-            for message in new:
-                for call in message.get("tool_calls") or ():
-                    renamed[call["id"]] = f"{call['id']}_v{view.divergences}"
             marker = {"role": "user", "content": MARKER.format(at=match.prefix)}
             marker_seq = _append(session, [marker])
             ClientCompaction.objects.create(
                 session=session, marker_seq=marker_seq, at_message=match.prefix
             )
-            new = _rename(new, renamed)
+            _close_open_calls(session)
+            view.renamed = {}
             if new:
                 _append(session, new)
             _restart_window(session, marker_seq + 1)
         else:
-            new = _rename(new, renamed)
+            new = _rename(new, dict(view.renamed or {}))
             if new:
                 _append(session, new)
-        view.renamed = renamed
         _write_view(view, plan.chains, match.same)
     return Synced(len(new), plan.diverged, view.count, view.chain)
 

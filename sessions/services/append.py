@@ -1,4 +1,4 @@
-"""The append path: tool-call ids checked and paired, a batch inserted under the session lock.
+"""The append path: tool calls and results paired, a batch inserted under the session lock.
 
 It follows healthchecks' ``Check.ping``: do the slow work (tokenizing,
 ``prepare.prepare_messages_storing_outputs``) before taking the lock, then lock the session
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from contextsvc import telemetry
@@ -31,12 +31,22 @@ from .prepare import Prepared, prepare_messages_storing_outputs
 
 
 def _match_tool_calls(open_calls: dict[str, str], prepared: list[Prepared]) -> dict[str, str]:
-    """Check every tool result answers an open call; return the calls left open."""
+    """Check the batch's calls and results against the open calls; return the calls left open.
+
+    A result answers the open call of its id (``engine.pairing``: the most
+    recent call of that id, since no id is ever open twice). An id may be
+    used again once its call was answered, as OpenAI accepts and agents do
+    (a tau-bench GPT-4o run reuses one); the build gives every request unique
+    ids (``engine.wellformed``). A call whose id is still open is refused: its
+    result could not say which of the two calls it answers.
+    """
     open_calls = dict(open_calls)
     for i, p in enumerate(prepared):
         msg = p.message
         if msg.role == "assistant":
-            for call in msg.tool_calls:
+            for k, call in enumerate(msg.tool_calls):
+                if call.id in open_calls:
+                    raise _open_call_repeated(i, k, call.id, "in this session")
                 open_calls[call.id] = call.name
         elif msg.role == "tool":
             name = open_calls.pop(msg.tool_call_id or "", None)
@@ -51,79 +61,29 @@ def _match_tool_calls(open_calls: dict[str, str], prepared: list[Prepared]) -> d
     return open_calls
 
 
+def _open_call_repeated(i: int, k: int, call_id: str, where: str) -> ValidationFailed:
+    return ValidationFailed(
+        f"messages[{i}].tool_calls[{k}].id {call_id!r} repeats a tool call that is still open"
+        f" {where}; a tool-call id may be used again only once its call was answered",
+        details={"field": f"messages.{i}.tool_calls.{k}.id"},
+    )
+
+
 def _duplicate_call_id(messages: Sequence[MessageData]) -> None:
-    """422 when two tool calls of one batch share an id (providers reject the pair)."""
-    seen: set[str] = set()
+    """422 when a call of the batch repeats the id of an unanswered call earlier in the batch.
+
+    The same rule as ``_match_tool_calls`` on the batch alone, before any
+    output is stored or token counted; the session's own open calls are
+    checked under the lock.
+    """
+    open_ids: set[str] = set()
     for i, data in enumerate(messages):
         for k, call in enumerate(data.get("tool_calls") or ()):
-            if call["id"] in seen:
-                raise ValidationFailed(
-                    f"messages[{i}].tool_calls[{k}].id {call['id']!r} is used by an earlier tool"
-                    " call of this batch; tool-call ids must be unique in a session",
-                    details={"field": f"messages.{i}.tool_calls.{k}.id"},
-                )
-            seen.add(call["id"])
-
-
-def _reused_call_id(session: Session, prepared: list[Prepared]) -> None:
-    """422 when a new tool call reuses an id the session already used (caller holds the lock).
-
-    An id in use is either still open (``open_tool_calls``, already loaded) or
-    answered (a tool row: one probe of ``message_tool_call_id_idx``), so the
-    cost does not grow with the session. A call that compaction dropped
-    unanswered is in neither; its id sits before the window and is never sent
-    again, so a reuse cannot reach a provider twice.
-    """
-    new = {
-        call.id: (i, k)
-        for i, p in enumerate(prepared)
-        for k, call in enumerate(p.message.tool_calls)
-    }
-    if not new:
-        return
-    open_calls = session.open_tool_calls or {}
-    reused = [call_id for call_id in new if call_id in open_calls]
-    how = "is still open"
-    if not reused:
-        reused = _answered_call_ids(session.pk, list(new))
-        how = "was already answered"
-    if reused:
-        i, k = new[reused[0]]
-        raise ValidationFailed(
-            f"messages[{i}].tool_calls[{k}].id {reused[0]!r} {how} in this session;"
-            " tool-call ids must be unique in a session",
-            details={"field": f"messages.{i}.tool_calls.{k}.id"},
-        )
-
-
-# Under SQLite's and PostgreSQL's limits on parameters per statement.
-_PROBE_CHUNK = 500
-
-
-def _answered_call_ids(session_pk: int, ids: list[str]) -> list[str]:
-    """At most one of ``ids`` some tool row of the session answers.
-
-    Plain SQL on Django's cursor: the ORM spends ~2 ms compiling this
-    lookup, the query itself ~0.1 ms (the append's p50 is ~10 ms). Chunked:
-    a batch may carry more ids than a statement may have parameters.
-    """
-    meta = Message._meta
-    column = meta.get_field("tool_call_id").column
-    with connection.cursor() as cursor:
-        for start in range(0, len(ids), _PROBE_CHUNK):
-            chunk = ids[start : start + _PROBE_CHUNK]
-            cursor.execute(
-                f"SELECT {column} FROM {meta.db_table}"
-                f" WHERE {meta.get_field('session').column} = %s"
-                f" AND {column} IN ({', '.join(['%s'] * len(chunk))})"
-                # A retracted result answers nothing: a retried turn may post it again.
-                f" AND {meta.get_field('retracted_at').column} IS NULL LIMIT 1",
-                [session_pk, *chunk],
-            )
-            found = [row[0] for row in cursor.fetchall()]
-            if found:
-                return found
-    return []
+            if call["id"] in open_ids:
+                raise _open_call_repeated(i, k, call["id"], "earlier in this batch")
+            open_ids.add(call["id"])
+        if data.get("role") == "tool":
+            open_ids.discard(data.get("tool_call_id") or "")
 
 
 # What an append changes on the session row (one precompiled UPDATE).
@@ -212,7 +172,6 @@ def _append(
             replay = replayed_response(session, idempotency_key, fingerprint)
             if replay is not None:
                 return replay
-        _reused_call_id(session, prepared)
         session.open_tool_calls = _match_tool_calls(session.open_tool_calls or {}, prepared)
         first = session.last_seq + 1
         save_pending_outputs(session, prepared)

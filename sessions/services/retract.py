@@ -118,12 +118,22 @@ def _call_owner(session: Session, call_id: str, before_seq: int) -> int | None:
 
 
 def _check_pairs(session: Session, rows: list[dict], field: str) -> set[str]:
-    """422 when a retracted result answers a call that stays; returns the retracted call ids."""
+    """422 when a retracted result answers a call that stays; returns the retracted call ids.
+
+    Rows pair in order (``engine.pairing``): a result answers the latest
+    unanswered call of its id, so a result whose id is only called again
+    later in ``rows`` (a reused id) answers a call before them.
+    """
     calls = {c["id"] for r in rows for c in (r["tool_calls"] or ())}
+    waiting: set[str] = set()
     first = rows[0]["seq"]
     for row in rows:
+        waiting.update(c["id"] for c in row["tool_calls"] or ())
         call_id = row["tool_call_id"]
-        if row["role"] != Message.Role.TOOL or not call_id or call_id in calls:
+        if row["role"] != Message.Role.TOOL or not call_id:
+            continue
+        if call_id in waiting:
+            waiting.discard(call_id)
             continue
         owner = _call_owner(session, call_id, first)
         if owner is None:

@@ -45,8 +45,9 @@ def test_a_result_before_its_call_or_without_one_is_an_orphan():
 
 
 def test_a_reused_id_pairs_with_the_nearest_open_call_first():
-    # Legacy transcripts only (appends refuse reused ids): the first result
-    # answers the newer call, the second one the older call still open.
+    # An id repeated while its call is open (old transcripts only: appends
+    # refuse that now): the first result answers the newer call, the second
+    # one the older call still open.
     history = [call("x"), user(), call("x"), result("x", "first"), result("x", "second")]
     pairing = pair_tool_calls(history)
     assert pairing.result_of == {(2, 0): 3, (0, 0): 4}

@@ -1,9 +1,10 @@
 """Hypothesis strategies for agent transcripts an append would accept.
 
 Random interleavings of user text (sometimes blank, sometimes with an image),
-assistant text, assistant tool calls (one to three, with ids unique in the
-transcript, some in styles Anthropic's id pattern refuses), tool results for
-open calls (in any order, late, trimmed, blank) and calls left unanswered.
+assistant text, assistant tool calls (one to three, some in styles Anthropic's
+id pattern refuses; an id is never open twice, but an answered one may be
+used again, as appends allow), tool results for open calls (in any order,
+late, trimmed, blank) and calls left unanswered.
 ``windows`` adds what compaction and retention do to it: a cut window start,
 a retain and a summary.
 """
@@ -49,11 +50,13 @@ def transcripts(draw: Any, max_messages: int = 14) -> list[Message]:
     style = draw(st.sampled_from(ID_STYLES))
     messages: list[Message] = []
     open_calls: list[tuple[str, str]] = []
+    answered: list[str] = []  # ids whose call was answered: free to be used again
     counter = 0
     for _ in range(n):
         kind = draw(st.sampled_from(["user", "assistant", "call", "result", "result"]))
         if kind == "result" and open_calls:
             call_id, name = open_calls.pop(draw(st.integers(0, len(open_calls) - 1)))
+            answered.append(call_id)
             trimmed = draw(st.booleans())
             messages.append(
                 Message(
@@ -70,7 +73,11 @@ def transcripts(draw: Any, max_messages: int = 14) -> list[Message]:
             for _ in range(draw(st.integers(1, 3))):
                 counter += 1
                 name = draw(st.sampled_from(["bash", "read"]))
-                calls.append(ToolCall(style.format(n=counter), name, {"n": counter}))
+                if answered and draw(st.booleans()):
+                    call_id = answered.pop(draw(st.integers(0, len(answered) - 1)))
+                else:
+                    call_id = style.format(n=counter)
+                calls.append(ToolCall(call_id, name, {"n": counter}))
                 open_calls.append((calls[-1].id, name))
             messages.append(Message(role="assistant", content=draw(TEXTS), tool_calls=tuple(calls)))
         elif kind == "assistant":

@@ -108,7 +108,7 @@ def test_a_client_that_compacts_itself_restarts_the_window_and_loses_nothing(ups
         "user",
         "assistant",
     ]
-    assert after[len(before) + 3][2] == "toolu_a_v1"  # the re-appended result, renumbered
+    assert after[len(before) + 3][2] == "toolu_a"  # the re-appended result, as sent
     session = Session.objects.get(external_id="ses_sync2")
     assert session.window_start_seq == marker[0] + 1
     sent = fake.messages_requests()[-1].body

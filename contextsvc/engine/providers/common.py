@@ -33,6 +33,7 @@ id); ``empty_content`` (an OpenAI assistant message with tool calls and
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -145,6 +146,53 @@ def take_meta(content: Any) -> tuple[Any, dict[str, Any]]:
                 return clean["text"], meta
             return [*content[:i], clean, *content[i + 1 :]], meta
     return content, {}
+
+
+# Meta keys that hold one entry per tool call, by the call's id.
+_BY_CALL_ID = ("call_extra", "arguments")
+
+
+def rename_call_meta(content: Any, renames: Sequence[tuple[str, str]]) -> Any:
+    """``content`` with its meta's per-call entries following renamed calls.
+
+    ``renames``: (posted id, id in the request) of each call of the message, in
+    order. The build renames a reused id (``engine.wellformed``); without this
+    a call would lose what the meta keeps for it (an Anthropic block's extra
+    keys, an OpenAI argument text, its place and item type in a Responses
+    turn). ``content`` is not changed (the context cache shares it): the meta
+    part is copied.
+    """
+    if not isinstance(content, list):
+        return content
+    for i, part in enumerate(content):
+        if isinstance(part, dict) and part.get("type") == "text" and META in part:
+            meta = dict(part[META])
+            for key in _BY_CALL_ID:
+                if isinstance(meta.get(key), dict):
+                    meta[key] = _rekeyed(meta[key], renames)
+            if isinstance(meta.get("items"), list):
+                meta["items"] = _relaid(meta["items"], renames)
+            return [*content[:i], {**part, META: meta}, *content[i + 1 :]]
+    return content
+
+
+def _rekeyed(by_id: dict[str, Any], renames: Sequence[tuple[str, str]]) -> dict[str, Any]:
+    posted = {old for old, _ in renames}
+    out = {k: v for k, v in by_id.items() if k not in posted}
+    out.update({new: by_id[old] for old, new in renames if old in by_id})
+    return out
+
+
+def _relaid(layout: list[Any], renames: Sequence[tuple[str, str]]) -> list[Any]:
+    """A Responses layout's call entries renamed in call order (an id may repeat)."""
+    pending: dict[str, list[str]] = {}
+    for old, new in renames:
+        pending.setdefault(old, []).append(new)
+    out = []
+    for entry in layout:
+        news = pending.get(entry.get("call")) if isinstance(entry, dict) else None
+        out.append({**entry, "call": news.pop(0)} if news else entry)
+    return out
 
 
 def arguments_from_text(text: Any) -> dict[str, Any]:
