@@ -16,7 +16,8 @@ default) whose ``TURNS`` tool outputs (2,000) run from 1 KB to 1 MB, about
 3. the naive way beside it: the same rare markers found by streaming every
    output through grep (``output_grep``) newest first.
 
-``BENCH_RECALL_TURNS`` / ``BENCH_RECALL_MB`` make it smaller for a quick look.
+``BENCH_RECALL_TURNS`` / ``BENCH_RECALL_MB`` make it smaller for a quick look;
+``BENCH_KEEP_DB=1`` keeps the database for a look at the plans.
 """
 
 from __future__ import annotations
@@ -209,7 +210,10 @@ def run() -> None:
 
 def main() -> None:
     db_url = django_on_scratch_database(
-        "_recall_bench", LOG_LEVEL="WARNING", CONTEXTSVC_AUTO_COMPACT="false"
+        "_recall_bench",
+        LOG_LEVEL="WARNING",
+        CONTEXTSVC_AUTO_COMPACT="false",
+        CONTEXTSVC_RECALL_INDEX_DELAY="0",  # the bench builds the index itself
     )
     try:
         run()
@@ -217,7 +221,8 @@ def main() -> None:
         from django.db import connections
 
         connections.close_all()
-        drop_database(db_url)
+        if os.environ.get("BENCH_KEEP_DB") != "1":
+            drop_database(db_url)
 
 
 if __name__ == "__main__":
