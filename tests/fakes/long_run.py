@@ -12,7 +12,8 @@ markers: two early, two in the middle, two late.
 ``LongRunModel`` is the fake model (``FakeAnthropic.agent``). Like a model it
 sees only the request it gets and keeps no state between calls:
 
-- steps: the next step is one past the highest ``long-run step N`` it can
+- steps: (loading ``Bash`` with ``tool_search`` first when the proxy
+  deferred it) the next step is one past the highest ``long-run step N`` it can
   see (its own earlier Bash calls, or the summary it wrote when the client
   compacted), so it follows the conversation it is shown;
 - the question: for each asked label it looks for ``MARK-<label> <hex>`` in
@@ -45,6 +46,7 @@ from tests.fakes.claude_code import COMPACT_PROMPT
 from tests.fakes.streams import ScriptedReply
 
 GREP_TOOL = "tool_output_cache_grep"
+TOOL_SEARCH = "tool_search"  # the proxy's, when it defers the client's tools
 TASK = "Run the numbered long-run Bash steps the tool asks for, one at a time, then say done."
 QUESTION = "Report the markers of steps: "
 STEPS_DONE = "Steps done."
@@ -216,12 +218,18 @@ class LongRunModel:
         if user and user[-1].startswith(COMPACT_PROMPT):
             self.client_compactions += 1
             return ScriptedReply(text=self._summary(body, texts))
-        if "Bash" not in tools:
+        if "Bash" not in tools and TOOL_SEARCH not in tools:
             # A client's side request (a title, a quota probe): not part of the task.
             return ScriptedReply(text="Side answer")
         question = next((t for t in reversed(user) if QUESTION in t), None)
         if question is not None:
             return self._recall(body, tools, texts, question)
+        if "Bash" not in tools:
+            # The proxy deferred the client's tools (a small window): load Bash first.
+            arguments = {"query": "select:Bash"}
+            return ScriptedReply(
+                tool_calls=[{"name": TOOL_SEARCH, "arguments": arguments, "id": None}]
+            )
         step = self._done(body, texts) + 1
         if step >= self.task.steps:
             return ScriptedReply(text=STEPS_DONE)
