@@ -276,6 +276,10 @@ CONTEXTSVC_REF_RESPONSE_MAX_BYTES = env_int(
 )
 CONTEXTSVC_SLICE_MAX_BYTES = CONTEXTSVC_REF_RESPONSE_MAX_BYTES
 CONTEXTSVC_GREP_TIME_LIMIT_MS = env_int("CONTEXTSVC_GREP_TIME_LIMIT_MS", 10_000, minimum=1)
+# history_search indexes a session's backlog first, up to this much text;
+# on SQLite it walks at most this many ~4 KiB segments, newest first.
+CONTEXTSVC_RECALL_CATCH_UP_BYTES = env_int("CONTEXTSVC_RECALL_CATCH_UP_BYTES", 64 << 20, minimum=0)
+CONTEXTSVC_RECALL_SCAN_SEGMENTS = env_int("CONTEXTSVC_RECALL_SCAN_SEGMENTS", 20_000, minimum=1)
 
 # --- contextsvc defaults ----------------------------------------------------
 

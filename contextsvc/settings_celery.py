@@ -70,6 +70,8 @@ CELERY_BEAT_SCHEDULE = {
         "task": "sessions.count_estimated_tokens",
         "schedule": 600.0,
     },
+    # the recall index (history_search) of sessions that appended since it last ran
+    "sessions-recall-index": {"task": "sessions.recall_index", "schedule": 60.0},
     # spec 000 §1.9: tool outputs nothing references any more
     "sessions-gc-outputs": {"task": "sessions.gc_outputs", "schedule": 86400.0},
 }

@@ -355,3 +355,4 @@ class ToolOutputChunk(models.Model):
 
 from .models_audit import PolicyChange  # noqa: E402,F401  (one app, models in two modules)
 from .models_calls import ContextCall  # noqa: E402,F401  (one app, two modules)
+from .models_recall import RecallSegment, RecallState  # noqa: E402,F401  (one app, three modules)

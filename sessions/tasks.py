@@ -7,6 +7,7 @@ from typing import Any
 from celery import shared_task
 
 from .outputs.gc import outputs_gc
+from .recall.index import recall_index_sweep
 from .services.exact_counts import estimated_counts_sweep, session_count_exact
 from .services.idempotency import idempotency_prune
 
@@ -61,3 +62,10 @@ def count_estimated_tokens(older_than_seconds: int = 300) -> int:
     """Periodic (beat, every 10 minutes): ``manage.py count_estimated_tokens``.
     Exact counts of estimates whose own task never ran. Idempotent."""
     return estimated_counts_sweep(older_than_seconds=older_than_seconds)
+
+
+@shared_task(name="sessions.recall_index", acks_late=True, ignore_result=True)
+def recall_index(max_age_hours: int = 48) -> int:
+    """Periodic (beat, every minute): ``manage.py index_recall``. Idempotent: the
+    state row is locked while a session is indexed, and advanced in the same commit."""
+    return recall_index_sweep(max_age_hours=max_age_hours)

@@ -16,6 +16,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from sessions import accounting, hotpath
+from sessions.recall.index import recall_add_summary
 
 from ..models import CompactionRun, CompactionState, Snapshot, ViewChange
 from .plan import CompactionPlan
@@ -89,6 +90,9 @@ def apply_plan(
                 session.open_tool_calls = {
                     k: v for k, v in session.open_tool_calls.items() if k not in gone
                 }
+            if new.summary and new.summary != session.summary:
+                # The summary replaces messages in the context: it is searchable too.
+                recall_add_summary(session=session, text=new.summary, through_seq=start - 1)
             state = set_window(
                 session,
                 retain=new.retain,

@@ -46,7 +46,7 @@ class CacheGrepArgs(Schema):
     start_line: int = Field(1, ge=1, le=MAX_SEQ)
 
 
-def _parse(model: type[Schema], arguments: dict[str, Any]) -> Any:
+def parse_arguments(model: type[Schema], arguments: dict[str, Any]) -> Any:
     try:
         return model.model_validate(arguments)
     except ValidationError as exc:
@@ -60,7 +60,7 @@ def _parse(model: type[Schema], arguments: dict[str, Any]) -> Any:
 
 def call_read(session: Session, arguments: dict[str, Any]) -> dict[str, Any]:
     """``tool_output_cache``: lines of a stored output, capped like ``GET /refs/{ref}``."""
-    args = _parse(CacheReadArgs, arguments)
+    args = parse_arguments(CacheReadArgs, arguments)
     output = output_get(owner=session.owner, ref=args.ref_id)
     # Lines cut like the session's views, as a `read` tool cuts long lines.
     max_line = cache_config(session).max_line_length
@@ -77,7 +77,7 @@ def call_read(session: Session, arguments: dict[str, Any]) -> dict[str, Any]:
 
 def call_grep(session: Session, arguments: dict[str, Any]) -> dict[str, Any]:
     """``tool_output_cache_grep``: matches in a stored output, capped like ``GET /refs/{ref}/grep``."""
-    args = _parse(CacheGrepArgs, arguments)
+    args = parse_arguments(CacheGrepArgs, arguments)
     output = output_get(owner=session.owner, ref=args.ref_id)
     result = grep_page(
         output,
