@@ -89,7 +89,8 @@ class Figures:
 def run_client(client: str, base_url: str, api_key: str, sid: str | None, task) -> tuple:
     """(answer text, empty replies, error) of one run of ``client`` against ``base_url``."""
     from tests.fakes.claude_code import run_claude
-    from tests.fakes.long_run import TASK, run_sdk_agent
+    from tests.fakes.long_run import TASK
+    from tests.fakes.long_run_client import run_sdk_agent
 
     headers = {"X-Contextsvc-Session": sid} if sid else {}
     with tempfile.TemporaryDirectory() as scratch:

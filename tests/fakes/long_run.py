@@ -17,13 +17,16 @@ sees only the request it gets and keeps no state between calls:
   see (its own earlier Bash calls, or the summary it wrote when the client
   compacted), so it follows the conversation it is shown;
 - the question: for each asked label it looks for ``MARK-<label> <hex>`` in
-  the request text; for a label not found it uses, in this order, the tools
-  that request offers and it has not tried yet: ``history_search`` with the
-  label; ``tool_output_cache_grep`` over every ref visible in the request;
-  ``grep`` through the client's Bash on files the request says outputs were
-  saved to (Claude Code keeps an output over ~30 KB in a file and sends a
-  2 KB preview). Which it tried it reads from its own calls in the request.
-  With nothing left to try it answers with what it found.
+  the request text; for a label not found it uses the tools the request
+  offers, each way once (which it tried it reads from its own calls in the
+  request): ``history_search`` for the marker, then for the step's header
+  ``STEP-<label>-BEGIN`` and, in the output that header is in, for the line
+  naming a file the client saved the output to (Claude Code keeps an output
+  over ~30 KB in a file and sends a 2 KB preview: a marker past it is only in
+  that file); ``grep`` through the client's Bash on the saved files the
+  request names; ``tool_output_cache_grep`` over the refs the request shows
+  (the asked steps' own first). With nothing left to try it answers with
+  what it found.
 """
 
 from __future__ import annotations
@@ -33,13 +36,9 @@ import json
 import random
 import re
 import shlex
-import subprocess
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
-
-import anthropic
 
 from contextsvc.engine.recall import SEARCH_TOOL_NAME
 from tests.fakes.claude_code import COMPACT_PROMPT
@@ -52,20 +51,12 @@ QUESTION = "Report the markers of steps: "
 STEPS_DONE = "Steps done."
 STEP_TAG = re.compile(r"long-run step (\d+)\b")
 REF = re.compile(r"\bout_[A-Za-z0-9]+")
-SAVED_TO = re.compile(r"Full output saved to: (\S+)")
+SAVED_TO = re.compile(r"Full output saved to: ([^\s\"'\\]+)")
+# Calls the model makes for one question before it answers with what it has: a guard
+# against a loop (a proxy that kept dropping its calls would show as missed markers).
+MAX_RECALL_CALLS = 30
 LINE = "{label} line %06g: generated padding, no marker on this line at all\n"
 KB = 1024
-
-
-BASH_TOOL = {
-    "name": "Bash",
-    "description": "Run a bash command and return its output",
-    "input_schema": {
-        "type": "object",
-        "properties": {"command": {"type": "string"}, "description": {"type": "string"}},
-        "required": ["command"],
-    },
-}
 
 
 def label(step: int) -> str:
@@ -85,8 +76,14 @@ class LongTask:
 
     def size(self, step: int) -> int:
         # Log-uniform between 1 KB and max_size: most outputs small, some large; one big.
+        # The asked steps' sizes are fixed, small and large in turn, so every run asks
+        # for markers in outputs Claude Code sends whole and in ones it keeps in a file.
         if step == self.steps // 3:
             return self.big
+        asked = self.asked()
+        if step in asked:
+            share = (0.03, 0.7, 0.12, 0.9, 0.02, 0.6)[asked.index(step) % 6]
+            return max(KB, int(self.max_size * share))
         rng = random.Random(f"{self.nonce}-{step}")
         return int(KB * (self.max_size / KB) ** rng.random())
 
@@ -205,6 +202,7 @@ class LongRunModel:
     # Per built-in round: from the reply calling it to the next request (ms).
     search_ms: list[float] = field(default_factory=list)
     answers: list[str] = field(default_factory=list)
+    recall_calls: int = 0
     _asked_at: float | None = None
 
     def __call__(self, body: dict[str, Any]) -> ScriptedReply:
@@ -281,23 +279,40 @@ class LongRunModel:
     def _next_calls(
         self, body: dict[str, Any], tools: set[str], texts: list[str], missing: list[str]
     ) -> list[dict[str, Any]]:
-        """The first way the request offers that is not yet tried for the missing labels."""
+        """The first ways the request offers that are not yet tried for the missing labels."""
+        self.recall_calls += 1
+        if self.recall_calls > MAX_RECALL_CALLS:
+            return []
         uses = tool_uses(body)
         if SEARCH_TOOL_NAME in tools:
-            searched = {str(u["input"].get("query")) for u in uses if u["name"] == SEARCH_TOOL_NAME}
-            todo = [w for w in missing if f"MARK-{w}" not in searched]
+            done = _searches(body)
+            tried = {json.dumps(args, sort_keys=True) for args, _ in done}
+            todo = []
+            for w in missing:
+                step = next(
+                    (
+                        a
+                        for a in _search_plan(w, done)
+                        if json.dumps(a, sort_keys=True) not in tried
+                    ),
+                    None,
+                )
+                if step is not None and step not in todo:
+                    todo.append(step)
             if todo:
                 self.searches += len(todo)
                 self._asked_at = time.monotonic()
-                return [
-                    {
-                        "name": SEARCH_TOOL_NAME,
-                        "arguments": {"query": f"MARK-{w}", "limit": 50},
-                        "id": None,
-                    }
-                    for w in todo
-                ]
+                return [{"name": SEARCH_TOOL_NAME, "arguments": a, "id": None} for a in todo]
         pattern = "MARK-(" + "|".join(missing) + r") [0-9a-f]{12}"
+        if "Bash" in tools:
+            # Files the client saved outputs to (Claude Code: over ~30 KB), one grep for all.
+            tried_bash = " ".join(json.dumps(u["input"]) for u in uses if u["name"] == "Bash")
+            paths = sorted({p for t in texts for p in SAVED_TO.findall(t) if p not in tried_bash})
+            if paths:
+                self.file_greps += 1
+                command = f"grep -hoE {shlex.quote(pattern)} " + " ".join(map(shlex.quote, paths))
+                arguments = {"command": command, "description": "find the markers"}
+                return [{"name": "Bash", "arguments": arguments, "id": None}]
         if GREP_TOOL in tools:
             grepped = {str(u["input"].get("ref_id")) for u in uses if u["name"] == GREP_TOOL}
             # The refs of the asked steps' own outputs first (their calls name the
@@ -318,80 +333,38 @@ class LongRunModel:
                     {"name": GREP_TOOL, "arguments": {"ref_id": r, "pattern": pattern}, "id": None}
                     for r in refs[:20]
                 ]
-        if "Bash" in tools:
-            tried = " ".join(json.dumps(u["input"]) for u in uses if u["name"] == "Bash")
-            paths = sorted({p for t in texts for p in SAVED_TO.findall(t) if p not in tried})
-            if paths:
-                self.file_greps += 1
-                command = f"grep -hoE {shlex.quote(pattern)} " + " ".join(map(shlex.quote, paths))
-                return [
-                    {
-                        "name": "Bash",
-                        "arguments": {"command": command, "description": "find the markers"},
-                        "id": None,
-                    }
-                ]
         return []
 
 
-# --- a client on the Anthropic SDK --------------------------------------------------
+def _searches(body: dict[str, Any]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """The model's history_search calls in the request, each with its parsed result ({} if none)."""
+    results = _results(body)
+    out = []
+    for use in tool_uses(body):
+        if use["name"] != SEARCH_TOOL_NAME:
+            continue
+        try:
+            parsed = json.loads(results.get(use.get("id"), "") or "{}")
+        except ValueError:
+            parsed = {}
+        out.append((dict(use.get("input") or {}), parsed if isinstance(parsed, dict) else {}))
+    return out
 
 
-@dataclass
-class ClientRun:
-    """What the SDK client saw: the last answer, its calls, replies with nothing in them, a refusal."""
-
-    answer: str = ""
-    calls: int = 0
-    empty: int = 0
-    error: str | None = None
-
-
-def _run_bash(command: str, cwd: Path) -> str:
-    done = subprocess.run(
-        ["bash", "-c", command], cwd=cwd, capture_output=True, text=True, timeout=60, check=False
-    )
-    return done.stdout + done.stderr or f"(exit {done.returncode}, no output)"
-
-
-def run_sdk_agent(
-    client: anthropic.Anthropic, task: LongTask, *, model: str, cwd: Path, max_calls: int = 5000
-) -> ClientRun:
-    """An agent loop on the SDK: the task's turn, then the question's; it runs Bash itself.
-
-    It keeps its whole history and sends it each call, as a plain SDK agent
-    does: keeping it inside a window is the proxy's work.
-    """
-    run = ClientRun()
-    messages: list[dict[str, Any]] = [{"role": "user", "content": TASK}]
-    for turn in (TASK, task.question()):
-        if turn is not TASK:
-            messages.append({"role": "user", "content": turn})
-        while run.calls < max_calls:
-            run.calls += 1
-            try:
-                response = client.messages.create(
-                    model=model, max_tokens=4000, messages=messages, tools=[BASH_TOOL]
-                )
-            except anthropic.APIStatusError as exc:
-                run.error = f"{exc.status_code}: {exc.message}"
-                return run
-            content = [b.model_dump(exclude_none=True) for b in response.content]
-            texts = [b["text"] for b in content if b["type"] == "text" and b["text"].strip()]
-            uses = [b for b in content if b["type"] == "tool_use"]
-            if not texts and not uses:
-                run.empty += 1
-            messages.append({"role": "assistant", "content": content or "(empty)"})
-            if not uses:
-                run.answer = "\n".join(texts)
-                break
-            results = [
-                {
-                    "type": "tool_result",
-                    "tool_use_id": u["id"],
-                    "content": _run_bash(u["input"]["command"], cwd),
-                }
-                for u in uses
-            ]
-            messages.append({"role": "user", "content": results})
-    return run
+def _search_plan(w: str, done: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The searches for one label, in order: its marker; its output's header; then, in each
+    output the header was found in, the line naming a file the output was saved to (Claude
+    Code's preview of an output too large to send: the marker is only in that file)."""
+    header = f"STEP-{w}-BEGIN"
+    plan: list[dict[str, Any]] = [
+        {"query": f"MARK-{w}", "limit": 50},
+        {"query": header, "limit": 50},
+    ]
+    for args, result in done:
+        if args.get("query") != header:
+            continue
+        for hit in result.get("hits") or ():
+            if hit.get("role") == "tool" and header in str(hit.get("snippet")):
+                seq = hit["seq"]
+                plan.append({"query": "Full output saved to", "seq_from": seq, "seq_to": seq})
+    return plan

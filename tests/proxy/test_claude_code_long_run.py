@@ -34,9 +34,9 @@ from tests.fakes.long_run import (
     LongTask,
     label,
     parse_answer,
-    run_sdk_agent,
     tool_uses,
 )
+from tests.fakes.long_run_client import run_sdk_agent
 from tests.proxy.claude_code_live import messages_requests, start_proxy
 from tests.proxy.conftest import PROXY_DB
 
@@ -166,10 +166,10 @@ def test_claude_code_recalls_an_early_marker_after_compactions(
     tmp_path, fake_anthropic, alice, alice_key
 ):
     claude_binary()
-    # Markers on the outputs' first lines: Claude Code keeps an output over ~30 KB
-    # in a file of its own and sends a 2 KB preview, and the proxy can only keep
-    # what it is sent.
-    task = LongTask(steps=60, nonce="cc", at=0.0)
+    # Markers in the middle of each output: of those over ~30 KB Claude Code sends a
+    # 2 KB preview and keeps the rest in a file, so the model finds that file by
+    # searching the history for the step's preview, then greps it with Bash.
+    task = LongTask(steps=60, nonce="cc")
     fake_anthropic.agent = LongRunModel(task)
     fake_anthropic.window = 44_000
     session = make_session(alice, "long-run-cc", 48_000)
