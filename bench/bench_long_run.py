@@ -11,6 +11,8 @@ request (``LongRunModel``): it finds a marker in the request text, else with
 ``history_search``, else ``tool_output_cache_grep`` on the refs it can see,
 else by grepping a file the request says an output was saved to.
 
+BENCH_SEARCH=off: the model leaves history_search alone (the figures of before).
+
 Clients: the Anthropic SDK (the bench runs the Bash commands itself), and the
 pinned Claude Code CLI when it is installed (tests/agents; BENCH_CLIENTS).
 Each runs twice: through the proxy (a 48,000-token session window, 4,000 of
@@ -55,6 +57,9 @@ MARK_AT = float(os.environ.get("BENCH_MARK_AT", "0.5"))
 # a 2 KB preview: a marker further in never reaches the proxy (nor the model,
 # unless it reads that file). On the first line it is in what the proxy stores.
 CLAUDE_MARK_AT = float(os.environ.get("BENCH_CLAUDE_MARK_AT", "0"))
+# "off": the model does not call history_search (the figures from before it existed).
+SEARCH = os.environ.get("BENCH_SEARCH", "on") != "off"
+WARM = "index warm" if SEARCH else "its first call indexes the whole run"
 WINDOW = 48_000
 UPSTREAM_LIMIT = 44_000
 KEY = "sk-bench-upstream"
@@ -154,7 +159,7 @@ def one_run(fake, client: str, steps: int, *, proxied: str | None, owner=None) -
 
     at = CLAUDE_MARK_AT if client == "claude" else MARK_AT
     task = LongTask(steps=steps, nonce=uuid.uuid4().hex[:8], at=at)
-    model = fake.agent = LongRunModel(task)
+    model = fake.agent = LongRunModel(task, use_search=SEARCH)
     fake.requests.clear()
     sid = None
     if proxied:
@@ -223,7 +228,7 @@ def show(name: str, f: Figures, straight: Figures | None) -> None:
         f" {f.searches}, ref greps {f.greps}, file greps {f.file_greps}; built-in round"
         f" p50 {f.round_p50:.0f} ms p99 {f.round_p99:.0f} ms; wall {f.wall:.1f} s"
         + (
-            f"\n    history_search afterwards (in process, index warm), {f.search_n} calls:"
+            f"\n    history_search afterwards (in process, {WARM}), {f.search_n} calls:"
             f" p50 {f.search_p50:.0f} ms, p99 {f.search_p99:.0f} ms"
             if f.search_n
             else ""
@@ -250,7 +255,8 @@ def main() -> None:
     print(
         f"Long run: session window {WINDOW:,}, upstream refuses > {UPSTREAM_LIMIT:,} input tokens"
         f" (fake's estimate: JSON chars / 4); markers at {MARK_AT:.0%} of each output"
-        f" ({CLAUDE_MARK_AT:.0%} for Claude Code)"
+        f" ({CLAUDE_MARK_AT:.0%} for Claude Code); the model {'uses' if SEARCH else 'ignores'}"
+        " history_search"
     )
     with FakeAnthropic(api_key=KEY) as fake:
         port, server = proxy_process(

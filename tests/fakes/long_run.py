@@ -194,6 +194,8 @@ class LongRunModel:
     """The fake model for a ``LongTask`` (module doc). Counters for the bench and tests."""
 
     task: LongTask
+    # False: the model leaves history_search alone, as before it existed (the bench's baseline).
+    use_search: bool = True
     calls: int = 0
     client_compactions: int = 0
     searches: int = 0
@@ -284,7 +286,7 @@ class LongRunModel:
         if self.recall_calls > MAX_RECALL_CALLS:
             return []
         uses = tool_uses(body)
-        if SEARCH_TOOL_NAME in tools:
+        if SEARCH_TOOL_NAME in tools and self.use_search:
             done = _searches(body)
             tried = {json.dumps(args, sort_keys=True) for args, _ in done}
             todo = []
