@@ -269,16 +269,17 @@ CONTEXTSVC_OUTPUT_RETENTION_DAYS = env_int("CONTEXTSVC_OUTPUT_RETENTION_DAYS", 7
 # A ref read or grep (API or built-in tool) answers at most this many bytes of
 # JSON and says how to continue (has_more, next_offset, a message). The older
 # CONTEXTSVC_SLICE_MAX_BYTES (a cap on the slice text) still sets it when given.
+_slice_max = env_int("CONTEXTSVC_SLICE_MAX_BYTES", 256 * 1024, minimum=4096)
 CONTEXTSVC_REF_RESPONSE_MAX_BYTES = env_int(
-    "CONTEXTSVC_REF_RESPONSE_MAX_BYTES",
-    env_int("CONTEXTSVC_SLICE_MAX_BYTES", 256 * 1024, minimum=4096),
-    minimum=4096,
+    "CONTEXTSVC_REF_RESPONSE_MAX_BYTES", _slice_max, minimum=4096
 )
 CONTEXTSVC_SLICE_MAX_BYTES = CONTEXTSVC_REF_RESPONSE_MAX_BYTES
 CONTEXTSVC_GREP_TIME_LIMIT_MS = env_int("CONTEXTSVC_GREP_TIME_LIMIT_MS", 10_000, minimum=1)
-# history_search indexes a session's backlog first, up to this much text;
-# on SQLite it walks at most this many ~4 KiB segments, newest first.
-CONTEXTSVC_RECALL_CATCH_UP_BYTES = env_int("CONTEXTSVC_RECALL_CATCH_UP_BYTES", 64 << 20, minimum=0)
+# history_search: a worker indexes a session this many seconds after an append
+# (0: only the sweep, a search and a compaction do); a search indexes at most
+# this much backlog first; on SQLite it walks at most this many ~4 KiB segments.
+CONTEXTSVC_RECALL_INDEX_DELAY = env_int("CONTEXTSVC_RECALL_INDEX_DELAY", 10, minimum=0)
+CONTEXTSVC_RECALL_CATCH_UP_BYTES = env_int("CONTEXTSVC_RECALL_CATCH_UP_BYTES", 8 << 20, minimum=0)
 CONTEXTSVC_RECALL_SCAN_SEGMENTS = env_int("CONTEXTSVC_RECALL_SCAN_SEGMENTS", 20_000, minimum=1)
 
 # --- contextsvc defaults ----------------------------------------------------
@@ -300,7 +301,7 @@ CONTEXTSVC_MAX_TOOLS = env_int("CONTEXTSVC_MAX_TOOLS", 1000, minimum=1)
 # token_count_estimated, and a Celery task counts it exactly off the request
 # path. 0: every message over one 2 Ki-character sample window is estimated.
 CONTEXTSVC_EXACT_TOKEN_CHARS = env_int("CONTEXTSVC_EXACT_TOKEN_CHARS", 256 * 1024, minimum=0)
-# The queue of those exact counts ("" for Celery's default queue).
+# Queue of the sessions' chores: exact counts, recall index ("": the default).
 CONTEXTSVC_TOKEN_COUNT_QUEUE = env_str("CONTEXTSVC_TOKEN_COUNT_QUEUE", "")
 
 # --- per-key limits -----------------------------------------------------------

@@ -7,7 +7,7 @@ from typing import Any
 from celery import shared_task
 
 from .outputs.gc import outputs_gc
-from .recall.index import recall_index_sweep
+from .recall.index import recall_catch_up, recall_index_sweep
 from .services.exact_counts import estimated_counts_sweep, session_count_exact
 from .services.idempotency import idempotency_prune
 
@@ -69,3 +69,10 @@ def recall_index(max_age_hours: int = 48) -> int:
     """Periodic (beat, every minute): ``manage.py index_recall``. Idempotent: the
     state row is locked while a session is indexed, and advanced in the same commit."""
     return recall_index_sweep(max_age_hours=max_age_hours)
+
+
+@shared_task(name="sessions.recall_index_session", acks_late=True, ignore_result=True)
+def recall_index_session(session_id: int) -> int:
+    """Index what one session appended (enqueued after its appends, at most every
+    CONTEXTSVC_RECALL_INDEX_DELAY seconds). Idempotent; a deleted session is a no-op."""
+    return recall_catch_up(session_id, max_bytes=2**62).segments

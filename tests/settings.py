@@ -20,3 +20,8 @@ from contextsvc.settings import *  # noqa: E402,F403
 # tested where it is switched on (tests/sessions/test_ratelimit_pacing.py) and
 # in the live servers, which load contextsvc.settings with the shipped pace.
 CONTEXTSVC_RATE_PACE = "off"
+
+# The recall index's background task after appends: in-process tests have no
+# worker (a search or a compaction indexes what it needs); the schedule is
+# tested where it is switched on (tests/sessions/test_recall_index_worker.py).
+CONTEXTSVC_RECALL_INDEX_DELAY = 0

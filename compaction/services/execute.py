@@ -19,6 +19,7 @@ from contextsvc.engine.errors import CompressionNotNeededError, EngineValidation
 from contextsvc.engine.summarize import Summarizer, SummarizerError
 from contextsvc.errors import ServiceError
 from sessions.models import Session
+from sessions.recall.index import recall_catch_up
 
 from .. import leases
 from ..models import CompactionRun
@@ -32,6 +33,9 @@ Status = CompactionRun.Status
 
 # Recomputations when the window moves between compute and apply.
 MAX_APPLY_ATTEMPTS = 3
+# A compaction indexes at most this much backlog (a synchronous one runs in a
+# request); the periodic sweep and the search itself index the rest.
+RECALL_CATCH_UP_BYTES = 16 * 1024 * 1024
 
 
 class RetryableCompactionError(Exception):
@@ -133,6 +137,9 @@ def _execute_claimed(
 ) -> CompactionRun | None:
     started = time.perf_counter()
     cpu_started = time.thread_time()
+    # What the compaction moves out of the window must be searchable once it is
+    # gone (and the retention check searches for it): index the backlog first.
+    recall_catch_up(run.session_id, max_bytes=RECALL_CATCH_UP_BYTES)
     try:
         for _ in range(MAX_APPLY_ATTEMPTS):
             plan = compute_plan(run, summarizer)

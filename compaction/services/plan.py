@@ -8,6 +8,7 @@ so it may call the summariser for as long as that takes.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -15,12 +16,8 @@ from contextsvc.engine.build import ContextParts
 from contextsvc.engine.errors import EngineValidationError
 from contextsvc.engine.messages import Message as EngineMessage
 from contextsvc.engine.offline_summarizer import OfflineSummarizer
-from contextsvc.engine.retention import (
-    RetentionReport,
-    WindowText,
-    check_retention,
-    extract_key_facts,
-)
+from contextsvc.engine.reachability import RetentionReport, check_retention
+from contextsvc.engine.retention import WindowText, extract_key_facts
 from contextsvc.engine.strategies.base import (
     CompactionConfig,
     ContextState,
@@ -34,6 +31,7 @@ from prompting.context.build import build_context
 from prompting.services.selection import plan_tools
 from sessions import accounting
 from sessions.models import Session
+from sessions.recall.search import recall_searchable
 
 from .. import selectors, summarizers
 from ..models import CompactionRun
@@ -180,7 +178,7 @@ def compute_plan(run: CompactionRun, summarizer: Summarizer | None) -> Compactio
     retention: dict[str, Any] | None = None
     score: float | None = None
     if result.changed:
-        report = _retention(window, result.window)
+        report = _retention(window, result.window, recall_searchable(session))
         retention, score = report.to_dict(), report.score
     return CompactionPlan(
         through_seq=through,
@@ -220,7 +218,9 @@ def _context_parts(session: Session, messages: list[EngineMessage]) -> ContextPa
     return replace(parts, tools=tools.tools, final_instruction=None)
 
 
-def _retention(before: Window, after: Window) -> RetentionReport:
+def _retention(
+    before: Window, after: Window, searchable: Callable[[Sequence[str]], set[str]] | None
+) -> RetentionReport:
     """Key facts of what the compaction removed or rewrote, checked against the new window."""
     # A sandwich's head is kept as messages: it is part of the new window.
     live = [*after.head, *after.messages]
@@ -233,4 +233,6 @@ def _retention(before: Window, after: Window) -> RetentionReport:
         if new is None or view_key(new) != view_key(msg):
             compacted.append(msg)
     facts = extract_key_facts(compacted)
-    return check_retention(facts, WindowText.of(after.retain, after.summary, live))
+    return check_retention(
+        facts, WindowText.of(after.retain, after.summary, live), searchable=searchable
+    )

@@ -8,16 +8,15 @@ found is the retention score; the rest is the list of what was lost.
 Fact kinds: the user's requests and constraints, file paths, error messages,
 open TODOs and tool-output refs. Tool outputs only contribute errors and refs
 (and paths given as tool *arguments*): a directory listing would otherwise
-flood the list with paths nobody asked to keep. A fact from a tool output
-whose ref is still in the window counts as recoverable (the model can expand
-the ref), not lost.
+flood the list with paths nobody asked to keep. Whether a fact that left the
+window can still be reached is ``engine.reachability``'s question.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from contextsvc.engine.messages import Message
@@ -114,7 +113,7 @@ class KeyFact:
         return out
 
 
-def _norm(text: str) -> str:
+def normalize(text: str) -> str:
     return " ".join(text.lower().split())
 
 
@@ -296,7 +295,7 @@ def extract_key_facts(messages: Sequence[Message], *, max_facts: int = MAX_FACTS
             text = text.strip()
             if not text or count.get(kind, 0) >= MAX_PER_MESSAGE:
                 continue
-            key = (kind, _norm(text))
+            key = (kind, normalize(text))
             if key in seen:
                 continue
             seen.add(key)
@@ -326,7 +325,7 @@ class WindowText:
                 parts.append(f"ref={msg.output_ref}")
             if msg.tool_calls:
                 parts.append(_arguments_text(msg))
-        text = _norm("\n".join(parts))
+        text = normalize("\n".join(parts))
         return cls(text=text, words=frozenset(_WORD_RE.findall(text)))
 
 
@@ -335,7 +334,7 @@ def _content_words(text: str) -> set[str]:
 
 
 def fact_survives(fact: KeyFact, window: WindowText) -> bool:
-    needle = _norm(fact.text.rstrip("…"))
+    needle = normalize(fact.text.rstrip("…"))
     if needle in window.text:
         return True
     if fact.kind in ("path", "ref"):
@@ -348,45 +347,3 @@ def fact_survives(fact: KeyFact, window: WindowText) -> bool:
         return False
     found = sum(1 for w in words if w in window.words)
     return found / len(words) >= WORD_OVERLAP
-
-
-@dataclass(slots=True)
-class RetentionReport:
-    total: int
-    kept: int
-    recoverable: int
-    lost: list[KeyFact] = field(default_factory=list)
-
-    @property
-    def score(self) -> float:
-        """Share of facts kept or recoverable; 1.0 when there was nothing to keep."""
-        if self.total == 0:
-            return 1.0
-        return round((self.kept + self.recoverable) / self.total, 4)
-
-    def to_dict(self, *, max_lost: int = 100) -> dict[str, Any]:
-        by_kind: dict[str, int] = {}
-        for fact in self.lost:
-            by_kind[fact.kind] = by_kind.get(fact.kind, 0) + 1
-        return {
-            "score": self.score,
-            "total": self.total,
-            "kept": self.kept,
-            "recoverable": self.recoverable,
-            "lost_count": len(self.lost),
-            "lost_by_kind": by_kind,
-            "lost": [f.to_dict() for f in self.lost[:max_lost]],
-        }
-
-
-def check_retention(facts: Sequence[KeyFact], window: WindowText) -> RetentionReport:
-    """Which ``facts`` survive in ``window`` (the text of the new window)."""
-    report = RetentionReport(total=len(facts), kept=0, recoverable=0)
-    for fact in facts:
-        if fact_survives(fact, window):
-            report.kept += 1
-        elif fact.from_ref and _norm(fact.from_ref) in window.text:
-            report.recoverable += 1
-        else:
-            report.lost.append(fact)
-    return report

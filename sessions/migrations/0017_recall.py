@@ -22,9 +22,7 @@ CREATE = [
     "USING gin (session_id, to_tsvector('simple'::regconfig, text))",
 ]
 # Both vendors: the newest-first walk (see the model's Meta for the "+ 0").
-WALK = (
-    f"CREATE INDEX IF NOT EXISTS recall_walk_idx ON {TABLE} ((session_id + 0), seq DESC, id)"
-)
+WALK = f"CREATE INDEX IF NOT EXISTS recall_walk_idx ON {TABLE} ((session_id + 0), seq DESC, id)"
 DROP = [
     f"DROP INDEX IF EXISTS {TRGM_INDEX}",
     f"DROP INDEX IF EXISTS {FTS_INDEX}",

@@ -123,3 +123,15 @@ def _gc_row(output: ToolOutput) -> dict[str, Any]:
         "created_at": output.created_at.isoformat(),
         "last_used_at": output.last_used_at.isoformat(),
     }
+
+
+def active_session_refs(outputs: Sequence[ToolOutput]) -> Iterable[str]:
+    """Refs of outputs whose session was used within the retention period.
+
+    ``history_search`` reaches every output a session ever held, not only those
+    its window lists: while the session is in use, none of them is garbage.
+    """
+    cutoff = timezone.now() - timedelta(days=settings.CONTEXTSVC_OUTPUT_RETENTION_DAYS)
+    return ToolOutput.objects.filter(
+        pk__in=[o.pk for o in outputs], session__updated_at__gte=cutoff
+    ).values_list("ref", flat=True)

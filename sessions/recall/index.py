@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import codecs
 import json
+import logging
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -23,11 +25,15 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from contextsvc import nul
+from contextsvc.celery import app as celery_app
 from contextsvc.engine.recall import split_segments
 
 from ..models import Message, RecallSegment, RecallState, Session, ToolOutput
 from ..outputs.read import iter_chunks
 
+logger = logging.getLogger(__name__)
+
+INDEX_TASK = "sessions.recall_index_session"
 MESSAGES_PER_BATCH = 200
 INSERT_BATCH = 500
 _MESSAGE_FIELDS = ("seq", "role", "content", "tool_calls", "name", "output_ref")
@@ -52,6 +58,16 @@ def recall_catch_up(session_pk: int, *, max_bytes: int | None = None) -> CatchUp
     text (a search does not wait for a huge backlog: the sweep has it).
     """
     budget = settings.CONTEXTSVC_RECALL_CATCH_UP_BYTES if max_bytes is None else max_bytes
+    # The usual case, one read and no transaction: nothing new since the index last ran.
+    current = (
+        Session.objects.filter(pk=session_pk)
+        .annotate(indexed=Coalesce(Subquery(_indexed_seq()), Value(0), output_field=IntegerField()))
+        .values_list("indexed", "last_seq")
+        .first()
+    )
+    if current is None or current[0] >= current[1]:
+        indexed, last = current or (0, 0)
+        return CatchUp(indexed_seq=indexed, last_seq=last, segments=0)
     with transaction.atomic():
         RecallState.objects.bulk_create([RecallState(session_id=session_pk)], ignore_conflicts=True)
         state = RecallState.objects.select_for_update().get(session_id=session_pk)
@@ -139,6 +155,10 @@ def _output_segments(
             yield seg
 
 
+def _indexed_seq() -> Any:
+    return RecallState.objects.filter(session_id=OuterRef("pk")).values("indexed_seq")[:1]
+
+
 def recall_add_summary(*, session: Session, text: str, through_seq: int) -> None:
     """Index a summary a compaction wrote (it replaces messages in the context)."""
     if not text.strip():
@@ -153,10 +173,9 @@ def recall_add_summary(*, session: Session, text: str, through_seq: int) -> None
 def sessions_behind(max_age_hours: int = 48, limit: int = 200) -> Iterable[int]:
     """Sessions updated lately whose messages are not all in the index yet: 1 query."""
     since = timezone.now() - timedelta(hours=max_age_hours)
-    indexed = RecallState.objects.filter(session_id=OuterRef("pk")).values("indexed_seq")[:1]
     return list(
         Session.objects.filter(updated_at__gte=since)
-        .annotate(indexed=Coalesce(Subquery(indexed), Value(0), output_field=IntegerField()))
+        .annotate(indexed=Coalesce(Subquery(_indexed_seq()), Value(0), output_field=IntegerField()))
         .filter(last_seq__gt=F("indexed"))
         .order_by("updated_at")
         .values_list("pk", flat=True)[:limit]
@@ -168,3 +187,39 @@ def recall_index_sweep(max_age_hours: int = 48) -> int:
     return sum(
         recall_catch_up(pk, max_bytes=2**62).segments for pk in sessions_behind(max_age_hours)
     )
+
+
+# Sessions this process enqueued lately → when (time.monotonic()).
+_scheduled: dict[int, float] = {}
+_SCHEDULED_MAX = 10_000
+
+
+def recall_schedule(session: Session, state: Any, last_role: str) -> None:
+    """``REGISTRY.after_append``: index the session in the background soon.
+
+    At most once per ``CONTEXTSVC_RECALL_INDEX_DELAY`` seconds per session and
+    process (memory only: no round trip on the appends in between), with that
+    countdown, so one task indexes a burst of appends. Never raises: a broker
+    outage leaves the session to the periodic sweep, or to its next search.
+    """
+    delay = settings.CONTEXTSVC_RECALL_INDEX_DELAY
+    if delay <= 0:
+        return
+    now = time.monotonic()
+    if now - _scheduled.get(session.pk, -delay) < delay:
+        return
+    if len(_scheduled) >= _SCHEDULED_MAX:
+        _scheduled.clear()
+    _scheduled[session.pk] = now
+    # The queue of the sessions' background chores (exact counts too), if one is set.
+    queue = settings.CONTEXTSVC_TOKEN_COUNT_QUEUE
+    try:
+        celery_app.send_task(
+            INDEX_TASK,
+            args=[session.pk],
+            countdown=delay,
+            ignore_result=True,
+            **({"queue": queue} if queue else {}),
+        )
+    except Exception:  # noqa: BLE001 - the append already succeeded
+        logger.exception("could not enqueue the recall index of session %s", session.pk)

@@ -14,7 +14,7 @@ stopped (``next_cursor``), so nothing is silently left out.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +30,7 @@ from contextsvc.engine.recall import (
 )
 from contextsvc.errors import ValidationFailed
 
-from ..models import RecallSegment, Session
+from ..models import RecallSegment, Session, ToolOutput
 
 CANDIDATES = 200  # segments a round reads
 RECENT = 64  # PostgreSQL's first round: the newest segments, read as they come
@@ -315,3 +315,53 @@ def _collect_words(session: Session, q: RecallQuery) -> _Page:
                     _hit(seq, source, role, tool_name, ref, first_line + i, lines[i][:300])
                 )
     return page
+
+
+def recall_searchable(session: Session) -> Callable[[Sequence[str]], set[str]] | None:
+    """What the compaction's retention check asks: of these texts, which does a search find?
+
+    None when the session's context does not offer ``history_search`` (its
+    tools do not list it): then only a ref still in the window makes a fact
+    reachable, through the ref tools.
+    """
+    names = {t.get("name") for t in session.tools or () if isinstance(t, dict)}
+    if SEARCH_TOOL_NAME not in names:
+        return None
+    return lambda texts: recall_find_texts(session, texts)
+
+
+def recall_find_texts(session: Session, texts: Sequence[str]) -> set[str]:
+    """The ``texts`` some segment of the session contains (case-insensitive), by the index.
+
+    PostgreSQL: one query, each text an index probe. SQLite: the bounded walk.
+    """
+    wanted = sorted({t for t in texts if len(t) >= 3})
+    if not wanted:
+        return set()
+    table = connection.ops.quote_name(RecallSegment._meta.db_table)
+    outputs = connection.ops.quote_name(ToolOutput._meta.db_table)
+    if connection.vendor == "postgresql":
+        with connection.cursor() as c:
+            # A text is found in some segment, or is the ref of an indexed output
+            # (every hit names its ref).
+            c.execute(
+                f"SELECT t.n FROM unnest(%s::text[], %s::text[]) AS t(n, pat) WHERE EXISTS "
+                f"(SELECT 1 FROM {table} WHERE session_id = %s AND text ILIKE t.pat) OR EXISTS "
+                f"(SELECT 1 FROM {outputs} o JOIN {table} s ON s.output_id = o.id "
+                f"WHERE o.ref = t.n AND o.session_id = %s)",
+                [wanted, [_like(t) for t in wanted], session.pk, session.pk],
+            )
+            return {row[0] for row in c.fetchall()}
+    lowered = {t: t.lower() for t in wanted}
+    found: set[str] = set()
+    with connection.cursor() as c:
+        c.execute(
+            f"SELECT text, ref FROM {table} WHERE session_id + 0 = %s ORDER BY seq DESC, id "
+            f"LIMIT {settings.CONTEXTSVC_RECALL_SCAN_SEGMENTS}",
+            [session.pk],
+        )
+        while len(found) < len(wanted) and (rows := c.fetchmany(CANDIDATES)):
+            for text, ref in rows:
+                low = text.lower()
+                found.update(t for t, t_low in lowered.items() if t_low in low or t == ref)
+    return found

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from contextsvc.engine.messages import Message, ToolCall
+from contextsvc.engine.reachability import check_retention
 from contextsvc.engine.retention import (
     MAX_PER_MESSAGE,
     KeyFact,
     WindowText,
-    check_retention,
     extract_key_facts,
     find_paths,
 )

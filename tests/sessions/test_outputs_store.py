@@ -327,8 +327,11 @@ def test_catastrophic_pattern_is_stopped_by_the_time_limit(session):
 
 
 def age(output: ToolOutput, days: int) -> None:
+    """The output, and its session, unused for ``days`` (a session in use keeps
+    every output: history_search may need any of them)."""
     then = timezone.now() - timedelta(days=days)
     ToolOutput.objects.filter(pk=output.pk).update(created_at=then, last_used_at=then)
+    Session.objects.filter(pk=output.session_id).update(updated_at=then)
 
 
 def post_tool(session: Session, call_id: str, text: str) -> str:
@@ -360,6 +363,17 @@ def test_gc_collects_outputs_referenced_only_before_the_live_window(session):
     age(ToolOutput.objects.get(ref=ref), 30)
     assert outputs_gc(older_than_days=7)["count"] == 1
     assert Message.objects.filter(output_ref=ref).exists()
+
+
+def test_gc_keeps_every_output_of_a_session_in_use(session):
+    ref = post_tool(session, "c1", "compacted away, still searchable\n")
+    session.refresh_from_db()
+    Session.objects.filter(pk=session.pk).update(window_start_seq=session.last_seq + 1)
+    then = timezone.now() - timedelta(days=30)
+    ToolOutput.objects.filter(ref=ref).update(created_at=then, last_used_at=then)
+    assert outputs_gc(older_than_days=7)["count"] == 0  # the session was used today
+    Session.objects.filter(pk=session.pk).update(updated_at=then)
+    assert outputs_gc(older_than_days=7)["count"] == 1
 
 
 def test_gc_keeps_refs_named_in_the_retained_summary(session):

@@ -7,7 +7,6 @@ from django.db import connection
 
 from sessions.models import RecallSegment, RecallState
 from sessions.recall.index import recall_catch_up, recall_index_sweep
-
 from tests.conftest import tool_turn
 
 pytestmark = pytest.mark.django_db
@@ -36,7 +35,9 @@ def output(step: int, lines: int = 40, marker_at: int | None = None) -> str:
 
 def test_a_marker_deep_in_a_large_output_is_found_with_its_line_and_ref(alice, make_session):
     sid = make_session()["id"]
-    big = output(1, lines=20_000, marker_at=14_321)  # ~900 KB: several chunks and hundreds of segments
+    big = output(
+        1, lines=20_000, marker_at=14_321
+    )  # ~900 KB: several chunks and hundreds of segments
     ref = post(alice, sid, tool_turn("c1", big))["messages"][-1]["output_ref"]
     body = search(alice, sid, query="MARKER-001")
     assert [(h["seq"], h["ref"], h["line"], h["source"]) for h in body["hits"]] == [
