@@ -40,6 +40,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import tempfile
 import time
 import uuid
@@ -89,6 +90,9 @@ class Figures:
     search_n: int = 0
     wall: float = 0.0
     error: str = ""
+    # The proxy's "[Context: N% used …]" note: requests that carried one, the highest N.
+    notes: int = 0
+    note_max: int = 0
 
 
 def run_client(client: str, base_url: str, api_key: str, sid: str | None, task) -> tuple:
@@ -180,6 +184,9 @@ def one_run(fake, client: str, steps: int, *, proxied: str | None, owner=None) -
         if r.body and not r.path.startswith("/v1/messages/count")
     ]
     tokens = [estimate_tokens(r.body) for r in requests]
+    notes = [
+        int(n) for r in requests for n in re.findall(r"\[Context: (\d+)% used", json.dumps(r.body))
+    ]
     got, expected = parse_answer(answer), task.expected()
     if DUMP and requests:
         # The question's requests, for reading what the model was shown.
@@ -204,6 +211,8 @@ def one_run(fake, client: str, steps: int, *, proxied: str | None, owner=None) -
         round_p99=pct(model.search_ms, 0.99) if model.search_ms else 0.0,
         wall=wall,
         error=error,
+        notes=len(notes),
+        note_max=max(notes, default=0),
     )
     if proxied:
         times = search_times(session, task)
@@ -221,7 +230,7 @@ def show(name: str, f: Figures, straight: Figures | None) -> None:
         f"  {name}: markers {f.found}/{f.asked}{' (missed ' + f.missed + ')' if f.missed else ''};"
         f" input tokens {f.tokens:,}{ratio}, largest request {f.largest:,},"
         f" {f.over_limit} over {UPSTREAM_LIMIT:,}; calls {f.calls}, rejected {f.rejected},"
-        f" empty replies {f.empty}"
+        f" empty replies {f.empty}; usage notes {f.notes} (highest {f.note_max}%)"
     )
     print(
         f"    compactions {f.compactions} (client's own {f.client_compactions}); searches"
