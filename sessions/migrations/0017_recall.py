@@ -17,7 +17,9 @@ TABLE = "agent_sessions_recallsegment"
 CREATE = [
     "CREATE EXTENSION IF NOT EXISTS pg_trgm",
     "CREATE EXTENSION IF NOT EXISTS btree_gin",
-    f"CREATE INDEX IF NOT EXISTS {TRGM_INDEX} ON {TABLE} USING gin (session_id, text gin_trgm_ops)",
+    # seq too: a search reads one slice of the session's seqs at a time.
+    f"CREATE INDEX IF NOT EXISTS {TRGM_INDEX} ON {TABLE} "
+    "USING gin (session_id, seq, text gin_trgm_ops)",
     f"CREATE INDEX IF NOT EXISTS {FTS_INDEX} ON {TABLE} "
     "USING gin (session_id, to_tsvector('simple'::regconfig, text))",
 ]

@@ -34,7 +34,12 @@ from ..models import RecallSegment, Session, ToolOutput
 
 CANDIDATES = 200  # segments a round reads
 RECENT = 64  # PostgreSQL's first round: the newest segments, read as they come
-MAX_ROUNDS = 4
+# PostgreSQL's later rounds: slices of the session's seqs above these shares
+# of its last seq, newest first (the last one reaches seq 1).
+WINDOWS = (7 / 8, 3 / 4, 1 / 2, 0.0)
+MAX_ROUNDS = 6
+# A cursor at (seq, _PAST_EVERY_ID) goes on strictly below seq.
+_PAST_EVERY_ID = 2**62
 _FIELDS = ("id", "seq", "source", "role", "tool_name", "ref", "first_line", "text")
 
 
@@ -200,12 +205,16 @@ def _collect(
     cursor: _Cursor | None,
     postgres: bool,
 ) -> _Page:
-    """Hits from the newest segments on, ``CANDIDATES`` segments a round.
+    """Hits from the newest segments on, at most ``CANDIDATES`` segments a round.
 
     PostgreSQL: the first round reads the newest ``RECENT`` segments as they
-    come (a common word fills a page there); later rounds take their
-    candidates from the trigram index as one materialized set, so the planner
-    cannot turn them into a walk over the session's rows.
+    come (a common word fills a page there). Later rounds take their
+    candidates from the trigram index, one slice of the session's seqs at a
+    time, newest first (``WINDOWS``): the index re-checks each candidate's
+    text, so a term found in many segments costs one slice's candidates, not
+    the whole session's, and the number of rounds stays the same whatever the
+    session's size. Each slice's set is materialized, so the planner cannot
+    turn it into a walk over the session's rows.
     """
     table = connection.ops.quote_name(RecallSegment._meta.db_table)
     where, params = _base_sql(q)
@@ -213,6 +222,9 @@ def _collect(
     walk_where, _ = _base_sql(q, walk=True)
     text_where = ["text ILIKE %s"] * len(literals)
     text_params = [_like(literal) for literal in literals]
+    fields = ", ".join(_FIELDS)
+    order = "ORDER BY seq DESC, id ASC"
+    floors = [int(session.last_seq * f) for f in WINDOWS]
     page = _Page()
     rounds = MAX_ROUNDS if postgres else -(-settings.CONTEXTSVC_RECALL_SCAN_SEGMENTS // CANDIDATES)
     position = cursor
@@ -221,26 +233,28 @@ def _collect(
         if position is not None:
             keyset = " AND (seq < %s OR (seq = %s AND id >= %s))"
             keyset_params = [position.seq, position.seq, position.id]
-        scope = " AND ".join(walk_where) + keyset
-        order = "ORDER BY seq DESC, id ASC"
+        floor = 0
         if not postgres:
-            sql = (
-                f"SELECT {', '.join(_FIELDS)} FROM {table} WHERE {scope} {order} LIMIT {CANDIDATES}"
-            )
+            scope = " AND ".join(walk_where) + keyset
+            sql = f"SELECT {fields} FROM {table} WHERE {scope} {order} LIMIT {CANDIDATES}"
             args = params + keyset_params
         elif n == 0:
+            scope = " AND ".join(walk_where) + keyset
             sql = (
-                f"SELECT {', '.join(_FIELDS)} FROM (SELECT {', '.join(_FIELDS)} FROM {table} "
-                f"WHERE {scope} {order} LIMIT {RECENT}) s WHERE {' AND '.join(text_where)} {order}"
+                f"SELECT {fields} FROM (SELECT {fields} FROM {table} WHERE {scope} {order} "
+                f"LIMIT {RECENT}) s WHERE {' AND '.join(text_where)} {order}"
             )
             args = params + keyset_params + text_params
         else:
+            top = position.seq if position is not None else session.last_seq
+            floor = next((f for f in floors if f < top), 0)
             sql = (
                 f"WITH m AS MATERIALIZED (SELECT id FROM {table} WHERE "
-                f"{' AND '.join(where + text_where)}) SELECT {', '.join(_FIELDS)} FROM {table} "
-                f"WHERE id IN (SELECT id FROM m){keyset} {order} LIMIT {CANDIDATES}"
+                f"{' AND '.join(where + text_where)} AND seq > %s{keyset}) "
+                f"SELECT {fields} FROM {table} WHERE id IN (SELECT id FROM m) "
+                f"{order} LIMIT {CANDIDATES}"
             )
-            args = params + text_params + keyset_params
+            args = params + text_params + [floor] + keyset_params
         with connection.cursor() as c:
             c.execute(sql, args)
             rows = c.fetchall()
@@ -262,12 +276,13 @@ def _collect(
             if boundary is None:
                 return page  # the whole session fit in the first round
             position = _Cursor(boundary[0], boundary[1] + 1, 0)
-            continue
-        if len(rows) < CANDIDATES:
+        elif len(rows) == CANDIDATES:
+            # The next round starts after the last segment read (its lines all read).
+            position = _Cursor(rows[-1][1], rows[-1][0] + 1, 0)
+        elif floor > 0:
+            position = _Cursor(floor, _PAST_EVERY_ID, 0)  # the slice below
+        else:
             return page
-        last = rows[-1]
-        # The next round starts after the last segment read (its lines all read).
-        position = _Cursor(last[1], last[0] + 1, 0)
     page.next_cursor = position
     return page
 
