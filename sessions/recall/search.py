@@ -246,8 +246,10 @@ def _collect(
             )
             args = params + keyset_params + text_params
         else:
-            top = position.seq if position is not None else session.last_seq
-            floor = next((f for f in floors if f < top), 0)
+            # The slice (floor, top]: any floor below top is right; one below
+            # top - 1 moves on when top is the last slice's floor + 1.
+            top = position.seq if position is not None else session.last_seq + 1
+            floor = next((f for f in floors if f < top - 1), 0)
             sql = (
                 f"WITH m AS MATERIALIZED (SELECT id FROM {table} WHERE "
                 f"{' AND '.join(where + text_where)} AND seq > %s{keyset}) "
@@ -280,7 +282,7 @@ def _collect(
             # The next round starts after the last segment read (its lines all read).
             position = _Cursor(rows[-1][1], rows[-1][0] + 1, 0)
         elif floor > 0:
-            position = _Cursor(floor, _PAST_EVERY_ID, 0)  # the slice below
+            position = _Cursor(floor + 1, _PAST_EVERY_ID, 0)  # seq <= floor: the slice below
         else:
             return page
     page.next_cursor = position

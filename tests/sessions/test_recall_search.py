@@ -183,3 +183,14 @@ def test_postgres_search_reads_the_trigram_index_not_the_sessions_rows(alice, ma
         )
         plan = "\n".join(r[0] for r in c.fetchall())
     assert "recall_text_trgm_idx" in plan, plan
+
+
+def test_every_output_is_found_across_the_index_slices(alice, make_session):
+    """More segments than the first round reads: the later rounds walk the
+    session's seqs in slices (7/8, 3/4, 1/2 of the last seq), none skipped."""
+    sid = make_session(context_window=200_000)["id"]
+    for step in range(1, 41):
+        post(alice, sid, tool_turn(f"c{step}", output(step, lines=300, marker_at=150)))
+    for step in range(1, 41):
+        hits = search(alice, sid, query=f"MARKER-{step:03d}")["hits"]
+        assert [(h["seq"], h["line"]) for h in hits] == [(2 * step, 150)], step
