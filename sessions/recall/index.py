@@ -28,6 +28,7 @@ from contextsvc import nul
 from contextsvc.celery import app as celery_app
 from contextsvc.engine.recall import split_segments
 
+from ..extensions import REGISTRY
 from ..models import Message, RecallSegment, RecallState, Session, ToolOutput
 from ..outputs.read import iter_chunks
 
@@ -105,7 +106,12 @@ def _batch_segments(session_pk: int, rows: list[tuple[Any, ...]]) -> Iterator[Re
         .values_list("output_id", flat=True)
         .distinct()
     )
+    # The service's own tools are left out: a search would find its own call
+    # and every earlier search's answer, and a read's answer is the output again.
+    builtins = set(REGISTRY.tools)
     for seq, role, content, tool_calls, name, ref in rows:
+        if role == "tool" and name in builtins:
+            continue
         base = {"session_id": session_pk, "seq": seq, "role": role}
         output = outputs.get(ref) if ref else None
         if output is not None:
@@ -115,6 +121,8 @@ def _batch_segments(session_pk: int, rows: list[tuple[Any, ...]]) -> Iterator[Re
         elif content:
             yield from _text_segments(content, base, source="message", tool_name=name or "")
         for call in tool_calls or ():
+            if call.get("name") in builtins:
+                continue
             text = f"{call.get('name', '')}({_arguments(call.get('arguments'))})"
             yield from _text_segments(
                 text, base, source="message", tool_name=str(call.get("name") or "")

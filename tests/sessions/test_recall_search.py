@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from django.db import connection
 
@@ -194,3 +196,22 @@ def test_every_output_is_found_across_the_index_slices(alice, make_session):
     for step in range(1, 41):
         hits = search(alice, sid, query=f"MARKER-{step:03d}")["hits"]
         assert [(h["seq"], h["line"]) for h in hits] == [(2 * step, 150)], step
+
+
+def test_the_services_own_tool_calls_and_answers_are_not_indexed(alice, make_session):
+    sid = make_session()["id"]
+    post(alice, sid, tool_turn("c1", "needle-42 in a real output\n"))
+    first = search(alice, sid, query="needle-42")
+    assert [h["seq"] for h in first["hits"]] == [2]
+    # The agent posts the search's call and answer, as it would any tool's.
+    call = {"id": "s1", "name": SEARCH, "arguments": {"query": "needle-42"}}
+    post(
+        alice,
+        sid,
+        [
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "s1", "content": json.dumps(first)},
+        ],
+    )
+    again = search(alice, sid, query="needle-42")
+    assert [h["seq"] for h in again["hits"]] == [2]
