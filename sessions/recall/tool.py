@@ -62,29 +62,26 @@ SEARCH_TOOL = ToolDef(
     name=SEARCH_TOOL_NAME,
     description=(
         "Search everything earlier in this session: every tool output in full (also those "
-        "trimmed, cut or summarised away), every earlier message and tool call, and every "
-        "earlier summary. Use it when something you saw before is no longer in the "
-        "conversation, or its ref is not listed. Plain text (case-insensitive by default) "
-        "or a regular expression; optionally only one tool's outputs or a range of seqs. "
-        "Hits come newest first with seq, tool name, ref and line number and the matching "
-        "line; read around a hit with tool_output_cache(ref_id, offset=line). When "
-        "next_cursor is set, call again with cursor=next_cursor for older hits."
+        "trimmed or summarised away), every earlier message and tool call, every summary. "
+        "Text (case-insensitive) or a regex; hits newest first with seq, tool, ref, line. "
+        "Read around a hit with tool_output_cache(ref_id, offset=line); pass next_cursor as "
+        "cursor for older hits."
     ),
     input_schema={
         "type": "object",
         "properties": {
             "query": {
                 "type": "string",
-                "description": "Text to find (at least 3 characters), or a regex with regex=true",
+                "description": "Text to find (3+ characters)",
             },
             "regex": {
                 "type": "boolean",
-                "description": "Treat query as a regular expression, Python syntax (default false)",
+                "description": "query is a regular expression (Python syntax)",
             },
             "ignore_case": {"type": "boolean", "description": "Case-insensitive (default true)"},
             "tool_name": {
                 "type": "string",
-                "description": "Only outputs of, and calls to, this tool (e.g. Bash)",
+                "description": "Only this tool's outputs and calls",
             },
             "seq_from": {"type": "integer", "minimum": 1, "description": "Oldest seq to search"},
             "seq_to": {"type": "integer", "minimum": 1, "description": "Newest seq to search"},
