@@ -3,11 +3,13 @@ built-ins, and the client never gets an empty answer (``policy.proxy.max_builtin
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from asgiref.sync import async_to_sync
 
 from proxy.services.builtins import MAX_ROUNDS, without_builtins
-from sessions.models import AgentKey, Message
+from sessions.models import AgentKey, Message, ToolOutput
 from sessions.services.sessions import session_create
 from tests.fakes.streams import ScriptedReply, tool_call
 from tests.proxy import responses_fixtures
@@ -226,3 +228,100 @@ def test_max_builtin_rounds_is_kept_and_shown(alice):
     )
     assert response.status_code == 201
     assert response.json()["policy"]["proxy"]["max_builtin_rounds"] == 32
+
+
+# --- a built-in's result: kept in its message, pointing into the ref it read ----------
+
+BIG = "".join(f"{i}: {'match' if i % 2 else 'other'} {'y' * 50}\n" for i in range(2000))
+
+
+def test_a_proxied_grep_points_into_the_ref_it_read_and_stores_no_output(upstreams, alice_key):
+    fake, _ = upstreams
+    history = [
+        {"role": "user", "content": "go"},
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "toolu_r1", "name": "read_file", "input": {}}],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "toolu_r1", "content": BIG}],
+        },
+    ]
+    fake.script(ScriptedReply(text="Stored."))
+
+    async def call(messages):
+        client = asgi_claude(alice_key[1], session="ses_lim8")
+        return await client.messages.create(
+            model=MODEL, max_tokens=256, tools=TOOLS, messages=messages
+        )
+
+    first = async_to_sync(call)(history)
+    ref = Message.objects.get(session__external_id="ses_lim8", role="tool").output_ref
+    outputs = ToolOutput.objects.count()
+    grep = {"ref_id": ref, "pattern": "match", "max_matches": 5}
+    fake.script(
+        ScriptedReply(tool_calls=[tool_call("tool_output_cache_grep", grep, id="toolu_g")]),
+        ScriptedReply(text="Five matches."),
+    )
+    history += [
+        {"role": "assistant", "content": [b.model_dump() for b in first.content]},
+        {"role": "user", "content": "grep it"},
+    ]
+    assert async_to_sync(call)(history).content[0].text == "Five matches."
+    assert ToolOutput.objects.count() == outputs
+    result = Message.objects.get(session__external_id="ses_lim8", tool_call_id="toolu_g")
+    assert result.output_ref == ref and result.view_state == "full"
+    assert len(json.loads(result.content)["matches"]) == 5
+
+
+def test_a_chat_completions_grep_over_the_view_limit_is_cut(upstreams, alice_key):
+    _, fake = upstreams
+    session_create(
+        owner=AgentKey.objects.get(pk=alice_key[0].pk),
+        data={
+            "model": "gpt-4o",
+            "id": "ses_lim9",
+            "policy": {"tool_output_cache": {"max_message_bytes": 4096}},
+        },
+    )
+    history = [
+        {"role": "user", "content": "go"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_r1",
+                    "type": "function",
+                    "function": {"name": "read_file", "arguments": "{}"},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_r1", "content": BIG},
+    ]
+    fake.script(ScriptedReply(text="Stored."))
+
+    async def call(messages):
+        client = asgi_gpt(alice_key[1], session="ses_lim9")
+        return await client.chat.completions.create(model="gpt-4o", messages=messages)
+
+    async_to_sync(call)(history)
+    ref = Message.objects.get(session__external_id="ses_lim9", role="tool").output_ref
+    outputs = ToolOutput.objects.count()
+    grep = {"ref_id": ref, "pattern": "match", "max_matches": 400}
+    fake.script(
+        ScriptedReply(tool_calls=[tool_call("tool_output_cache_grep", grep, id="call_g")]),
+        ScriptedReply(text="Many matches."),
+    )
+    history += [{"role": "assistant", "content": "Stored."}, {"role": "user", "content": "grep"}]
+    before = len(fake.chat_requests())
+    assert async_to_sync(call)(history).choices[0].message.content == "Many matches."
+    assert ToolOutput.objects.count() == outputs
+    result = Message.objects.get(session__external_id="ses_lim9", tool_call_id="call_g")
+    assert result.output_ref == ref and result.view_state == "cut"
+    assert len(result.view.encode()) <= 4096 < len(result.content)
+    # upstream's next round saw the cut view, not the whole result
+    sent = fake.chat_requests()[before + 1].body["messages"]
+    answer = next(m for m in sent if m.get("tool_call_id") == "call_g")
+    assert "characters of this tool_output_cache_grep result left out" in str(answer["content"])
