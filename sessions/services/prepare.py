@@ -18,7 +18,7 @@ from contextsvc.engine.builtin_results import builtin_result_view, ref_read
 from contextsvc.engine.messages import Message as EngineMessage
 from contextsvc.engine.messages import ToolCall, content_text
 from contextsvc.engine.output_sources import stored_text, whole_view_config
-from contextsvc.engine.output_views import ViewConfig
+from contextsvc.engine.output_views import GREP_TOOL, READ_TOOL, ViewConfig
 from contextsvc.engine.token_estimate import count_message
 from contextsvc.errors import ValidationFailed
 from sessions import accounting
@@ -27,6 +27,7 @@ from sessions.models import Session
 from sessions.outputs.budget import cache_config
 from sessions.outputs.ingest import output_for_message
 from sessions.outputs.store import PendingOutput, output_info, output_touch, ref_dict
+from sessions.selectors import tool_call_arguments
 
 from .inputs import MessageData
 
@@ -92,12 +93,25 @@ def _session_ref(session: Session, ref: str | None) -> str | None:
 
 
 def _builtin_result(
-    session: Session, msg: EngineMessage, tool_name: str, cache: ViewConfig
+    session: Session,
+    msg: EngineMessage,
+    tool_name: str,
+    cache: ViewConfig,
+    arguments: dict[str, Any] | None,
 ) -> None:
     """A built-in's result stays in its message, pointing into the ref it read (no new
-    output, no new ref: a grep of a grep cannot happen), its view cut like any other's."""
+    output, no new ref: a grep of a grep cannot happen), its view cut like any other's.
+
+    The ref is the result's own ``ref_id``; an agent that posts only a page's
+    text has its call's ``ref_id`` (``arguments``: the call's, when in this batch).
+    """
     text = stored_text(msg.content)
-    msg.output_ref = _session_ref(session, ref_read(tool_name, text))
+    ref = ref_read(tool_name, text)
+    if ref is None and tool_name in (READ_TOOL, GREP_TOOL):
+        if arguments is None:
+            arguments = tool_call_arguments(session, msg.tool_call_id or "")
+        ref = arguments.get("ref_id") if isinstance(arguments.get("ref_id"), str) else None
+    msg.output_ref = _session_ref(session, ref)
     view = builtin_result_view(text, tool_name, msg.output_ref, cache)
     msg.view = view.text
     msg.view_state = view.state
@@ -116,6 +130,7 @@ def prepare_messages_storing_outputs(
     cache = cache_config(session)
     # Tool names for outputs (the lock-side match fills Message.name the same way).
     open_calls = dict(session.open_tool_calls or {})
+    batch_arguments: dict[str, dict[str, Any]] = {}  # calls of this batch: their arguments
     pending: dict[str, PendingOutput] = {}
     prepared = []
     # Tokenizing is bounded per request, whatever the texts: past this many
@@ -126,6 +141,7 @@ def prepare_messages_storing_outputs(
         msg = to_engine_message(data)
         for call in msg.tool_calls:
             open_calls[call.id] = call.name
+            batch_arguments[call.id] = call.arguments
         stored = None
         # A NUL in a tool output is data: its bytes go to the output store even
         # with the cache off (text columns cannot hold it), the view shows it escaped.
@@ -137,7 +153,8 @@ def prepare_messages_storing_outputs(
             and nul.NUL not in msg.text
             and is_builtin_result(session, tool_name)
         ):
-            _builtin_result(session, msg, tool_name, cache)
+            arguments = batch_arguments.get(msg.tool_call_id or "")
+            _builtin_result(session, msg, tool_name, cache, arguments)
         elif msg.role == "tool" and (cache.enabled or msg.output_ref or nul_bytes):
             # spec 000 §1.5: store the full output, put its view in context.
             # Only the view is tokenized; the blob is never (DESIGN.md).

@@ -117,3 +117,17 @@ def test_gc_keeps_the_ref_a_builtin_result_points_into(alice):
     ToolOutput.objects.filter(ref=ref).update(created_at=then, last_used_at=then)
     assert outputs_gc(older_than_days=7)["count"] == 0
     assert ToolOutput.objects.filter(ref=ref).exists()
+
+
+def test_a_page_posted_alone_after_its_call_points_into_the_ref_its_call_named(alice):
+    ref = start(alice, "ses_br5")
+    arguments = {"ref_id": ref, "limit": 3}
+    page = alice.post("sessions/ses_br5/tools/tool_output_cache/call", arguments).json()
+    call = {"id": "c2", "name": "tool_output_cache", "arguments": arguments}
+    first = [{"role": "assistant", "content": "", "tool_calls": [call]}]
+    assert alice.post("sessions/ses_br5/messages", {"messages": first}).status_code == 200
+    outputs = ToolOutput.objects.count()
+    result = [{"role": "tool", "tool_call_id": "c2", "content": page["text"]}]
+    posted = alice.post("sessions/ses_br5/messages", {"messages": result}).json()
+    assert posted["messages"][-1]["output_ref"] == ref
+    assert ToolOutput.objects.count() == outputs
