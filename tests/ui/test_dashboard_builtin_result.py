@@ -11,6 +11,7 @@ from django.urls import reverse
 from sessions.models import Message, Session
 from tests.conftest import tool_turn
 from tests.ui.conftest import HX
+from tests.ui.test_dashboard_policy import _form
 
 pytestmark = pytest.mark.django_db
 
@@ -45,3 +46,17 @@ def test_expanding_a_grep_result_shows_the_result_not_the_ref(op, alice):
     full = op.get(reverse("dashboard:message_full", args=[session.pk, seq]), headers=HX)
     text = full.content.decode()
     assert "line 7: hit" in text and "line 1: miss" not in text  # the result, not the log
+
+
+def test_the_policy_form_shows_and_sets_the_builtin_round_limit(op, make_dash_session):
+    session = make_dash_session(turns=1)
+    url = reverse("dashboard:session_policy", args=[session.pk])
+    page = op.get(url).content.decode()
+    assert 'data-field="proxy.max_builtin_rounds"' in page
+    data = _form(page)
+    bad = op.post(url, {**data, "proxy.max_builtin_rounds": "0"})
+    assert bad.status_code == 422
+    assert 'data-error-for="proxy.max_builtin_rounds"' in bad.content.decode()
+    assert op.post(url, {**data, "proxy.max_builtin_rounds": "3"}).status_code == 302
+    session.refresh_from_db()
+    assert session.policy["proxy"]["max_builtin_rounds"] == 3
