@@ -98,7 +98,7 @@ class ResponsesFilter:
 
     def _note_events(self, note: str) -> bytes:
         """The note as one assistant message item, in the events a message streams as."""
-        item = note_item(self.response_id or "", note)
+        item = note_item(note)
         index, self._next = self._next, self._next + 1
         part = item["content"][0]
         at = {"output_index": index, "item_id": item["id"], "content_index": 0}

@@ -15,6 +15,7 @@ saying why (``limit_note``), never an empty message.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -196,7 +197,7 @@ def with_note(dialect: str, response: dict[str, Any], note: str) -> dict[str, An
             out["stop_reason"] = "end_turn"
         return out
     if dialect == "responses":
-        item = note_item(str(response.get("id") or ""), note)
+        item = note_item(note)
         return {**response, "output": [*(response.get("output") or ()), item]}
     choices = []
     for choice in response.get("choices") or ():
@@ -213,11 +214,15 @@ def _text_block(text: str) -> dict[str, Any]:
     return {"type": "text", "text": text}
 
 
-def note_item(response_id: str, note: str) -> dict[str, Any]:
-    """The note as a Responses output item (an assistant message)."""
+def note_item(note: str) -> dict[str, Any]:
+    """The note as a Responses output item (an assistant message).
+
+    Its id comes from the note itself: a stream's filter and the stored reply
+    make the same item, so the client's echo of it matches (``client_message``).
+    """
     return {
         "type": "message",
-        "id": f"msg_limit_{response_id.removeprefix('resp_')}",
+        "id": f"msg_limit_{hashlib.sha256(note.encode()).hexdigest()[:24]}",
         "status": "completed",
         "role": "assistant",
         "content": [{"type": "output_text", "text": note, "annotations": []}],

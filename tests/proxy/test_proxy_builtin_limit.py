@@ -60,7 +60,7 @@ def test_at_the_default_limit_the_last_round_has_no_builtins_and_the_answer_is_n
     upstreams, alice_key
 ):
     fake, _ = upstreams
-    fake.script(*greps(MAX_ROUNDS + 1))
+    fake.script(*greps(MAX_ROUNDS))
     before = len(fake.messages_requests())
 
     async def call():
@@ -82,12 +82,28 @@ def test_at_the_default_limit_the_last_round_has_no_builtins_and_the_answer_is_n
     assert roles("ses_lim1") == ["user", *["assistant", "tool"] * 8]
     last = Message.objects.filter(session__external_id="ses_lim1", role="assistant").last()
     assert "round limit" in last.content
+    # The client sends the note back as its history: it matches what is stored (no divergence).
+    fake.script(ScriptedReply(text="Going on."))
+    history = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": [b.model_dump() for b in reply.content]},
+        {"role": "user", "content": "go on"},
+    ]
+
+    async def again():
+        client = asgi_claude(alice_key[1], session="ses_lim1")
+        return await client.messages.create(
+            model=MODEL, max_tokens=256, tools=TOOLS, messages=history
+        )
+
+    assert async_to_sync(again)().content[0].text == "Going on."
+    assert roles("ses_lim1") == ["user", *["assistant", "tool"] * 8, "user", "assistant"]
 
 
 def test_the_policy_sets_the_rounds_and_a_stream_ends_with_the_note(upstreams, alice_key):
     fake, _ = upstreams
     with_rounds(alice_key, "ses_lim2", 2)
-    fake.script(*greps(3))
+    fake.script(*greps(2))
     before = len(fake.messages_requests())
 
     async def call():
