@@ -26,7 +26,7 @@ from sessions.models import Session
 
 from .pooled import release_connections
 from .providers import Dialect, relayed_headers
-from .services.builtins import MAX_ROUNDS
+from .services.builtins import max_rounds, without_builtins
 from .services.calls import Prepared, rebuild, rebuild_after_overflow
 from .services.reply import session_record_reply
 from .services.store import stored_response_add
@@ -118,14 +118,16 @@ async def forward(call: Call) -> HttpResponse | StreamingHttpResponse:
 
     An overflow ("prompt is too long") compacts and retries once; an answer
     that only calls built-in tools is answered by the proxy and upstream is
-    asked again (``services.builtins``), up to ``MAX_ROUNDS`` times.
+    asked again (``services.builtins``), up to ``policy.proxy.max_builtin_rounds``
+    rounds in all; the last is sent without the built-in tools.
     """
     dialect = call.dialect
     url = dialect.upstream_url(call.path)
     streaming = bool(call.prepared.body.get("stream"))
     overflowed, rounds = False, 0
+    limit = max_rounds(call.prepared.session)
     while True:
-        body = _upstream_body(call, streaming)
+        body = _upstream_body(call, streaming, last=rounds + 1 >= limit)
         call.started_ns = time.time_ns()
         response = await open_call("POST", url, headers=call.headers, json=body)
         if not streaming or response.status_code >= 300:
@@ -158,7 +160,7 @@ async def forward(call: Call) -> HttpResponse | StreamingHttpResponse:
             reply=reply,
             response=payload,
             runnable=call.prepared.runnable,
-            last_round=rounds >= MAX_ROUNDS,
+            last_round=rounds >= limit,
             final_tool=call.prepared.final_tool,
             started_ns=call.started_ns,
             synced=call.prepared.synced,
@@ -174,8 +176,12 @@ async def forward(call: Call) -> HttpResponse | StreamingHttpResponse:
         return _answer(response, raw, call.prepared)
 
 
-def _upstream_body(call: Call, streaming: bool) -> dict[str, Any]:
+def _upstream_body(call: Call, streaming: bool, *, last: bool = False) -> dict[str, Any]:
+    """The body to send; on the last allowed round, without the built-in tools
+    (the model answers, or calls the client's tools, rather than loop on)."""
     body = call.prepared.body
+    if last:
+        body = without_builtins(body, call.prepared.runnable)
     if streaming and call.dialect.name == "openai" and "stream_options" not in body:
         # The usage arrives in a last chunk only when asked for; a client that
         # set stream_options gets what it asked for, nothing added.
@@ -244,6 +250,7 @@ async def _relay(response: httpx.Response, call: Call) -> AsyncIterator[bytes]:
     dialect, converted = call.dialect, call.converted
     relay = _stream_filter(call)
     rounds, stored = 0, False
+    limit = max_rounds(call.prepared.session)
     accumulator = dialect.stream()
     try:
         while True:
@@ -281,13 +288,17 @@ async def _relay(response: httpx.Response, call: Call) -> AsyncIterator[bytes]:
                 reply=reply,
                 response=_final_response(accumulator),
                 runnable=call.prepared.runnable,
-                last_round=rounds >= MAX_ROUNDS or reply.incomplete,
+                last_round=rounds >= limit or reply.incomplete,
                 final_tool=call.prepared.final_tool,
                 started_ns=call.started_ns,
                 synced=call.prepared.synced,
             )
             stored = True
-            tail = relay.end_round(again=False) if relay is not None and not recorded.again else b""
+            tail = (
+                relay.end_round(again=False, note=recorded.note)
+                if relay is not None and not recorded.again
+                else b""
+            )
             if not recorded.again:
                 # the response as the client saw it (a filter made several rounds one)
                 final = getattr(relay, "final", None) or _final_response(accumulator)
@@ -306,7 +317,7 @@ async def _relay(response: httpx.Response, call: Call) -> AsyncIterator[bytes]:
                 "POST",
                 dialect.upstream_url(call.path),
                 headers=call.headers,
-                json=_upstream_body(call, True),
+                json=_upstream_body(call, True, last=rounds + 1 >= limit),
             )
             if response.status_code >= 300:
                 await record_build(call)

@@ -9,7 +9,8 @@ next round's events follow) or not (then they go out).
 
 On a final turn the final-report call (``final``, when the client does not
 define that tool) is left out the same way, its arguments kept, and its
-report goes out as text just before the end of the answer.
+report goes out as text just before the end of the answer. So does the note
+of a loop the round limit stopped (``end_round(note=…)``, ``builtins.limit_note``).
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ class AnthropicFilter:
                 return frame(event, {**data, "index": self._map[index]})
         return frame(event)
 
-    def end_round(self, *, again: bool) -> bytes:
+    def end_round(self, *, again: bool, note: str | None = None) -> bytes:
         """The held end of the answer, unless upstream is asked again."""
         held, self._held = self._held, []
         reports, self._reports = self._reports, {}
@@ -86,7 +87,9 @@ class AnthropicFilter:
         self.rounds += 1
         if again:
             return b""
-        out = [self._report_block("".join(pieces)) for pieces in reports.values()]
+        out = [self._text_block(report_text(pieces or "{}")) for pieces in _joined(reports)]
+        if note:
+            out.append(self._text_block(note))
         for event, data in held:
             delta = data.get("delta") or {}
             if delta.get("stop_reason") == "tool_use" and not self.shown_calls:
@@ -96,10 +99,9 @@ class AnthropicFilter:
                 out.append(frame(event))
         return b"".join(out)
 
-    def _report_block(self, arguments: str) -> bytes:
+    def _text_block(self, text: str) -> bytes:
         index = self.shown_blocks
         self.shown_blocks += 1
-        text = report_text(arguments or "{}")
         events = (
             ("content_block_start", {"content_block": {"type": "text", "text": ""}}),
             ("content_block_delta", {"delta": {"type": "text_delta", "text": text}}),
@@ -125,6 +127,7 @@ class OpenAIFilter:
         self._hidden: set[int] = set()
         self._reports: dict[int, list[str]] = {}  # final-report calls: their arguments, in pieces
         self._held: list[tuple[SseEvent, Any]] = []
+        self.shown_text = False  # some content went out (a note then starts a paragraph)
 
     def feed(self, event: SseEvent) -> bytes:
         if event.data.strip() == "[DONE]":
@@ -140,6 +143,7 @@ class OpenAIFilter:
         choices = []
         for choice in data["choices"]:
             delta = choice.get("delta") or {}
+            self.shown_text = self.shown_text or bool(delta.get("content"))
             pieces = delta.get("tool_calls")
             if pieces:
                 kept = self._pieces(pieces)
@@ -181,13 +185,15 @@ class OpenAIFilter:
             kept.append({**piece, "index": self._map[index]})
         return kept
 
-    def end_round(self, *, again: bool) -> bytes:
+    def end_round(self, *, again: bool, note: str | None = None) -> bytes:
         held, self._held = self._held, []
         reports, self._reports = self._reports, {}
         self._map, self._hidden = {}, set()
         if again:
             return b""
-        out = [self._report_chunk(held, "".join(pieces)) for pieces in reports.values()]
+        out = [self._report_chunk(held, report_text(p or "{}")) for p in _joined(reports)]
+        if note:
+            out.append(self._report_chunk(held, f"\n\n{note}" if self.shown_text else note))
         for event, data in held:
             if self.strip_usage and is_usage_chunk(data):
                 continue
@@ -205,14 +211,14 @@ class OpenAIFilter:
         return b"".join(out)
 
     @staticmethod
-    def _report_chunk(held: list[tuple[SseEvent, Any]], arguments: str) -> bytes:
-        """The report as a content chunk, shaped like the held finish chunk (id, model …)."""
+    def _report_chunk(held: list[tuple[SseEvent, Any]], text: str) -> bytes:
+        """Text (a report, a note) as a content chunk, shaped like the held finish chunk (id, model …)."""
         template = next(
             (d for _, d in held if isinstance(d, dict)), {"object": "chat.completion.chunk"}
         )
         choice = {
             "index": 0,
-            "delta": {"content": report_text(arguments or "{}")},
+            "delta": {"content": text},
             "finish_reason": None,
         }
         chunk = {k: v for k, v in template.items() if k != "usage"}
@@ -241,8 +247,13 @@ class UsageStrip:
                 pass
         return frame(event)
 
-    def end_round(self, *, again: bool) -> bytes:
+    def end_round(self, *, again: bool, note: str | None = None) -> bytes:
         return b""
+
+
+def _joined(reports: dict[int, list[str]]) -> list[str]:
+    """Each held final-report call's arguments, its pieces joined."""
+    return ["".join(pieces) for pieces in reports.values()]
 
 
 def _without(mapping: dict[str, Any], key: str) -> dict[str, Any]:

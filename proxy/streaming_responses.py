@@ -6,7 +6,8 @@ calls a built-in tool are dropped, the other items are renumbered
 ``sequence_number`` counts the events the client gets, and the events that
 end a response (``response.completed`` / ``.incomplete`` / ``.failed``) are
 held until the proxy knows whether it asks upstream again. The final
-response's ``output`` lists the items the client was shown.
+response's ``output`` lists the items the client was shown, a round-limit
+note (``builtins.limit_note``) last when the loop was stopped.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 from contextsvc.engine.providers.sse import SseEvent
 
+from .services.builtins import note_item
 from .streaming import frame
 
 _OPENING = ("response.created", "response.in_progress", "response.queued")
@@ -76,14 +78,14 @@ class ResponsesFilter:
             self.shown.append(data.get("item") or {})
         return self._out(event, {**data, "output_index": shown_index})
 
-    def end_round(self, *, again: bool) -> bytes:
+    def end_round(self, *, again: bool, note: str | None = None) -> bytes:
         """The held end of the response, unless upstream is asked again."""
         held, self._held = self._held, []
         self._map, self._hidden = {}, set()
         self.rounds += 1
         if again:
             return b""
-        out = []
+        out = [self._note_events(note)] if note else []
         for event, data in held:
             response = data.get("response")
             if isinstance(response, dict):
@@ -93,3 +95,23 @@ class ResponsesFilter:
                 self.final = response
             out.append(self._out(event, data))
         return b"".join(out)
+
+    def _note_events(self, note: str) -> bytes:
+        """The note as one assistant message item, in the events a message streams as."""
+        item = note_item(note)
+        index, self._next = self._next, self._next + 1
+        part = item["content"][0]
+        at = {"output_index": index, "item_id": item["id"], "content_index": 0}
+        events: list[tuple[str, dict[str, Any]]] = [
+            ("response.output_item.added", {"output_index": index, "item": {**item, "status": "in_progress", "content": []}}),
+            ("response.content_part.added", {**at, "part": {**part, "text": ""}}),
+            ("response.output_text.delta", {**at, "delta": note}),
+            ("response.output_text.done", {**at, "text": note}),
+            ("response.content_part.done", {**at, "part": part}),
+            ("response.output_item.done", {"output_index": index, "item": item}),
+        ]  # fmt: skip
+        self.shown.append(item)
+        return b"".join(
+            self._out(SseEvent(event=kind), {"type": kind, **data, "sequence_number": 0})
+            for kind, data in events
+        )

@@ -186,6 +186,9 @@ class ProxyPolicy(In):
     """The drop-in proxy (``proxy/``): whether it runs the built-in tools for the model itself."""
 
     builtin_tools: bool = True
+    # Rounds of built-in calls the proxy answers itself for one client call; the
+    # last is sent without the built-ins, so the model answers or calls the client's tools.
+    max_builtin_rounds: int = Field(8, ge=1, le=32)
     # The client defers its own tools (a tool-search tool, ``defer_loading``):
     # the service's deferral stays off. The proxy sets it when it sees one.
     client_tool_search: bool | None = None

@@ -182,6 +182,27 @@ def message_stored_count(session_id: int, seq: int) -> StoredCount | None:
     return StoredCount(pk, row_to_message(row[:n]), estimated, retracted_at is not None)
 
 
+# Assistant messages read back looking for an open call's arguments: a result
+# answers one of the newest calls (an agent posts results right after them).
+_CALL_LOOKBACK = 50
+
+
+def tool_call_arguments(session: Session, call_id: str) -> dict[str, Any]:
+    """The arguments of the stored call ``call_id`` ({} when none of the newest calls is it)."""
+    rows = (
+        Message.objects.filter(session=session, role="assistant")
+        .exclude(tool_calls=[])
+        .order_by("-seq")
+        .values_list("tool_calls", flat=True)[:_CALL_LOOKBACK]
+    )
+    for calls in rows:
+        for call in calls or ():
+            if isinstance(call, dict) and call.get("id") == call_id:
+                arguments = call.get("arguments")
+                return arguments if isinstance(arguments, dict) else {}
+    return {}
+
+
 def estimated_messages(*, created_before: datetime, limit: int) -> list[tuple[int, int]]:
     """``(session pk, seq)`` of messages still carrying an append's estimate,
     oldest first (a partial index holds only those, so this reads no other row)."""

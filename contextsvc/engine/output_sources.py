@@ -1,8 +1,7 @@
 """What a tool result's view is made from, and when it is not cut (spec 000 §1.5-§1.8).
 
-- A ``tool_output_cache`` / ``tool_output_cache_grep`` result posted back is a
-  page the service already capped: cutting it again would only hide what the
-  model asked to read.
+(A built-in tool's result is not a stored output: ``engine.builtin_results``.)
+
 - A result with images is stored as text with ``[image]`` where each was, so a
   cut or trimmed view, and a read of the ref, still say there was one.
 """
@@ -12,7 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from .output_views import GREP_TOOL, READ_TOOL, ViewConfig
+from .output_views import ViewConfig
 
 
 def whole_view_config(config: ViewConfig, text: str) -> ViewConfig:
@@ -21,13 +20,6 @@ def whole_view_config(config: ViewConfig, text: str) -> ViewConfig:
     return replace(
         config, max_message_bytes=size, max_line_length=size, style="cut", view_tokens=None
     )
-
-
-def is_cache_read(tool_name: str | None) -> bool:
-    """A result of the built-in expansion tools (spec 000 §1.8): already a bounded
-    page of a stored output, which cutting again would only hide (its own cut
-    lines say how to read on)."""
-    return tool_name in (READ_TOOL, GREP_TOOL)
 
 
 def stored_text(content: str | list[dict[str, Any]]) -> str:

@@ -5,13 +5,17 @@ the client's plus the service's built-ins (``REGISTRY.tools``: output cache
 read and grep, ``compact_context``; ``tool_search`` comes with deferral) that
 the client does not define itself. When the model calls one, the proxy runs
 it, stores the call and its result in the transcript, and — when every call
-of the answer was a built-in — asks upstream again with the new context. When
-the answer also calls the client's tools, the built-in calls are taken out of
-what the client receives (their results are already stored).
+of the answer was a built-in — asks upstream again with the new context, up
+to ``policy.proxy.max_builtin_rounds`` rounds; the last is sent without the
+built-ins (``without_builtins``). When the answer also calls the client's
+tools, the built-in calls are taken out of what the client receives (their
+results are already stored); an answer left with nothing gets a short note
+saying why (``limit_note``), never an empty message.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -21,15 +25,33 @@ from contextsvc.engine.providers.common import Converted
 from contextsvc.errors import ServiceError
 from sessions.extensions import REGISTRY
 from sessions.models import Session
+from sessions.schemas_policy import ProxyPolicy
 from sessions.services.append import session_append_messages
 from sessions.services.inputs import MessageData, ToolData
 
-# Rounds of built-in calls one client call may take before the answer goes back as it is.
-MAX_ROUNDS = 8
+from .final import with_text
+
+# Rounds of built-in calls one client call may take when the session sets none
+# (the schema's default, so the two cannot drift apart).
+MAX_ROUNDS: int = ProxyPolicy.model_fields["max_builtin_rounds"].default
+
+# Calls a round-limit note names at most, and characters of arguments each.
+_NOTE_CALLS = 5
+_NOTE_ARGS_CHARS = 160
+
+
+def _proxy_policy(session: Session) -> dict[str, Any]:
+    return (session.policy or {}).get("proxy") or {}
 
 
 def builtins_on(session: Session) -> bool:
-    return bool(((session.policy or {}).get("proxy") or {}).get("builtin_tools", True))
+    return bool(_proxy_policy(session).get("builtin_tools", True))
+
+
+def max_rounds(session: Session) -> int:
+    """``policy.proxy.max_builtin_rounds``: upstream rounds one client call may take."""
+    value = _proxy_policy(session).get("max_builtin_rounds")
+    return value if isinstance(value, int) and value >= 1 else MAX_ROUNDS
 
 
 def client_tool_names(converted: Converted) -> set[str]:
@@ -94,6 +116,50 @@ def session_run_builtin_calls(*, session: Session, calls: Sequence[dict[str, Any
         session_append_messages(session=session, messages=results)
 
 
+def without_builtins(body: dict[str, Any], names: frozenset[str]) -> dict[str, Any]:
+    """The upstream body of a last round: the built-in tools taken out of ``tools``,
+    and a ``tool_choice`` naming one of them dropped, so the model answers or
+    calls the client's own tools (any provider's shape)."""
+    if not names or not body.get("tools"):
+        return body
+    out = dict(body)
+    tools = [t for t in body["tools"] if _tool_name(t) not in names]
+    choice = body.get("tool_choice")
+    if isinstance(choice, dict) and _tool_name(choice) in names:
+        out.pop("tool_choice", None)
+    if tools:
+        out["tools"] = tools
+    else:
+        out.pop("tools", None)
+        out.pop("tool_choice", None)
+    return out
+
+
+def _tool_name(tool: dict[str, Any]) -> str | None:
+    """A tool's or a tool_choice's name: Anthropic / Responses ``name``, Chat ``function.name``."""
+    if isinstance(tool.get("name"), str):
+        return tool["name"]
+    function = tool.get("function")
+    return function.get("name") if isinstance(function, dict) else None
+
+
+def limit_note(limit: int, calls: Sequence[dict[str, Any]]) -> str:
+    """What a client is told instead of an empty answer: the round limit and the last calls."""
+    shown = []
+    for call in calls[:_NOTE_CALLS]:
+        arguments = json.dumps(call.get("arguments") or {}, ensure_ascii=False, default=str)
+        if len(arguments) > _NOTE_ARGS_CHARS:
+            arguments = arguments[: _NOTE_ARGS_CHARS - 1] + "…"
+        shown.append(f"{call['name']} {arguments}")
+    more = f" and {len(calls) - _NOTE_CALLS} more" if len(calls) > _NOTE_CALLS else ""
+    return (
+        f"[contextsvc proxy: the built-in tools' round limit ({limit}, "
+        f"policy.proxy.max_builtin_rounds) was reached before the model answered. "
+        f"Its last calls were: {'; '.join(shown)}{more}. Their results are stored in the "
+        f"session; send another message to continue.]"
+    )
+
+
 def strip_anthropic(response: dict[str, Any], names: set[str]) -> dict[str, Any]:
     """A Messages response without the ``tool_use`` blocks of the given tools."""
     content = [
@@ -118,3 +184,46 @@ def strip_openai(response: dict[str, Any], names: set[str]) -> dict[str, Any]:
             message["tool_calls"] = calls or None
         choices.append({**choice, "message": message})
     return {**response, "choices": choices}
+
+
+def with_note(dialect: str, response: dict[str, Any], note: str) -> dict[str, Any]:
+    """A whole response with the round-limit note at the end of its answer (a text
+    block, the message's text, a message item) and the stop reason of an answer."""
+    if dialect == "anthropic":
+        out = {**response, "content": [*(response.get("content") or ()), _text_block(note)]}
+        if out.get("stop_reason") == "tool_use" and not any(
+            b.get("type") == "tool_use" for b in out["content"]
+        ):
+            out["stop_reason"] = "end_turn"
+        return out
+    if dialect == "responses":
+        item = note_item(note)
+        return {**response, "output": [*(response.get("output") or ()), item]}
+    choices = []
+    for choice in response.get("choices") or ():
+        message = dict(choice.get("message") or {})
+        message["content"] = with_text(message.get("content"), note)
+        choice = {**choice, "message": message}
+        if not message.get("tool_calls") and choice.get("finish_reason") == "tool_calls":
+            choice["finish_reason"] = "stop"
+        choices.append(choice)
+    return {**response, "choices": choices}
+
+
+def _text_block(text: str) -> dict[str, Any]:
+    return {"type": "text", "text": text}
+
+
+def note_item(note: str) -> dict[str, Any]:
+    """The note as a Responses output item (an assistant message).
+
+    Its id comes from the note itself: a stream's filter and the stored reply
+    make the same item, so the client's echo of it matches (``client_message``).
+    """
+    return {
+        "type": "message",
+        "id": f"msg_limit_{hashlib.sha256(note.encode()).hexdigest()[:24]}",
+        "status": "completed",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": note, "annotations": []}],
+    }

@@ -38,7 +38,8 @@ def report_text(arguments: Any) -> str:
     return json.dumps(arguments, ensure_ascii=False)
 
 
-def _with_text(content: Any, text: str) -> Any:
+def with_text(content: Any, text: str) -> Any:
+    """``content`` (a string or parts) with ``text`` after it: a part, or a paragraph."""
     if isinstance(content, list):
         return [*content, {"type": "text", "text": text}]
     content = content or ""
@@ -56,7 +57,7 @@ def message_as_text(message: dict[str, Any], name: str) -> dict[str, Any]:
     if rest:
         out["tool_calls"] = rest
     for call in finals:
-        out["content"] = _with_text(out.get("content"), report_text(call.get("arguments")))
+        out["content"] = with_text(out.get("content"), report_text(call.get("arguments")))
     return out
 
 
@@ -87,7 +88,7 @@ def openai_as_text(response: dict[str, Any], name: str) -> dict[str, Any]:
             message["tool_calls"] = rest or None
             for call in finals:
                 text = report_text((call.get("function") or {}).get("arguments"))
-                message["content"] = _with_text(message.get("content"), text)
+                message["content"] = with_text(message.get("content"), text)
             choice = {**choice, "message": message}
             if not rest and choice.get("finish_reason") == "tool_calls":
                 choice["finish_reason"] = "stop"

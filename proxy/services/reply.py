@@ -21,8 +21,16 @@ from sessions.services.usage import session_record_usage
 
 from ..providers import Dialect
 from . import responses_body
-from .builtins import session_run_builtin_calls, split_calls, strip_anthropic, strip_openai
-from .final import anthropic_as_text, message_as_text, openai_as_text
+from .builtins import (
+    limit_note,
+    max_rounds,
+    session_run_builtin_calls,
+    split_calls,
+    strip_anthropic,
+    strip_openai,
+    with_note,
+)
+from .final import anthropic_as_text, message_as_text, openai_as_text, with_text
 from .sync import Synced, client_view_add_reply
 
 
@@ -32,6 +40,9 @@ class Recorded:
 
     again: bool
     shown: dict[str, Any] | None
+    # The round limit stopped the loop on built-in calls: what the answer says of it
+    # (``builtins.limit_note``), already in ``shown`` and the stored message.
+    note: str | None = None
 
 
 def session_record_reply(
@@ -50,19 +61,29 @@ def session_record_reply(
 
     The client's view gets the answer as the client receives it: without the
     built-in calls (``services.builtins``), its final-report call as text (``services.final``).
+    On the last round (``last_round``) an answer of built-in calls only ends the
+    loop: it is stored and shown with a note saying so, never empty.
     """
     if final_tool:
         reply = replace(reply, message=message_as_text(reply.message, final_tool))
         if response is not None:
             as_text = anthropic_as_text if dialect.name == "anthropic" else openai_as_text
             response = as_text(response, final_tool)
+    ours, theirs = split_calls(reply.message.get("tool_calls") or (), runnable)
+    if reply.incomplete:
+        ours = []
+    note = None
+    if ours and not theirs and last_round:
+        note = limit_note(max_rounds(session), ours)
+        content = reply.message.get("content")
+        if dialect.name == "anthropic" and isinstance(content, str) and content.strip():
+            content = [{"type": "text", "text": content}]  # the note is a block of its own
+        content = with_text(content, note)
+        reply = replace(reply, message={**reply.message, "content": content})
     message: dict[str, Any] = dict(reply.message)
     if reply.incomplete:
         message["content"] = attach_meta(message.get("content") or "", {"incomplete": True})
     _trace_call(session, dialect, reply, started_ns)
-    ours, theirs = split_calls(message.get("tool_calls") or (), runnable)
-    if reply.incomplete:
-        ours = []
     has_content = message.get("tool_calls") or _has_text(message.get("content"))
     again = bool(ours) and not theirs and not last_round
     shown = response
@@ -87,6 +108,8 @@ def session_record_reply(
                     dialect.name, strip_openai
                 )
                 shown = strip(response, hidden)
+            if note and shown is not None:
+                shown = with_note(dialect.name, shown, note)
             seen = Reply(
                 message={**reply.message, "tool_calls": theirs} if theirs else _no_calls(reply),
                 usage=reply.usage,
@@ -95,7 +118,7 @@ def session_record_reply(
             client_view_add_reply(
                 session=session, fingerprint=message_fingerprint(echoed), synced=synced
             )
-    return Recorded(again=again, shown=shown)
+    return Recorded(again=again, shown=shown, note=note)
 
 
 def _trace_call(session: Session, dialect: Dialect, reply: Reply, started_ns: int | None) -> None:

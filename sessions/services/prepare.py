@@ -14,17 +14,20 @@ from typing import Any
 from django.conf import settings
 
 from contextsvc import nul
+from contextsvc.engine.builtin_results import builtin_result_view, ref_read
 from contextsvc.engine.messages import Message as EngineMessage
 from contextsvc.engine.messages import ToolCall, content_text
-from contextsvc.engine.output_sources import is_cache_read, stored_text, whole_view_config
-from contextsvc.engine.output_views import ViewConfig
+from contextsvc.engine.output_sources import stored_text, whole_view_config
+from contextsvc.engine.output_views import GREP_TOOL, READ_TOOL, ViewConfig
 from contextsvc.engine.token_estimate import count_message
 from contextsvc.errors import ValidationFailed
 from sessions import accounting
+from sessions.extensions import REGISTRY
 from sessions.models import Session
 from sessions.outputs.budget import cache_config
 from sessions.outputs.ingest import output_for_message
-from sessions.outputs.store import PendingOutput, output_info, ref_dict
+from sessions.outputs.store import PendingOutput, output_info, output_touch, ref_dict
+from sessions.selectors import tool_call_arguments
 
 from .inputs import MessageData
 
@@ -59,19 +62,59 @@ def to_engine_message(data: MessageData) -> EngineMessage:
     )
 
 
-def _view_config(cache: ViewConfig, text: str, tool_name: str, nul_bytes: bool) -> ViewConfig:
-    """The view config of one tool result.
-
-    A ``tool_output_cache`` / ``tool_output_cache_grep`` result posted back is
-    a page the service already capped (CONTEXTSVC_REF_RESPONSE_MAX_BYTES): it
-    is not cut again (cutting it would only hide what the model asked to read),
-    unless it is bigger than any page.
-    """
+def _view_config(cache: ViewConfig, text: str, nul_bytes: bool) -> ViewConfig:
+    """The view config of one stored tool result (a built-in's is not stored: ``_builtin_result``)."""
     if nul_bytes:  # the cache is off: the output is stored, never cut
         return whole_view_config(cache, text)
-    if is_cache_read(tool_name) and len(text) <= settings.CONTEXTSVC_REF_RESPONSE_MAX_BYTES:
-        return whole_view_config(cache, text)
     return cache
+
+
+def is_builtin_result(session: Session, tool_name: str) -> bool:
+    """A result of a call to a built-in tool (``REGISTRY.tools``) the session's client
+    does not define under the same name itself."""
+    if tool_name not in REGISTRY.tools:
+        return False
+    return not any(
+        t.get("name") == tool_name and t.get("category") != "builtin"
+        for t in session.tools or ()
+        if isinstance(t, dict)
+    )
+
+
+def _session_ref(session: Session, ref: str | None) -> str | None:
+    """``ref`` when it is a stored output of this session, touched as any ref a message
+    takes up; None otherwise (a read of another session's output points nowhere)."""
+    if not ref:
+        return None
+    try:
+        return output_touch(session=session, ref=ref).ref
+    except ValidationFailed:
+        return None
+
+
+def _builtin_result(
+    session: Session,
+    msg: EngineMessage,
+    tool_name: str,
+    cache: ViewConfig,
+    arguments: dict[str, Any] | None,
+) -> None:
+    """A built-in's result stays in its message, pointing into the ref it read (no new
+    output, no new ref: a grep of a grep cannot happen), its view cut like any other's.
+
+    The ref is the result's own ``ref_id``; an agent that posts only a page's
+    text has its call's ``ref_id`` (``arguments``: the call's, when in this batch).
+    """
+    text = stored_text(msg.content)
+    ref = ref_read(tool_name, text)
+    if ref is None and tool_name in (READ_TOOL, GREP_TOOL):
+        if arguments is None:
+            arguments = tool_call_arguments(session, msg.tool_call_id or "")
+        ref = arguments.get("ref_id") if isinstance(arguments.get("ref_id"), str) else None
+    msg.output_ref = _session_ref(session, ref)
+    view = builtin_result_view(text, tool_name, msg.output_ref, cache)
+    msg.view = view.text
+    msg.view_state = view.state
 
 
 def prepare_messages_storing_outputs(
@@ -87,6 +130,7 @@ def prepare_messages_storing_outputs(
     cache = cache_config(session)
     # Tool names for outputs (the lock-side match fills Message.name the same way).
     open_calls = dict(session.open_tool_calls or {})
+    batch_arguments: dict[str, dict[str, Any]] = {}  # calls of this batch: their arguments
     pending: dict[str, PendingOutput] = {}
     prepared = []
     # Tokenizing is bounded per request, whatever the texts: past this many
@@ -97,11 +141,21 @@ def prepare_messages_storing_outputs(
         msg = to_engine_message(data)
         for call in msg.tool_calls:
             open_calls[call.id] = call.name
+            batch_arguments[call.id] = call.arguments
         stored = None
         # A NUL in a tool output is data: its bytes go to the output store even
         # with the cache off (text columns cannot hold it), the view shows it escaped.
         nul_bytes = msg.role == "tool" and not cache.enabled and nul.NUL in msg.text
-        if msg.role == "tool" and (cache.enabled or msg.output_ref or nul_bytes):
+        tool_name = msg.name or open_calls.get(msg.tool_call_id or "", "")
+        if (
+            msg.role == "tool"
+            and not msg.output_ref
+            and nul.NUL not in msg.text
+            and is_builtin_result(session, tool_name)
+        ):
+            arguments = batch_arguments.get(msg.tool_call_id or "")
+            _builtin_result(session, msg, tool_name, cache, arguments)
+        elif msg.role == "tool" and (cache.enabled or msg.output_ref or nul_bytes):
             # spec 000 §1.5: store the full output, put its view in context.
             # Only the view is tokenized; the blob is never (DESIGN.md).
             if msg.output_ref and msg.text:
@@ -109,13 +163,12 @@ def prepare_messages_storing_outputs(
                     f"messages[{i}]: a tool message carries content or output_ref, not both",
                     details={"field": f"messages.{i}.output_ref"},
                 )
-            tool_name = msg.name or open_calls.get(msg.tool_call_id or "", "")
             # Media parts leave a placeholder in the stored text: a cut view or a
             # read of the ref still shows an image was there.
             text = stored_text(msg.content)
             stored = output_for_message(
                 session=session,
-                config=_view_config(cache, text, tool_name, nul_bytes),
+                config=_view_config(cache, text, nul_bytes),
                 text=None if msg.output_ref else text,
                 output_ref=msg.output_ref,
                 tool_name=tool_name,

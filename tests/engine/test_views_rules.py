@@ -1,8 +1,8 @@
-"""spec 000 §1.6-§1.8 / spec 001 views, pure: cache reads not re-cut, image placeholders, trim switch."""
+"""spec 000 §1.6-§1.8 / spec 001 views, pure: whole views, image placeholders, trim switch."""
 
 from __future__ import annotations
 
-from contextsvc.engine.output_sources import is_cache_read, stored_text, whole_view_config
+from contextsvc.engine.output_sources import stored_text, whole_view_config
 from contextsvc.engine.output_views import (
     OutputInfo,
     ViewConfig,
@@ -15,11 +15,6 @@ from contextsvc.engine.output_views import (
 def view_of(text: str, config: ViewConfig):
     info = OutputInfo(ref="out_1", byte_size=len(text.encode()), line_count=text.count("\n"))
     return make_view(iter_text_lines(text, config.max_line_length + 1), info, config)
-
-
-def test_spec000_1_8_cache_read_results_are_recognised():
-    assert is_cache_read("tool_output_cache") and is_cache_read("tool_output_cache_grep")
-    assert not is_cache_read("bash") and not is_cache_read(None)
 
 
 def test_spec000_1_6_whole_view_config_shows_a_long_page_uncut():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from sessions.models import ToolOutput
 from tests.conftest import tool_turn
 
 pytestmark = pytest.mark.django_db
@@ -15,7 +16,9 @@ def post(alice, sid: str, messages: list[dict]) -> dict:
     return response.json()
 
 
-def test_spec000_1_8_cache_read_posted_back_is_not_cut_again(alice, make_session):
+def test_spec000_1_8_cache_read_posted_back_points_into_its_ref_and_is_cut_as_any(
+    alice, make_session
+):
     sid = make_session(policy={"tool_output_cache": {"max_message_bytes": 4096}})["id"]
     post(alice, sid, [{"role": "user", "content": "read the log"}])
     log = "".join(f"entry {i} " + "x" * 80 + "\n" for i in range(400))
@@ -37,16 +40,21 @@ def test_spec000_1_8_cache_read_posted_back_is_not_cut_again(alice, make_session
             ],
         }
     ]
+    outputs = ToolOutput.objects.count()
     body = post(
         alice, sid, [*call, {"role": "tool", "tool_call_id": "r1", "content": page["text"]}]
     )
+    # Only the page's text was posted: the call's ref_id says which ref it read.
     result = body["messages"][-1]
-    assert result["view"] == "full"
+    assert result["output_ref"] == ref and result["ref"] is None
+    assert ToolOutput.objects.count() == outputs  # no new output, no new ref
+    # Cut to the session's limits like any other result, by bytes.
+    assert result["view"] == "cut"
     raw = alice.get(f"sessions/{sid}/context", format="raw").json()
-    assert raw["messages"][-1]["content"] == page["text"]
-    # Any other tool's output of that size is cut as usual.
+    assert len(raw["messages"][-1]["content"].encode()) <= 4096
+    assert f"It read ref={ref}" in raw["messages"][-1]["content"]
     other = post(alice, sid, tool_turn("c2", page["text"]))["messages"][-1]
-    assert other["view"] == "cut"
+    assert other["view"] == "cut" and other["output_ref"] != ref
 
 
 def test_spec000_1_5_stored_result_with_an_image_keeps_a_placeholder(alice, make_session):

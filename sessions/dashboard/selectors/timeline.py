@@ -15,6 +15,7 @@ from typing import Any
 from django.db.models import QuerySet
 from django.db.models.functions import Length, Substr
 
+from sessions.extensions import REGISTRY
 from sessions.live import in_live_window
 from sessions.models import Message, PolicyChange, Session
 
@@ -50,7 +51,7 @@ class TimelineMessage:
         out = []
         if self.view_state and self.view_state != "full":
             out.append(self.view_state)
-        if self.output_ref and self.view_state == "full":
+        if self.output_ref and self.view_state == "full" and not self.holds_result:
             out.append("stored")
         if self.compacted:
             out.append("summarised")
@@ -63,6 +64,17 @@ class TimelineMessage:
     @property
     def more_chars(self) -> int:
         return max(0, self.text_len - len(self.text))
+
+    @property
+    def holds_result(self) -> bool:
+        """A built-in tool's result: its text is the message's own; ``output_ref`` is
+        the ref it read, so expanding shows the message, not that whole output."""
+        return (
+            self.role == "tool"
+            and bool(self.output_ref)
+            and self.name in REGISTRY.tools
+            and self.full_len > 0
+        )
 
     @property
     def expandable(self) -> bool:
