@@ -277,7 +277,7 @@ CONTEXTSVC_SLICE_MAX_BYTES = CONTEXTSVC_REF_RESPONSE_MAX_BYTES
 CONTEXTSVC_GREP_TIME_LIMIT_MS = env_int("CONTEXTSVC_GREP_TIME_LIMIT_MS", 10_000, minimum=1)
 # history_search: a worker indexes a session this many seconds after an append
 # (0: only the sweep, a search and a compaction do); a search indexes at most
-# this much backlog first; on SQLite it walks at most this many ~4 KiB segments.
+# this much backlog first; on SQLite it walks at most this many ~2 KiB segments.
 CONTEXTSVC_RECALL_INDEX_DELAY = env_int("CONTEXTSVC_RECALL_INDEX_DELAY", 10, minimum=0)
 CONTEXTSVC_RECALL_CATCH_UP_BYTES = env_int("CONTEXTSVC_RECALL_CATCH_UP_BYTES", 8 << 20, minimum=0)
 CONTEXTSVC_RECALL_SCAN_SEGMENTS = env_int("CONTEXTSVC_RECALL_SCAN_SEGMENTS", 20_000, minimum=1)

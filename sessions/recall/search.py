@@ -2,7 +2,7 @@
 
 PostgreSQL: candidates come from the trigram index (``text ILIKE '%literal%'``
 for the query, or for each literal a regex must contain) or, for words in any
-order, from the full-text index; each candidate segment (≤ 4 KiB) is then
+order, from the full-text index; each candidate segment (≤ 2 KiB) is then
 matched line by line in Python, with the same ``regex`` engine and time
 limit as grep. A page reads at most ``MAX_ROUNDS`` batches of candidates: a
 constant number of queries, whatever the session's size. SQLite has no such
@@ -33,7 +33,7 @@ from contextsvc.errors import ValidationFailed
 from ..models import RecallSegment, Session, ToolOutput
 
 CANDIDATES = 200  # segments a round reads
-RECENT = 64  # PostgreSQL's first round: the newest segments, read as they come
+RECENT = 128  # PostgreSQL's first round: the newest segments (~256 KiB), read as they come
 # PostgreSQL's later rounds: slices of the session's seqs above these shares
 # of its last seq, newest first (the last one reaches seq 1).
 WINDOWS = (7 / 8, 3 / 4, 1 / 2, 0.0)
