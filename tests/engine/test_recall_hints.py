@@ -237,12 +237,20 @@ def test_a_capped_view_keeps_the_middle_pointer_with_the_stored_line_numbers():
     assert view.state == "cut" and approx_tokens(view.text) <= 300
     assert "Full output saved to: /root/.claude/projects/p/tool-results/abc.txt" in view.text
     assert check_view(view.text, lines) == view.lines_shown
-    # A huge output: only its ends are read whole, the middle is searched.
-    big = [f"row {i:07d}" for i in range(100_000)]
-    big[50_000] = "artifact id: 4f2a9c1e77b0 uploaded to https://ci.example/run/9"
+    # A large output: only its ends are read whole, the middle (up to MAX_SCAN_CHARS
+    # of it) is searched.
+    big = [f"row {i:07d}" for i in range(80_000)]
+    big[40_000] = "artifact id: 4f2a9c1e77b0 uploaded to https://ci.example/run/9"
     info = OutputInfo(ref="out_b", byte_size=len("\n".join(big)), line_count=len(big))
     huge = capped_view(make_view(iter([]), info, config), "\n".join(big), info, config)
-    assert big[50_000] in huge.text and approx_tokens(huge.text) <= 300
+    assert big[40_000] in huge.text and approx_tokens(huge.text) <= 300
+    check_view(huge.text, big)
+    # A huge one (2.4 MB): the middle's ends are searched, numbered across the gap.
+    big = [f"row {i:07d}" for i in range(200_000)]
+    big[199_000] = "Full output saved to: /root/.claude/projects/p/tool-results/zz.txt"
+    info = OutputInfo(ref="out_h", byte_size=len("\n".join(big)), line_count=len(big))
+    huge = capped_view(make_view(iter([]), info, config), "\n".join(big), info, config)
+    assert big[199_000] in huge.text
     check_view(huge.text, big)
 
 
