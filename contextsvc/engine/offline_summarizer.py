@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from contextsvc.engine.messages import Message
-from contextsvc.engine.recall import without_search_hint
+from contextsvc.engine.recall import SEARCH_TOOL_NAME, without_search_hint
 from contextsvc.engine.retention import KeyFact, decision_sentences, extract_key_facts, first_line
 from contextsvc.engine.summarize import SummaryRequest, SummaryResult
 from contextsvc.engine.summary_index import OutputCatalog, items_index, outputs_index
@@ -21,6 +21,7 @@ from contextsvc.engine.summary_placement import RETAIN_HEADER, SUMMARY_HEADER
 # A list item and the seq of the message it came from.
 Item = tuple[str, int | None]
 REFS_TITLE = "Output refs"
+RETAIN_MORE = "more facts of the summarised span are not kept here"
 # Characters the index of unlisted output refs may take past the section's share.
 INDEX_NAMES_ROOM = 80
 
@@ -59,13 +60,15 @@ class OfflineSummarizer:
         if request.kind == "compress":
             text = summary
         else:
-            retain = self._retain(facts, budget // 3) if request.want_retain else ""
+            retain = (
+                self._retain(facts, budget // 3, request.search_hint) if request.want_retain else ""
+            )
             text = (
                 f"<retain>\n{retain}\n</retain>\n" if retain else ""
             ) + f"<summary>\n{summary}\n</summary>"
         return SummaryResult(text=text, model="offline", summarizer=self.name)
 
-    def _retain(self, facts: Sequence[KeyFact], budget: int) -> str:
+    def _retain(self, facts: Sequence[KeyFact], budget: int, search: bool = True) -> str:
         order = {"constraint": 0, "request": 1, "error": 2, "path": 3, "ref": 4, "todo": 5}
         labels = {
             "constraint": "Constraint",
@@ -76,13 +79,19 @@ class OfflineSummarizer:
             "todo": "TODO",
         }
         lines: list[str] = []
-        used = 0
-        for fact in sorted(facts, key=lambda f: (order.get(f.kind, 9), f.seq or 0)):
+        # Said when facts do not fit, so the cut is not silent; the same words on
+        # every compaction, so merged retain blocks keep one copy of it.
+        more = f"- ({RETAIN_MORE}{f': {SEARCH_TOOL_NAME} finds them' if search else ''})"
+        used = len(more) + 1
+        ordered = sorted(facts, key=lambda f: (order.get(f.kind, 9), f.seq or 0))
+        for fact in ordered:
             line = f"- {labels.get(fact.kind, fact.kind)}: {fact.text}"
             if used + len(line) + 1 > budget:
                 break
             lines.append(line)
             used += len(line) + 1
+        if len(lines) < len(ordered):
+            lines.append(more)
         return "\n".join(lines)
 
     def _summary(

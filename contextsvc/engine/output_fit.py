@@ -5,8 +5,10 @@ what it acts on next, and clearing them (or spec 003's one-turn fallback,
 which clears every output of the turn) makes it ask again, in a loop. So
 before anything clears the newest outputs, their views are cut instead: the
 first and last lines stay (a command's header and its verdict are usually
-there), the middle is replaced by a notice naming the ref and the lines to
-read back with ``tool_output_cache``. Pure: text and a token counter in.
+there), and the middle lines that say where something is (a path, a saved
+file, an id, a URL: ``engine.output_keep``); each run left out is replaced by
+a marker with its line numbers, the first naming the ref and the lines to read
+back with ``tool_output_cache``. Pure: text and a token counter in.
 """
 
 from __future__ import annotations

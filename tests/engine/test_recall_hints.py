@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from contextsvc.engine.build import ContextParts, build_request
 from contextsvc.engine.messages import Message
-from contextsvc.engine.offline_summarizer import OfflineSummarizer
+from contextsvc.engine.offline_summarizer import RETAIN_MORE, OfflineSummarizer
 from contextsvc.engine.output_fit import capped_view, head_tail_view
 from contextsvc.engine.output_views import (
     OutputInfo,
@@ -33,9 +33,11 @@ from contextsvc.engine.summarize import (
     PromptConfig,
     SummaryRequest,
     SummaryResult,
+    extract_retain_summary,
     make_compress_request,
     make_retain_summary_request,
 )
+from contextsvc.engine.summary_merge import merge_retained
 from contextsvc.engine.tokens import approx_tokens
 from tests.engine.test_strategies import COUNTER, call, numbered, result, say, user
 
@@ -186,6 +188,16 @@ def test_without_the_search_tool_the_index_stays_and_names_no_tool():
     text = OfflineSummarizer().complete(request).text
     assert "earlier outputs not listed (seq" in text and SEARCH_TOOL_NAME not in text
     assert SEARCH_TOOL_NAME not in request.prompt
+
+
+def test_a_retain_block_past_its_room_says_so_once_even_when_merged():
+    msgs = numbered([user(f"request {i} about src/m{i}.py " + "word " * 20) for i in range(80)])
+    request = make_retain_summary_request(msgs, PromptConfig(), model="", max_tokens=500)
+    retain, _ = extract_retain_summary(OfflineSummarizer().complete(request).text)
+    more = f"- ({RETAIN_MORE}: {SEARCH_TOOL_NAME} finds them)"
+    assert retain.endswith(more)
+    # The same words on every compaction: a merged retain block keeps one copy.
+    assert merge_retained(retain, retain.replace("request 0 ", "request 0b ")).count(more) == 1
 
 
 # --- cut views keep the lines that say where things are -------------------------------
