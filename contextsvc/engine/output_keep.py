@@ -98,7 +98,11 @@ def find_pointers(text: str, start: int, end: int, first_number: int) -> list[Po
                 *find_pointers(text, start, cut, first_number),
                 *find_pointers(text, resume, end, later),
             ]
-    lowered = text[start:end].lower()
+    segment = text[start:end]
+    lowered = segment.lower()
+    if len(lowered) != len(segment):
+        # A few characters lowercase to two ("İ"): positions must stay the text's.
+        lowered = segment
     base = start
     found: dict[int, int] = {}  # line start (in ``lowered``) -> rank
     for pos in _candidate_starts(lowered, 0, len(lowered), _POINTER_HINTS):
@@ -134,7 +138,8 @@ def pointers_in_lines(lines: Sequence[str], first: int, last: int) -> list[Point
     """``find_pointers`` over ``lines[first:last]`` (0-based, numbered from ``first + 1``)."""
     if last <= first:
         return []
-    return find_pointers("\n".join(lines[first:last]), 0, 1 << 62, first + 1)
+    text = "\n".join(lines[first:last])
+    return find_pointers(text, 0, len(text), first + 1)
 
 
 def choose_pointers(pointers: Sequence[Pointer], room_chars: int) -> list[Pointer]:

@@ -278,7 +278,7 @@ def test_a_cut_notice_names_the_search_tool_only_when_the_agent_has_it():
         assert (SEARCH_TOOL_NAME in capped.text) is search
 
 
-_LINE = st.text(alphabet="abc xyz/._:=019-", max_size=60)
+_LINE = st.text(alphabet="abc xyz/._:=019-İé", max_size=60)
 
 
 @settings(max_examples=60, deadline=None)
