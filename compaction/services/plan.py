@@ -17,6 +17,7 @@ from contextsvc.engine.errors import EngineValidationError
 from contextsvc.engine.messages import Message as EngineMessage
 from contextsvc.engine.offline_summarizer import OfflineSummarizer
 from contextsvc.engine.reachability import RetentionReport, check_retention
+from contextsvc.engine.recall import search_available
 from contextsvc.engine.retention import WindowText, extract_key_facts
 from contextsvc.engine.strategies.base import (
     CompactionConfig,
@@ -117,7 +118,13 @@ def compute_plan(run: CompactionRun, summarizer: Summarizer | None) -> Compactio
     head = selectors.head_messages(session)
     if not messages and not head and not session.retain and not session.summary:
         raise EngineValidationError("Conversation has no messages", field="messages")
-    window = Window(messages=messages, retain=session.retain, summary=session.summary, head=head)
+    window = Window(
+        messages=messages,
+        retain=session.retain,
+        summary=session.summary,
+        head=head,
+        search_hint=search_available(session.policy),
+    )
     state = accounting.compute_budget(session)
     policy = compaction_policy(session)
     chain = tuple(run.chain) or DEFAULT_CHAIN

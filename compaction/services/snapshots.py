@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db import transaction
 
 from contextsvc.engine.strategies.base import TokenCounter
-from contextsvc.engine.summarize import preamble
+from contextsvc.engine.summary_placement import preamble
 from sessions import accounting, hotpath
 from sessions.models import Session
 

@@ -15,8 +15,9 @@ from django.utils import timezone
 
 from contextsvc.engine.build import message_to_dict
 from contextsvc.engine.messages import Message as EngineMessage
+from contextsvc.engine.recall import search_available
 from contextsvc.engine.strategies.base import TokenCounter
-from contextsvc.engine.summarize import preamble
+from contextsvc.engine.summary_placement import preamble
 from sessions import accounting
 from sessions.live import live_q
 from sessions.models import Message, Session
@@ -143,7 +144,9 @@ def set_window(
     """
     session.retain = retain
     session.summary = summary
-    session.summary_tokens = counter.messages(preamble(retain, summary))
+    session.summary_tokens = counter.messages(
+        preamble(retain, summary, search_available(session.policy))
+    )
     session.window_start_seq = start_seq
     session.head_end_seq = head_end_seq if 0 < head_end_seq < start_seq else 0
     agg = Message.objects.filter(

@@ -35,14 +35,13 @@ from .prompt import MAX_BREAKPOINTS, CachePlan, plain_concatenation, split_secti
 from .providers.history import anthropic_content, openai_message
 from .providers.openai_responses_build import responses_body
 from .reasoning import drop_old_reasoning
-from .summary_placement import system_summary_text
+from .summary_placement import RETAIN_HEADER as RETAIN_HEADER  # re-exported: their old home
+from .summary_placement import SUMMARY_HEADER as SUMMARY_HEADER
+from .summary_placement import preamble, system_summary_text
 from .wellformed import is_synthetic_turn, well_formed, with_user_turn
 
 FORMATS: tuple[str, ...] = ("anthropic", "openai", "raw", "responses")
 
-# spec 000 §2.7: retain and summary travel as user messages at the top.
-RETAIN_HEADER = "[Retained context from earlier in this session]"
-SUMMARY_HEADER = "[Summary of the earlier conversation]"
 # A mid-conversation system message sent as user text (module doc).
 SYSTEM_REMINDER_HEADER = "[System message: an instruction from the system, not from the user]"
 
@@ -77,6 +76,7 @@ class ContextParts:
     # Turns (from the newest user message back) whose thinking blocks the
     # anthropic format sends; None: every turn's (``drop_old_reasoning``).
     keep_thinking_turns: int | None = None
+    search_hint: bool = True  # the summary names the search tool (``engine.recall``)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -93,13 +93,13 @@ def build_request(fmt: str, parts: ContextParts) -> dict[str, Any]:
 
 
 def preamble_messages(parts: ContextParts) -> list[Message]:
-    """Retain first, then summary, as user messages (spec 000 §2.7), unless system-role."""
-    out: list[Message] = []
-    if parts.retain:
-        out.append(Message(role="user", content=f"{RETAIN_HEADER}\n{parts.retain}"))
-    if parts.summary and parts.summary_role != "system":
-        out.append(Message(role="user", content=f"{SUMMARY_HEADER}\n{parts.summary}"))
-    return out
+    """``preamble`` of the parts: no summary message when it travels in the system role."""
+    summary = parts.summary if parts.summary_role != "system" else ""
+    return preamble(parts.retain, summary, parts.search_hint)
+
+
+def _system_summary(parts: ContextParts) -> str:
+    return system_summary_text(parts.summary_role, parts.summary, parts.search_hint)
 
 
 def head_count_of(messages: Sequence[Message], head_end_seq: int) -> int:
@@ -122,7 +122,7 @@ def sent_history(parts: ContextParts, *, inline_summary: bool = False) -> list[M
     history = drop_old_reasoning(parts.messages, parts.keep_thinking_turns)
     head = min(max(parts.head_count, 0), len(history))
     middle = preamble_messages(parts)
-    if inline_summary and head and (text := system_summary_text(parts.summary_role, parts.summary)):
+    if inline_summary and head and (text := _system_summary(parts)):
         middle.append(Message(role="system", content=text))
     if not head:
         return well_formed([*middle, *history], tools=bool(parts.tools))
@@ -136,7 +136,7 @@ def request_history(parts: ContextParts, *, inline_summary: bool = False) -> lis
     return with_user_turn(
         sent_history(parts, inline_summary=inline_summary),
         final_instruction=bool(parts.final_instruction),
-        system_summary=bool(system_summary_text(parts.summary_role, parts.summary)),
+        system_summary=bool(_system_summary(parts)),
     )
 
 
@@ -237,7 +237,7 @@ def _anthropic(parts: ContextParts) -> dict[str, Any]:
         if plan is not None and i in plan.system:
             block["cache_control"] = plan.cache_control()
         system.append(block)
-    if summary := system_summary_text(parts.summary_role, parts.summary):
+    if summary := _system_summary(parts):
         # After the sections' breakpoints: it changes only when a compaction does.
         system.append({"type": "text", "text": summary})
     if lay.tail:
@@ -280,15 +280,11 @@ def _anthropic(parts: ContextParts) -> dict[str, Any]:
 # --- openai -------------------------------------------------------------------
 
 
-def _openai_message(msg: Message) -> dict[str, Any]:
-    # Chat Completions takes a system (or developer) message anywhere.
-    return openai_message(msg)
-
-
 def _openai(parts: ContextParts) -> dict[str, Any]:
     lay = layout(parts)
     messages: list[dict[str, Any]] = []
-    history = [_openai_message(m) for m in request_history(parts, inline_summary=True)]
+    # Chat Completions takes a system (or developer) message anywhere.
+    history = [openai_message(m) for m in request_history(parts, inline_summary=True)]
     system_texts = [s.content for s in lay.system]
     tail_text = "\n\n".join(lay.tail)
     if tail_text and not history:
@@ -297,7 +293,7 @@ def _openai(parts: ContextParts) -> dict[str, Any]:
     system_text = "\n\n".join(system_texts)
     if system_text:
         messages.append({"role": "system", "content": system_text})
-    summary = system_summary_text(parts.summary_role, parts.summary)
+    summary = _system_summary(parts)
     if summary and not min(parts.head_count, len(parts.messages)):
         # With a head, ``sent_history`` places it after the head instead.
         messages.append({"role": "system", "content": summary})
@@ -336,8 +332,7 @@ def _responses(parts: ContextParts) -> dict[str, Any]:
     lay = layout(parts)
     return responses_body(
         history=request_history(parts),
-        system=[s.content for s in lay.system]
-        + [t for t in [system_summary_text(parts.summary_role, parts.summary)] if t],
+        system=[s.content for s in lay.system] + [t for t in [_system_summary(parts)] if t],
         tail=lay.tail,
         final_instruction=parts.final_instruction,
         model=parts.model,

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from contextsvc.engine.errors import EngineValidationError
+from contextsvc.engine.recall import SEARCH_HINT_SHORT
 
 ViewStyle = Literal["cut", "offload"]
 
@@ -65,6 +66,8 @@ class ViewConfig:
     # (``engine.output_fit.capped_view``). The service derives it from the
     # session's window (``tool_output_cache.view_share``).
     view_tokens: int | None = None
+    # A cut view's notice names the search tool too (``recall.search_available``).
+    search_hint: bool = True
 
     def __post_init__(self) -> None:
         for name in ("max_message_bytes", "max_line_length"):
@@ -228,7 +231,12 @@ def _tool(info: OutputInfo) -> str:
     return f' from "{info.tool_name}"' if info.tool_name else ""
 
 
-def _cut_notice(info: OutputInfo, *, shown: int, cut: int, next_offset: int, max_line: int) -> str:
+def _search(on: bool) -> str:
+    return f" {SEARCH_HINT_SHORT}." if on else ""
+
+
+def _cut_notice(info: OutputInfo, config: ViewConfig, *, shown: int, cut: int, offset: int) -> str:
+    max_line = config.max_line_length
     if shown >= info.line_count:
         what = f"all {_n(info.line_count)} lines shown"
     elif shown == 0:
@@ -243,19 +251,20 @@ def _cut_notice(info: OutputInfo, *, shown: int, cut: int, next_offset: int, max
     return (
         f"[Tool output cut: {what} ({_n(info.byte_size)} bytes){_tool(info)}{long_lines}. "
         f"The full output is stored as ref={info.ref}. Read on with {READ_TOOL} "
-        f'{{"ref_id": "{info.ref}", "offset": {next_offset}, "limit": {SUGGESTED_READ_LINES}}}'
+        f'{{"ref_id": "{info.ref}", "offset": {offset}, "limit": {SUGGESTED_READ_LINES}}}'
         f"; search it with {GREP_TOOL} "
-        f'{{"ref_id": "{info.ref}", "pattern": "<regex>"}}.]'
+        f'{{"ref_id": "{info.ref}", "pattern": "<regex>"}}.{_search(config.search_hint)}]'
     )
 
 
-def _offload_notice(info: OutputInfo, preview: str, preview_chars: int) -> str:
+def _offload_notice(info: OutputInfo, preview: str, preview_chars: int, search: bool = True) -> str:
     # spec 002 §2 "Context replacement format", pointing at our tools.
     return (
         f"[Tool result stored — {_n(info.byte_size)} bytes, {_n(info.line_count)} lines"
         f"{_tool(info)}.\nFirst {preview_chars} chars: {preview}]\n"
         f'Use the "{READ_TOOL}" tool with ref_id="{info.ref}" (offset and limit in lines) to read '
         f'specific portions, or "{GREP_TOOL}" with ref_id="{info.ref}" and a pattern to search.'
+        f"{_search(search)}"
     )
 
 
@@ -267,11 +276,7 @@ def notice_reserve(info: OutputInfo, config: ViewConfig) -> int:
     """
     n = max(info.line_count, 1)
     return max(
-        len(
-            _cut_notice(
-                info, shown=shown, cut=n, next_offset=n, max_line=config.max_line_length
-            ).encode("utf-8")
-        )
+        len(_cut_notice(info, config, shown=shown, cut=n, offset=n).encode("utf-8"))
         for shown in (0, n - 1, n)
     )
 
@@ -327,9 +332,7 @@ def make_view(lines: Iterable[str], info: OutputInfo, config: ViewConfig) -> Vie
     else:
         # Everything shown, some lines cut: point at the first cut line.
         next_offset = next((i for i, (_, was_cut) in enumerate(shown, 1) if was_cut), 1)
-    notice = _cut_notice(
-        info, shown=n_shown, cut=cut_shown, next_offset=next_offset, max_line=max_line
-    )
+    notice = _cut_notice(info, config, shown=n_shown, cut=cut_shown, offset=next_offset)
     body = "\n".join(line for line, _ in shown)
     text = f"{body}\n\n{notice}" if shown else notice
     return View(text=text, state="cut", lines_shown=n_shown, lines_cut=cut_shown)
@@ -352,7 +355,9 @@ def _offload_view(lines: Iterable[str], info: OutputInfo, config: ViewConfig) ->
             break
     preview = "\n".join(head)[: config.preview_chars]
     return View(
-        text=_offload_notice(info, preview, config.preview_chars), state="offloaded", lines_shown=0
+        text=_offload_notice(info, preview, config.preview_chars, config.search_hint),
+        state="offloaded",
+        lines_shown=0,
     )
 
 
@@ -380,5 +385,7 @@ def view_bytes_estimate(raw_bytes: int, config: ViewConfig) -> int:
         ref="out_" + "x" * 24, byte_size=raw_bytes, line_count=max(1, raw_bytes // 80)
     )
     if config.style == "offload":
-        return len(_offload_notice(info, "x" * config.preview_chars, config.preview_chars).encode())
+        preview = "x" * config.preview_chars
+        notice = _offload_notice(info, preview, config.preview_chars, config.search_hint)
+        return len(notice.encode())
     return config.max_message_bytes

@@ -27,15 +27,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol
 
-from contextsvc.engine.build import (
-    RETAIN_HEADER,
-    SUMMARY_HEADER,
-    ContextParts,
-    build_request,
-    system_reminder,
-)
+from contextsvc.engine.build import ContextParts, build_request, system_reminder
 from contextsvc.engine.errors import EngineUnavailableError, EngineValidationError
 from contextsvc.engine.messages import Message
+from contextsvc.engine.recall import SEARCH_PROMPT_NOTE
 from contextsvc.engine.summary_prefix import kept_note, prefix_body, prefix_messages
 from contextsvc.engine.tokens import compact_json
 
@@ -127,8 +122,8 @@ def bullets(items: Sequence[str]) -> str:
     return "\n".join(f"- {item.strip()}" for item in items if item and item.strip())
 
 
-def build_interrupt(config: PromptConfig) -> str:
-    """The interrupt message of spec 000 §2.6 step 2 (retain + summary instructions)."""
+def build_interrupt(config: PromptConfig, search_hint: bool = False) -> str:
+    """spec 000 §2.6 step 2's interrupt (retain + summary instructions, the search note)."""
     parts: list[str] = []
     retain_prompt = DEFAULT_RETAIN_PROMPT if config.retain_prompt is None else config.retain_prompt
     if retain_prompt.strip():
@@ -136,6 +131,8 @@ def build_interrupt(config: PromptConfig) -> str:
         if config.retain_directives:
             parts.append(bullets(config.retain_directives))
     parts.append((config.summary_prompt or DEFAULT_SUMMARY_PROMPT).strip())
+    if search_hint:
+        parts.append(SEARCH_PROMPT_NOTE)
     extra = [*config.summary_directives]
     if config.instructions.strip():
         extra.append(config.instructions.strip())
@@ -258,16 +255,6 @@ def build_compression_prompt(messages: Sequence[Message], template: str | None =
     )
 
 
-def preamble(retain: str, summary: str) -> list[Message]:
-    """Retain then summary as user messages (spec 000 §2.7), as ``engine.build`` sends them."""
-    out: list[Message] = []
-    if retain:
-        out.append(Message(role="user", content=f"{RETAIN_HEADER}\n{retain}"))
-    if summary:
-        out.append(Message(role="user", content=f"{SUMMARY_HEADER}\n{summary}"))
-    return out
-
-
 # --- requests and summarisers ---------------------------------------------------------
 
 
@@ -285,6 +272,7 @@ class SummaryRequest:
     want_retain: bool = True
     # The session's context, re-read from the provider's cache (``summary_prefix``).
     prefix: ContextParts | None = None
+    search_hint: bool = True  # the agent has the search tool (``engine.recall``)
 
     def llm_messages(self) -> list[Message]:
         """The conversation an LLM gets: text only, the prompt as the last user message."""
@@ -358,6 +346,7 @@ def make_retain_summary_request(
     prefix: ContextParts | None = None,
     kept: int = 0,
     after_memory: bool = False,
+    search_hint: bool = True,
 ) -> SummaryRequest:
     """spec 000 §2.6 steps 1-2: prepare the messages, add the interrupt. With
     ``prefix`` an LLM re-reads the session's context (``kept``: its newest
@@ -369,12 +358,13 @@ def make_retain_summary_request(
     return SummaryRequest(
         kind="retain_summary",
         source=tuple(prepared),
-        prompt=build_interrupt(config)
+        prompt=build_interrupt(config, search_hint)
         + (kept_note(kept, after_memory) if prefix is not None else ""),
         model=model,
         max_tokens=max_tokens,
         want_retain=wants_retain(config),
         prefix=prefix,
+        search_hint=search_hint,
     )
 
 

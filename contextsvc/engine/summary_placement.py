@@ -11,6 +11,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from contextsvc.engine.messages import Message
+from contextsvc.engine.recall import with_search_hint
+
+# spec 000 §2.7: retain and summary travel as user messages at the top.
+RETAIN_HEADER = "[Retained context from earlier in this session]"
+SUMMARY_HEADER = "[Summary of the earlier conversation]"
+
 # spec 004: a system-role summary reads "[Earlier conversation summary: …]".
 SYSTEM_SUMMARY_FORMAT = "[Earlier conversation summary: {summary}]"
 SUMMARY_ROLES: tuple[str, ...] = ("user", "system")
@@ -30,8 +37,19 @@ def resolve_summary_role(compaction_policy: Mapping[str, Any] | None) -> str:
     return "system" if policy.get("strategy") == "sandwich" or chain == ["sandwich"] else "user"
 
 
-def system_summary_text(role: str, summary: str) -> str:
-    """The summary as system text when it travels in the system role, else ""."""
+def system_summary_text(role: str, summary: str, search: bool = True) -> str:
+    """The summary as system text when it travels in the system role, else "";
+    with the search hint unless ``search`` is false (``recall.with_search_hint``)."""
     if role != "system" or not summary:
         return ""
-    return SYSTEM_SUMMARY_FORMAT.format(summary=summary)
+    return SYSTEM_SUMMARY_FORMAT.format(summary=with_search_hint(summary, search))
+
+
+def preamble(retain: str, summary: str, search_hint: bool = True) -> list[Message]:
+    """Retain then summary as user messages (spec 000 §2.7); the summary with the
+    search hint (``recall.with_search_hint``), so what is counted is what is sent."""
+    out = [Message(role="user", content=f"{RETAIN_HEADER}\n{retain}")] if retain else []
+    if summary:
+        text = with_search_hint(summary, search_hint)
+        out.append(Message(role="user", content=f"{SUMMARY_HEADER}\n{text}"))
+    return out

@@ -13,6 +13,7 @@ from typing import Any
 from contextsvc.engine.build import FORMATS, ContextParts, build_request, head_count_of
 from contextsvc.engine.messages import Message as EngineMessage
 from contextsvc.engine.messages import ToolDef
+from contextsvc.engine.recall import search_available
 from contextsvc.engine.summary_placement import resolve_summary_role
 from contextsvc.engine.window_stats import WindowStats
 from contextsvc.errors import ValidationFailed
@@ -123,6 +124,7 @@ def build_context(
         keep_thinking_turns=((session.policy or {}).get("reasoning") or {}).get(
             "keep_thinking_turns"
         ),
+        search_hint=search_available(session.policy),
     )
     try:
         body = build_request(fmt, parts)

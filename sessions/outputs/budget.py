@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from django.db.models import Max, Sum
 from django.utils import timezone
@@ -24,6 +24,7 @@ from contextsvc.engine.output_trim import (
     trimmed_view,
 )
 from contextsvc.engine.output_views import OutputInfo, ViewConfig, failed_view, resolve_view_config
+from contextsvc.engine.recall import search_available
 from contextsvc.engine.tokens import estimate_message, estimate_text
 
 from .. import accounting
@@ -46,9 +47,10 @@ def tool_budget_sticky(session: Session) -> bool:
 
 def cache_config(session: Session) -> ViewConfig:
     """The session's tool output cache settings (policy ``tool_output_cache``, spec 000 §1.5)."""
-    return resolve_view_config(
+    config = resolve_view_config(
         (session.policy or {}).get("tool_output_cache"), limit=_effective_window(session)
     )
+    return replace(config, search_hint=search_available(session.policy))
 
 
 def _effective_window(session: Session) -> int:
@@ -151,6 +153,7 @@ def _fitted_view(
         message.output_ref,
         int(NEWEST_SHARE * room),
         lambda text: estimate_text(text, tokenizer),
+        search_available(session.policy),
     )
 
 

@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from contextsvc import nul
 from contextsvc.celery import app as celery_app
-from contextsvc.engine.recall import split_segments
+from contextsvc.engine.recall_segments import split_segments
 
 from ..extensions import REGISTRY
 from ..models import Message, RecallSegment, RecallState, Session, ToolOutput

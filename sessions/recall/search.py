@@ -22,12 +22,8 @@ import regex
 from django.conf import settings
 from django.db import connection
 
-from contextsvc.engine.recall import (
-    SEARCH_TOOL_NAME,
-    Segment,
-    line_hits,
-    required_literals,
-)
+from contextsvc.engine.recall import SEARCH_TOOL_NAME, search_available
+from contextsvc.engine.recall_segments import Segment, line_hits, required_literals
 from contextsvc.errors import ValidationFailed
 
 from ..models import RecallSegment, Session, ToolOutput
@@ -337,12 +333,12 @@ def _collect_words(session: Session, q: RecallQuery) -> _Page:
 def recall_searchable(session: Session) -> Callable[[Sequence[str]], set[str]] | None:
     """What the compaction's retention check asks: of these texts, which does a search find?
 
-    None when the session's context does not offer ``history_search`` (its
-    tools do not list it): then only a ref still in the window makes a fact
-    reachable, through the ref tools.
+    None when the session's agent cannot call ``history_search``
+    (``engine.recall.search_available``: its summaries and views then name no
+    such tool): only a ref still in the window makes a fact reachable, through
+    the ref tools.
     """
-    names = {t.get("name") for t in session.tools or () if isinstance(t, dict)}
-    if SEARCH_TOOL_NAME not in names:
+    if not search_available(session.policy):
         return None
     return lambda texts: recall_find_texts(session, texts)
 

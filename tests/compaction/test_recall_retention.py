@@ -1,6 +1,6 @@
 """The retention check counts a fact as recoverable only when reaching it was tested.
 
-With ``history_search`` among the session's tools, a fact that left the window
+When the session's agent can call ``history_search``, a fact that left the window
 is recoverable when the search finds it (docs: concepts, "Reaching what left
 the context"); what the search cannot find is reported lost, whatever refs the
 window still lists.
@@ -44,8 +44,8 @@ def compact(alice, sid: str) -> dict:
     return response.json()
 
 
-def session_with_errors(alice, make_session, tools: list[dict]) -> str:
-    sid = make_session()["id"]
+def session_with_errors(alice, make_session, tools: list[dict], **fields) -> str:
+    sid = make_session(**fields)["id"]
     assert alice.put(f"sessions/{sid}/tools", tools).status_code == 200
     for step in range(1, 41):  # more errors than a summary's share lists
         messages = tool_turn(f"c{step}", failing_output(step))
@@ -81,7 +81,8 @@ def test_a_fact_the_search_cannot_find_is_lost(alice, make_session):
 
 
 def test_without_the_search_tool_only_refs_in_the_window_count(alice, make_session):
-    sid = session_with_errors(alice, make_session, [BASH_DEF])
+    no_builtins = {"proxy": {"builtin_tools": False}}
+    sid = session_with_errors(alice, make_session, [BASH_DEF], policy=no_builtins)
     retention = run_retention(alice, sid)
     errors_lost = [f for f in retention["lost"] if f["kind"] == "error"]
     assert errors_lost, retention

@@ -15,6 +15,7 @@ from django.db.models import Count, Sum
 from compaction.models import CompactionRun, CompactionState, Snapshot
 from compaction.services.requests import compaction_request
 from compaction.services.sync import compaction_run_sync
+from contextsvc.engine.recall import with_search_hint
 from contextsvc.engine.summarize import SummarizerError, SummaryResult
 from sessions.dashboard.selectors.timeline import timeline_page
 from sessions.dashboard.selectors.usage import usage_over_turns
@@ -126,7 +127,7 @@ def test_spec004_sandwich_head_messages_survive_as_messages_api(alice, session_f
     assert "Turn 0: please fix" in (first if isinstance(first, str) else first[0]["text"])
     assert [b["id"] for b in sent[1]["content"] if b["type"] == "tool_use"] == ["t0c0"]
     assert [b["tool_use_id"] for b in sent[2]["content"] if b["type"] == "tool_result"] == ["t0c0"]
-    assert SUMMARY.format("summary 1") in [b["text"] for b in anthropic["system"]]
+    assert SUMMARY.format(with_search_hint("summary 1")) in [b["text"] for b in anthropic["system"]]
     text = json.dumps(sent)
     assert "Turn 1: please fix" not in text and "summary 1" not in text
     assert "[Start of the conversation" not in text and "[Retained context" not in text
@@ -146,7 +147,7 @@ def test_spec004_sandwich_head_messages_survive_as_messages_api(alice, session_f
     assert "Turn 0: please fix" in msgs[0]["content"]
     assert msgs[1]["tool_calls"][0]["id"] == "t0c0" and msgs[2]["tool_call_id"] == "t0c0"
     # spec 004's layout: top, the summary as a system message, bottom.
-    assert msgs[6] == {"role": "system", "content": SUMMARY.format("summary 1")}
+    assert msgs[6] == {"role": "system", "content": SUMMARY.format(with_search_hint("summary 1"))}
     assert sum("summary 1" in json.dumps(m) for m in msgs) == 1
 
     raw = alice.get(f"sessions/{sid}/context?format=raw").json()

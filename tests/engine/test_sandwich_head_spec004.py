@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from contextsvc.engine.build import ContextParts, build_request, head_count_of
 from contextsvc.engine.messages import Message, PromptSection, ToolCall, ToolDef
+from contextsvc.engine.recall import with_search_hint
 from contextsvc.engine.strategies.base import StrategyContext, TokenCounter, Window
 from contextsvc.engine.strategies.chain import run_chain
 from contextsvc.engine.strategies.sandwich import SandwichStrategy, sandwich
@@ -142,7 +143,7 @@ def test_spec004_sandwich_head_messages_survive_as_messages_anthropic():
     result = [b for b in blocks(sent[2]) if b["type"] == "tool_result"]
     assert result and result[0]["tool_use_id"] == "toolu_001"
     # The summary is in the system prompt, nowhere in the messages, and nothing is quoted.
-    assert SUMMARY.format("summary 1") in [b["text"] for b in body["system"]]
+    assert SUMMARY.format(with_search_hint("summary 1")) in [b["text"] for b in body["system"]]
     text = json.dumps(sent)
     assert "summary 1" not in text and "[Start of the conversation" not in text
     assert "[Retained context" not in text
@@ -168,7 +169,7 @@ def test_spec004_sandwich_head_messages_survive_as_messages_openai():
     # spec 004's layout: top, the summary as a system message, bottom.
     assert sent[1 + len(window.head)] == {
         "role": "system",
-        "content": SUMMARY.format("summary 1"),
+        "content": SUMMARY.format(with_search_hint("summary 1")),
     }
     assert sent[2 + len(window.head)]["content"] == msgs[-5].content
 

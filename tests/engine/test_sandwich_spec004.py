@@ -12,6 +12,7 @@ import pytest
 from contextsvc.engine.build import ContextParts, build_request
 from contextsvc.engine.errors import CompressionNotNeededError, EngineValidationError
 from contextsvc.engine.messages import Message
+from contextsvc.engine.recall import with_search_hint
 from contextsvc.engine.strategies.base import (
     CompactionConfig,
     StrategyContext,
@@ -150,6 +151,10 @@ def test_spec004_structured_sections_can_be_turned_off():
 # --- the summary in the system role (CX-T7) ---------------------------------------------------
 
 
+# Where a summary enters the context it ends with the search hint (engine.recall).
+PLAN_B = with_search_hint("They agreed on plan B.")
+
+
 def parts(role: str) -> ContextParts:
     from contextsvc.engine.messages import PromptSection
 
@@ -168,7 +173,7 @@ def test_cx_t7_summary_as_system_role_anthropic_in_the_system_prompt():
     body = build_request("anthropic", parts("system"))
     texts = [b["text"] for b in body["system"]]
     assert texts[0] == "You are helpful."
-    assert "[Earlier conversation summary: They agreed on plan B.]" in texts
+    assert f"[Earlier conversation summary: {PLAN_B}]" in texts
     assert "plan B" not in str(body["messages"])
 
 
@@ -178,16 +183,16 @@ def test_cx_t7_summary_as_system_role_openai_system_message():
     assert msgs[0] == {"role": "system", "content": "You are helpful."}
     assert msgs[1] == {
         "role": "system",
-        "content": "[Earlier conversation summary: They agreed on plan B.]",
+        "content": f"[Earlier conversation summary: {PLAN_B}]",
     }
     assert all("plan B" not in str(m["content"]) for m in msgs[2:])
 
 
 def test_cx_t7_summary_as_system_role_responses_and_raw():
     body = build_request("responses", parts("system"))
-    assert "[Earlier conversation summary: They agreed on plan B.]" in str(
-        body.get("instructions")
-    ) + str([i for i in body["input"] if i.get("role") in ("system", "developer")])
+    assert f"[Earlier conversation summary: {PLAN_B}]" in str(body.get("instructions")) + str(
+        [i for i in body["input"] if i.get("role") in ("system", "developer")]
+    )
     assert build_request("raw", parts("system"))["summary_role"] == "system"
 
 
@@ -195,7 +200,7 @@ def test_spec000_2_7_summary_as_user_message_stays_the_default_role():
     body = build_request("anthropic", parts("user"))
     assert all("plan B" not in b["text"] for b in body["system"])
     texts = [b["text"] for m in body["messages"] for b in m["content"]]
-    assert "[Summary of the earlier conversation]\nThey agreed on plan B." in texts
+    assert f"[Summary of the earlier conversation]\n{PLAN_B}" in texts
     assert ContextParts(model="m", max_output_tokens=1).summary_role == "user"
 
 

@@ -13,6 +13,7 @@ from asgiref.sync import async_to_sync
 
 from compaction.services.requests import compaction_request
 from compaction.services.sync import compaction_run_sync
+from contextsvc.engine.recall import SEARCH_TOOL_NAME
 from contextsvc.engine.summarize import SummaryResult
 from proxy.models import ClientView
 from sessions.models import Session
@@ -111,7 +112,9 @@ def test_spec004_sandwich_proxied_session_keeps_working_after_a_sandwich_compact
     assert [b["id"] for b in messages[1]["content"] if b["type"] == "tool_use"] == ["toolu_00"]
     assert "toolu_00" in json.dumps(messages[2])
     system = json.dumps(sent["system"])
-    assert "[Earlier conversation summary: They read a.py and b.py.]" in system
+    # The summary enters the context with the search hint after it (engine.recall).
+    assert "[Earlier conversation summary: They read a.py and b.py.\\n\\n" in system
+    assert system.count(SEARCH_TOOL_NAME) == 1
     text = json.dumps(messages)
     assert "question 1" in text and "question 2" not in text and "They read a.py" not in text
     assert "question 5: and f5?" in json.dumps(messages[-1])
@@ -122,7 +125,9 @@ def test_spec004_sandwich_client_rewrite_after_a_sandwich_restarts_without_the_h
 ):
     fake, _ = upstreams
     key = alice_key[1]
-    history = converse(fake, key, "ses_sw2", turns=4)
+    # Five turns: with four, the middle is smaller than a summary and its search
+    # hint, and the compaction (rightly) does not apply.
+    history = converse(fake, key, "ses_sw2", turns=5)
     assert sandwich_compact("ses_sw2").head_end_seq == 8
     fake.script(ScriptedReply(text="Fine."))
     # The client compacts its own history: the sync restarts the live window

@@ -12,6 +12,7 @@ import logging
 
 import pytest
 
+from contextsvc.engine.recall import with_search_hint
 from prompting.context.build import context_preview
 from prompting.models import PromptState
 from sessions.models import Message, Session
@@ -249,7 +250,9 @@ def test_s000_2_7_1_history_rebuilt_after_compaction(alice, sid):
     body = alice.get(f"sessions/{sid}/context").json()
     texts = json.dumps(body["messages"])
     assert "Fix the failing test" not in texts and "FAILED test_x" not in texts
-    assert body["messages"][0]["content"][0]["text"].endswith("The test failed; fixed parser.py.")
+    # The summary enters the context with the search hint after it (engine.recall).
+    summary = with_search_hint("The test failed; fixed parser.py.")
+    assert body["messages"][0]["content"][0]["text"].endswith(summary)
     assert body["messages"][-1]["content"][0]["cache_control"] == {"type": "ephemeral"}
     build = body["budget"]["cache"]["last_build"]
     system_prefix = before["budget"]["cache"]["last_build"]["breakpoints"]["prefix_tokens"][0]

@@ -15,8 +15,10 @@ def _no_insertion_cap(monkeypatch):
     """These tests exercise spec 000 §1.6-1.7 views and trims and spec 001's refusals
     on outputs far over the insertion cap (``tool_output_cache.view_share``, 0.02 of the
     window by default), which would cut them small first: the cap is off here (the
-    whole window), as with ``view_share: 1``; it is tested in test_output_view_cap.py."""
-    monkeypatch.setattr("contextsvc.engine.output_views.DEFAULT_VIEW_SHARE", 1.0)
+    window times ten: a cap of the window itself still cut an 11k-token output to a view
+    a few tokens either side of the limit, and whether it was refused hung on the size of
+    its notice); it is tested in test_output_view_cap.py."""
+    monkeypatch.setattr("contextsvc.engine.output_views.DEFAULT_VIEW_SHARE", 10.0)
 
 
 SMALL = {"context_window": 8_000, "max_output_tokens": 1_000, "buffer_tokens": 0}  # limit 7,000

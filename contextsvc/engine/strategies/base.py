@@ -13,7 +13,8 @@ from typing import Any
 from contextsvc.engine.build import ContextParts
 from contextsvc.engine.errors import EngineValidationError
 from contextsvc.engine.messages import Message
-from contextsvc.engine.summarize import PromptConfig, Summarizer, SummaryResult, preamble
+from contextsvc.engine.summarize import PromptConfig, Summarizer, SummaryResult
+from contextsvc.engine.summary_placement import preamble
 from contextsvc.engine.tokens import (
     DEFAULT_ESTIMATE_CONFIG,
     EstimateConfig,
@@ -66,9 +67,11 @@ class Window:
     retain: str = ""
     summary: str = ""
     head: list[Message] = field(default_factory=list)
+    # The summary is sent with the search tool's hint (``engine.recall``).
+    search_hint: bool = True
 
     def preamble(self) -> list[Message]:
-        return preamble(self.retain, self.summary)
+        return preamble(self.retain, self.summary, self.search_hint)
 
     def tokens(self, counter: TokenCounter) -> int:
         return (
@@ -92,6 +95,7 @@ class Window:
             retain=self.retain if retain is None else retain,
             summary=self.summary if summary is None else summary,
             head=list(self.head),
+            search_hint=self.search_hint,
         )
 
 

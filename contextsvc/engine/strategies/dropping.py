@@ -226,7 +226,11 @@ def drop_oldest_turns(window: Window, ctx: StrategyContext) -> StrategyOutcome:
         inner=99_999,
     )
     lifted = lift_task(window.retain, Message(role="user", content="", seq=10**9))
-    spare = counter.messages(Window([], lifted, f"{window.summary}\n\n{draft}").preamble())
+    spare = counter.messages(
+        Window(
+            [], lifted, f"{window.summary}\n\n{draft}", search_hint=window.search_hint
+        ).preamble()
+    )
     # A sandwich's head (spec 004) stays and costs its tokens, like the preamble;
     # after an overflow, one that takes over half the limit cannot stay: its
     # messages become the oldest turns, dropped first.
@@ -299,7 +303,7 @@ def drop_oldest_turns(window: Window, ctx: StrategyContext) -> StrategyOutcome:
         summary = (
             f"{window.summary}\n\n{text}" if window.summary and text else (text or window.summary)
         )
-        new = Window(kept, retain, summary, head=head)
+        new = Window(kept, retain, summary, head=head, search_hint=window.search_hint)
         if new.tokens(counter) < before_tokens:
             break
     return make_outcome("drop_oldest_turns", window, new, ctx, details)

@@ -52,7 +52,13 @@ def fit_outputs(window: Window, ctx: StrategyContext) -> StrategyOutcome:
     def shrink(i: int, to: int) -> int:
         msg = msgs[i]
         overhead = counter.message(msg) - counter.text(msg.context_text)
-        view = head_tail_view(msg.context_text, msg.output_ref, max(1, to - overhead), counter.text)
+        view = head_tail_view(
+            msg.context_text,
+            msg.output_ref,
+            max(1, to - overhead),
+            counter.text,
+            window.search_hint,
+        )
         if view is None:
             return 0
         new = counter.recount(replace(msg, view=view, view_state="cut"))

@@ -324,6 +324,7 @@ def sandwich(window: Window, ctx: StrategyContext) -> StrategyOutcome:
         messages=list(conversation[result.bottom_start :]),
         summary=result.summary,
         head=list(conversation[: result.top_end]),
+        search_hint=window.search_hint,
     )
     state = result.new_state or ctx.sandwich_state
     return make_outcome(

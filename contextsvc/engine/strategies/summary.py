@@ -153,7 +153,9 @@ def summarize(window: Window, ctx: StrategyContext) -> StrategyOutcome:
     head = (
         []
         if incremental
-        else Window([], "" if keep_retain else window.retain, window.summary).preamble()
+        else Window(
+            [], "" if keep_retain else window.retain, window.summary, search_hint=window.search_hint
+        ).preamble()
     )
     # What the agent pinned is kept verbatim in the retain slot, not summarised.
     pins = agent_pinned(span)
@@ -180,6 +182,7 @@ def summarize(window: Window, ctx: StrategyContext) -> StrategyOutcome:
         prefix=prefix,
         kept=kept,
         after_memory=incremental,
+        search_hint=window.search_hint,
     )
     result = _call_summarizer(ctx, request)
     retain, summary = extract_retain_summary(result.text)

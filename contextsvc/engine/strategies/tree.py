@@ -184,6 +184,5 @@ def tree(window: Window, ctx: StrategyContext) -> StrategyOutcome:
         details["pinned_messages"] = len(pins)
     details.update({"new_chunks": len(leaves), "merges": merges, "nodes": len(nodes)})
     details["model"] = ctx.llm_calls[-1].model if ctx.llm_calls else ""
-    return make_outcome(
-        "tree", window, Window(list(msgs[cut:]), retain, render_tree(nodes)), ctx, details
-    )
+    new = Window(list(msgs[cut:]), retain, render_tree(nodes), search_hint=window.search_hint)
+    return make_outcome("tree", window, new, ctx, details)
