@@ -447,13 +447,22 @@ def test_retain_last_turns_override(session_factory):
 
 
 def test_retention_is_recorded(session_factory):
-    session = session_factory(8)
+    # Without the search tool, what a drop takes out of the window is lost.
+    session = session_factory(8, policy={"proxy": {"builtin_tools": False}})
     run = manual(session, strategy="drop_oldest_turns")
     assert run.retention is not None and 0 <= run.retention_score < 1
     lost = run.retention["lost"]
     assert any(f["kind"] == "request" and f["text"].startswith("Turn 0") for f in lost)
     detail = selectors.run_to_dict(run)
     assert detail["retention"]["lost_count"] == len(lost)
+
+
+def test_dropped_facts_the_search_finds_are_recoverable(session_factory):
+    session = session_factory(8)  # history_search on (the default)
+    run = manual(session, strategy="drop_oldest_turns")
+    lost = run.retention["lost"]
+    assert not any(f["text"].startswith("Turn 0") for f in lost), lost
+    assert run.retention["recoverable"] > 0
 
 
 def test_open_tool_call_stays_live_and_abandoned_calls_are_closed(session_factory):
