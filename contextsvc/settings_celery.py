@@ -82,7 +82,7 @@ CELERY_BEAT_SCHEDULE = {
 # due (spec 000 §2.8); false leaves only explicit ones (POST /compact, the
 # compact_context tool, the overflow path).
 CONTEXTSVC_AUTO_COMPACT = env_bool("CONTEXTSVC_AUTO_COMPACT", True)
-# Who writes summaries (README "Summarisers"): auto — the Anthropic summariser
+# Who writes summaries (docs/compaction.md, "Summarisers"): auto — the Anthropic summariser
 # for a Claude summary model when it has a key, else the openai one when it is
 # configured (a key or a base URL), else the offline summariser —, or one of
 # offline, anthropic, openai (an error when that one is not configured).

@@ -1,4 +1,4 @@
-"""The recall index: everything a session ever held, searchable (docs: concepts, "Reaching what left the context").
+"""The recall index: everything a session ever held, searchable (docs/tool-output-cache.md, "Reaching what left the context").
 
 ``RecallSegment`` rows hold the text of the transcript in small pieces of
 whole lines: every message's text and tool calls, every stored tool output in

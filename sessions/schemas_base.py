@@ -12,7 +12,7 @@ TOOL_NAME_PATTERN = r"^[A-Za-z0-9_\-]{1,64}$"
 SECTION_KINDS = ("base", "rules", "memory", "skill", "scratchpad", "status")
 TOOL_CATEGORIES = ("builtin", "mcp", "skill")
 
-# Bounds on numbers (documented in the README): each fits its column
+# Bounds on numbers (documented in docs/api.md): each fits its column
 # (PositiveIntegerField: 2**31 - 1) with room for the sums the service stores,
 # and is far beyond any real model; a policy number past them would be stored
 # and then break every later call on the session.

@@ -31,7 +31,7 @@ DEFAULT_TARGET_RATIO = 0.2
 # the peer's 0.896), 0.93× / 0.781 (under 0.787). With views capped at insertion
 # (tool_output_cache.view_share 0.02) recall no longer hangs on the summary's
 # length: 768 → 0.78× / 0.916, 0.81× / 0.858; 512 → 0.76× / 0.912, 0.77× / 0.855
-# (README, "When to compact"; target 0.15 instead: 0.73× / 0.904, 0.78× / 0.848).
+# (docs/compaction.md, "When to compact"; target 0.15 instead: 0.73× / 0.904, 0.78× / 0.848).
 DEFAULT_SUMMARY_MAX_TOKENS = 512
 # An LLM call adds about this many messages (the answer and a tool result).
 MESSAGES_PER_CALL = 2

@@ -5,7 +5,7 @@ full, messages that left the window (compaction, retraction, trimming) and
 the summaries that replaced them. The tool that searches it is a built-in
 (registered by ``sessions``, run inside the proxy like the output cache
 tools); summaries and trimmed views name it, so an agent whose context no
-longer lists a ref still has a way in (docs: concepts, "Reaching what left
+longer lists a ref still has a way in (docs/tool-output-cache.md, "Reaching what left
 the context").
 """
 

@@ -1,6 +1,6 @@
 """The recall index's text, engine side: segments of whole lines, and matching them.
 
-What ``sessions.recall`` stores and searches (docs: concepts, "Reaching what
+What ``sessions.recall`` stores and searches (docs/tool-output-cache.md, "Reaching what
 left the context"): a text cut into small segments of whole lines, each
 knowing the number of its first line; the plain literals a regular
 expression must contain (what the trigram index looks up); the lines of a

@@ -1,7 +1,7 @@
 """The retention check counts a fact as recoverable only when reaching it was tested.
 
 When the session's agent can call ``history_search``, a fact that left the window
-is recoverable when the search finds it (docs: concepts, "Reaching what left
+is recoverable when the search finds it (docs/tool-output-cache.md, "Reaching what left
 the context"); what the search cannot find is reported lost, whatever refs the
 window still lists.
 """

@@ -1,6 +1,6 @@
 """Property: whatever an agent posts and however often the session is compacted,
 every marker of every stored output is found by history_search, at its seq,
-ref and line, and the ref reads it back (docs: concepts, "Reaching what left the context")."""
+ref and line, and the ref reads it back (docs/tool-output-cache.md, "Reaching what left the context")."""
 
 from __future__ import annotations
 

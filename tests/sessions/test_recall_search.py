@@ -1,4 +1,4 @@
-"""history_search: recall over everything a session ever held (docs: concepts, "Reaching what left the context")."""
+"""history_search: recall over everything a session ever held (docs/tool-output-cache.md, "Reaching what left the context")."""
 
 from __future__ import annotations
 
