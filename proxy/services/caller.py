@@ -47,7 +47,22 @@ def _credentials(dialect: Dialect, headers: Mapping[str, str]) -> tuple[str, str
         agent_key, upstream = provider_key, dialect.managed_key()
     if not agent_key:
         raise Unauthorized("Send your contextsvc agent key in X-Contextsvc-Key (or as the API key)")
+    if not upstream and dialect.needs_key():
+        raise Unauthorized(_no_upstream_key(dialect))
     return agent_key, upstream
+
+
+def _no_upstream_key(dialect: Dialect) -> str:
+    """A 401 rather than a forward without a key: the provider would refuse it, and a 5xx
+    would have the client retry what cannot succeed (Claude Code retries until it gives up)."""
+    vendor = "Anthropic" if dialect.name == "anthropic" else "OpenAI"
+    setting = dialect.managed_key_setting()
+    return (
+        f"contextsvc has no {vendor} key to call upstream with: {setting} is not set on the "
+        f"server. Send your own {vendor} key as the API key and your contextsvc agent key in "
+        f"X-Contextsvc-Key (pass-through credentials), or start the server with {setting} set "
+        "(managed credentials)."
+    )
 
 
 def _active_key(digest: str) -> AgentKey:
