@@ -161,6 +161,8 @@ class Command(BaseCommand):
                     f"  agent key   {raw}",
                     f"  try         curl -H 'Authorization: Bearer {raw}' "
                     f"'{base}/api/v1/sessions/{DEMO_SESSION}/context?format=anthropic'",
+                    "  the docs' examples read the key from your shell:",
+                    f"  export CONTEXTSVC_KEY={raw}",
                 ]
             )
         )
