@@ -4,7 +4,7 @@
 The only change to the text is the port: the README says 127.0.0.1:8000 (``bin/run``'s
 default), the test serves on a free port. ``bin/manage`` runs as written, on the same
 database as the server (a SQLite file of this test). Each ``curl`` must answer 2xx, and
-the key of step 1 must not be empty (issue 17: it was, silently, with the system Python).
+the key of step 1 must not be empty.
 """
 
 from __future__ import annotations
