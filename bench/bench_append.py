@@ -1,4 +1,4 @@
-"""Append and context benchmarks (issue 2). Prints figures; asserts nothing.
+"""Append and context benchmarks. Prints figures; asserts nothing.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/contextsvc python bench/bench_append.py
 
@@ -6,7 +6,8 @@ Uses its own database (<name>_bench, created and migrated here) and a real
 gunicorn on a free loopback port, with the project's gunicorn.conf.py
 (threaded workers, keep-alive); BENCH_WORKERS sets the worker count (4) and
 BENCH_GUNICORN_ARGS adds flags (e.g. "-k sync --threads 1" for the old way).
-Message text comes from the recorded agent trajectories in ../shared/workloads
+Message text comes from the recorded agent trajectories of the workloads folder
+(``CONTEXTSVC_SHARED``)
 when present (synthetic otherwise).
 
 1. 3-message batches over HTTP, 4 concurrent keep-alive clients: p50 / p99.

@@ -12,7 +12,7 @@ asserts nothing.
 Uses its own database (<name>_huge). In process, through Django's test client:
 the web server's own cost (reading a socket) is not in it. Texts: one unbroken
 word (the flood of the starvation test) and real agent text from
-../shared/workloads repeated to the size. The naive way — one encode of the
+the workloads folder (``CONTEXTSVC_SHARED``) repeated to the size. The naive way — one encode of the
 whole text — is in bench_tokens.py (minutes for the one word).
 """
 

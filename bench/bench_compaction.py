@@ -1,4 +1,4 @@
-"""Compaction benchmarks (issue 4). Prints figures; asserts nothing.
+"""Compaction benchmarks. Prints figures; asserts nothing.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/contextsvc \\
     REDIS_URL=redis://127.0.0.1:6379/0 python bench/bench_compaction.py
@@ -7,7 +7,7 @@ Uses its own database (<name>_compaction_bench, created, migrated, dropped)
 and real ``celery worker`` processes. Without REDIS_URL the embedded
 filesystem broker is used (it polls its folder about once a second, which
 shows in the end-to-end figure). Conversation text replays the recorded agent
-trajectories in ../shared/workloads when present (synthetic otherwise).
+trajectories of the workloads folder (``CONTEXTSVC_SHARED``) when present (synthetic otherwise).
 
 1. Offline-summariser compaction of a ~200k-token session, end to end through
    the worker: from the request (enqueue on commit) to the run's row saying
@@ -16,7 +16,7 @@ trajectories in ../shared/workloads when present (synthetic otherwise).
    Messages API answering in 0 ms: the service's own time around the model
    call (run total minus time inside the SDK call). Target ≤ 150 ms.
 3. Worker peak RSS (VmHWM) while compacting a session holding 200 MB of tool
-   outputs (issue 3 stores them in ToolOutput; compaction reads views only).
+   outputs (stored in ToolOutput; compaction reads views only).
    Target ≤ 300 MB.
 """
 
@@ -343,7 +343,7 @@ def run_benchmarks(db_url: str, tmp: Path, settings) -> None:
     print(f"   first call in a fresh process (SDK import + client): {cold:.0f} ms")
 
     # 3. worker RSS with 200 MB of tool outputs ----------------------------------------------------
-    print("storing 200 MB of tool outputs (100 × 2 MB, issue 3's ToolOutput)…", flush=True)
+    print("storing 200 MB of tool outputs (100 × 2 MB, stored as ToolOutput)…", flush=True)
     heavy = session_create(
         owner=key,
         data={

@@ -1,4 +1,4 @@
-"""Prompt caching and tool deferral benchmarks (issue 6). Prints figures; asserts nothing.
+"""Prompt caching and tool deferral benchmarks. Prints figures; asserts nothing.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/contextsvc python bench/bench_context_cache.py
 
@@ -6,7 +6,8 @@ Uses its own database (<name>_ctxcache_bench, created and migrated here) and a
 real gunicorn on a free loopback port for the latency figures.
 
 1. A session with 300 MCP tools (~150k tokens of schemas) and a 2,000-message
-   history (text from ../shared/workloads): GET context?format=anthropic after
+   history (text from the workloads folder, ``CONTEXTSVC_SHARED``):
+   GET context?format=anthropic after
    each small append, p50 / p99 (target p50 ≤ 60 ms); the same build in
    process with the per-process window cache warm (the steady state: appended
    rows are read incrementally) and cold (every row re-read, as after a trim,
@@ -470,7 +471,7 @@ def run_replay(key) -> None:
     results = {}
     for hysteresis in (None, 0.0):
         for label, fmt, cache_policy in variants:
-            # A 12k-token tool-output budget makes the budget trim (issue 3) run
+            # A 12k-token tool-output budget makes the budget trim run
             # during the replay, so its hysteresis shows in the prefix figures.
             policy = {
                 "compaction": {"enabled": False, "auto": False},

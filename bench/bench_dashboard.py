@@ -1,11 +1,11 @@
-"""Dashboard benchmark (issue 5). Prints figures; asserts nothing.
+"""Dashboard benchmark. Prints figures; asserts nothing.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/contextsvc python bench/bench_dashboard.py
 
 Uses its own database (<name>_dashbench, created and migrated here). Seeds an
 inspector's worst case: one session of 10,000 messages with 300 tool outputs
-(text and outputs from the recorded trajectories in ../shared/workloads when
-present), never compacted, so the whole transcript is the live window; plus
+(text and outputs from the recorded trajectories of the workloads folder,
+CONTEXTSVC_SHARED, when present), never compacted, so the whole transcript is the live window; plus
 500 other sessions for the list. Then times each page and htmx partial as the
 server sees it (Django's test client in-process: view + templates + queries,
 no network), median and p95 of 15 runs after a warm-up; beside the wall time,
@@ -15,7 +15,7 @@ the number of SQL queries, and each figure's ratio to its target. Targets:
 first page ≤ 150 ms, each htmx partial ≤ 50 ms (the context tab of the
 1M-token window included).
 
-Then (issue 17, ``dashboard_calls``) 10,000 ContextCall records on the same
+Then (``dashboard_calls``) 10,000 ContextCall records on the same
 session: the inspector, the calls card, "what was sent", cost per day, the
 query count against a 10-message session, and what writing a record adds to
 a context GET (≤ 1 ms).
@@ -233,7 +233,7 @@ def main() -> None:
     print(HEADER)
     report(client, rows)
 
-    # issue 17: 10,000 context-build records on the same session.
+    # 10,000 context-build records on the same session.
     start = time.perf_counter()
     call_id = dashboard_calls.seed_calls(Session.objects.get(pk=pk))
     print(f"\nseeded {dashboard_calls.CALLS:,} calls in {time.perf_counter() - start:.0f} s")

@@ -1,4 +1,4 @@
-"""Native formats and OpenTelemetry on the append path (issue 14). Prints figures; asserts nothing.
+"""Native formats and OpenTelemetry on the append path. Prints figures; asserts nothing.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/contextsvc python bench/bench_native.py
 

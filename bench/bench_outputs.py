@@ -1,4 +1,4 @@
-"""Tool output cache benchmarks (issue 3). Prints figures; asserts nothing.
+"""Tool output cache benchmarks. Prints figures; asserts nothing.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/contextsvc python bench/bench_outputs.py
 
@@ -11,7 +11,7 @@ a real gunicorn with ONE worker, so the web process's memory can be read from
 3. Grep over it (a rare regex), and the worker's peak RSS growth in 1-3.
 4. Posting a 10 MB tool result (JSON) end to end.
 5. A 2 KB tool result vs a plain 2 KB message (and vs the cache turned off).
-6. Replay of recorded trajectories (../shared/workloads/real, 300 tool calls):
+6. Replay of recorded trajectories (``workloads/real`` under ``CONTEXTSVC_SHARED``, 300 tool calls):
    turns whose already-sent prefix changed because of trimming, with and
    without hysteresis.
 """

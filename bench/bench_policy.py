@@ -4,7 +4,8 @@
     python bench/bench_policy.py --windows 32000 --only mini-swe-agent   # a subset
     python bench/bench_policy.py --policy '{"compaction": {"target_ratio": 0.5}}'
 
-Every trajectory of ../shared/workloads/real is replayed as an agent would
+Every trajectory of ``workloads/real`` in the workloads folder
+(``CONTEXTSVC_SHARED``) is replayed as an agent would
 drive the service, through the same API handlers (Django's test client, no
 socket): before each recorded assistant message (one LLM call) GET
 ``context?format=openai``; that body is what the call sends. Then POST the
@@ -13,7 +14,7 @@ compaction the service queues runs to its end before the next call (a worker
 that keeps up: ``compaction_execute`` where Celery would run it); a blocked
 context compacts inside GET /context as it does in production.
 
-The measures are the shared tools' (imported from ../shared/tools, not
+The measures are the shared tools' (imported from ``tools/`` of that folder, not
 re-implemented): tokens, cost units (cache reads 0.1, writes 1.25, summary
 calls charged from the compaction runs: their input at 1.0, or 0.1 for the part
 that is the cached prefix of the call before, output at 5.0), broken pairs,
@@ -42,7 +43,7 @@ from common import SHARED, WORKLOADS, drop_database, scratch_database
 
 TOOLS = SHARED / "tools"
 sys.path.insert(0, str(TOOLS))
-import nextaction  # noqa: E402  (../shared/tools)
+import nextaction  # noqa: E402  (tools/ of CONTEXTSVC_SHARED)
 import peer_policies as peers  # noqa: E402
 
 WINDOWS = {32_000: 4_000, 16_000: 2_000}  # window: max output (the simulator's pairs)

@@ -8,7 +8,7 @@ nothing. No database needed.
     BENCH_TOKENS_MB=8 python bench/bench_tokens.py
 
 Texts: one unbroken word (byte-pair encoding's worst case: one pre-tokenised
-piece of the whole length), and real agent text from ../shared/workloads
+piece of the whole length), and real agent text from the workloads folder (``CONTEXTSVC_SHARED``)
 repeated to the size. Each case runs in a fresh process so that its peak RSS
 growth (VmHWM) is its own; the naive one-word case takes minutes (it is what
 a 30 MB append cost before), BENCH_TOKENS_NAIVE=0 skips the naive runs.

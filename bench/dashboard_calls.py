@@ -1,4 +1,4 @@
-"""The calls part of bench_dashboard (issue 17): 10,000 ContextCall records on the
+"""The calls part of bench_dashboard: 10,000 ContextCall records on the
 inspector's session, the cost pages, the constant query count, and what writing
 a record adds to a context GET. Prints figures; asserts nothing."""
 

@@ -93,7 +93,7 @@ def report(client, url: Callable[..., str], session, owner) -> None:
     big_rows = rows(session, mid_seq, mid_turn)
     small_rows = rows(small, 50, 12)
     print(
-        f"\n{'':2}{'issue 17 pages and partials':42}{'wall':>7}{'cpu':>7}{'db':>7}{'queries':>8}"
+        f"\n{'':2}{'dashboard pages and partials':42}{'wall':>7}{'cpu':>7}{'db':>7}{'queries':>8}"
         f"{'small':>6}  target: wall/target (cpu/target)"
     )
     for (label, path, headers, target), (_, small_path, _, _) in zip(

@@ -142,7 +142,7 @@ def test_planner_clear_queues_a_clearing_run_before_a_compaction_is_due(
 def test_agent_pinned_messages_stay_verbatim_above_the_summary_and_are_never_cleared(
     session_factory, alice
 ):
-    """issue 15 §3: a message posted with ``"pinned": true`` survives every compaction
+    """A message posted with ``"pinned": true`` survives every compaction
     word for word in the retain slot (the cached prefix), and a pinned tool result
     is not cleared while its neighbours are."""
     session = session_factory(2)
@@ -218,7 +218,7 @@ def test_the_summary_call_of_a_session_over_its_limit_resends_its_own_tools(sess
 
 
 def test_a_task_too_big_to_pin_verbatim_keeps_its_names_in_the_context(session_factory, alice):
-    """issue 15 §3 at a small window: a first message (a worked demonstration plus the
+    """At a small window: a first message (a worked demonstration plus the
     task) over 0.6 of the history room is pinned condensed, and the paths and names
     only its middle gives are still in the context the agent gets, unchanged by a
     later compaction (the retain slot stays in the cached prefix)."""

@@ -1,4 +1,4 @@
-"""Issue 16's rules through the API: tool-result clearing (spec 002 §6 /
+"""Tool clearing and the sandwich through the API: tool-result clearing (spec 002 §6 /
 clear_tool_uses) and the sandwich (spec 004: COMPRESSION_NOT_NEEDED, the
 summary in the system role), each with its policy knobs validated."""
 

@@ -1,4 +1,4 @@
-"""Issue 15 item 3: the task stays when it is all that leaves the window.
+"""The task stays when it is all that leaves the window.
 
 A first user message too big for the history room (an agent's demonstration
 plus the task) used to make ``summarize`` skip — nothing else left to

@@ -1,4 +1,4 @@
-"""The cost-aware planner, the pinned task and the cache-reusing summary request (issue 15)."""
+"""The cost-aware planner, the pinned task and the cache-reusing summary request."""
 
 from __future__ import annotations
 

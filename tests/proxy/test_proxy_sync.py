@@ -125,7 +125,7 @@ def test_a_client_that_compacts_itself_restarts_the_window_and_loses_nothing(ups
 def test_a_grown_history_is_checked_past_its_known_prefix_and_its_new_part_validated(
     upstreams, alice_key
 ):
-    """CX speed (issue 13): only what follows the client's previous request is fingerprinted
+    """Only what follows the client's previous request is fingerprinted
     and converted; a bad message there is still the provider's 400, and nothing is written."""
     key = alice_key[1]
     history = [{"role": "user", "content": "first question"}]

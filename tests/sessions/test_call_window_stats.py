@@ -1,5 +1,5 @@
 """The context record's largest messages and placeholder figures are kept
-incrementally beside the per-process window cache (issue 17: writing the
+incrementally beside the per-process window cache (writing the
 record adds ≤ 1 ms to a context GET, whatever the window's length); after
 appends, trims, a compaction and a retract they still equal a recomputation
 from the stored rows."""

@@ -1,4 +1,4 @@
-"""The insertion cap of tool-output views (``tool_output_cache.view_share``, issue 15):
+"""The insertion cap of tool-output views (``tool_output_cache.view_share``):
 an output's view takes at most a share of the window, its head and tail, the rest by ref."""
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""Prompt sections, cache breakpoints and cache accounting over the API (issue 6).
+"""Prompt sections, cache breakpoints and cache accounting over the API.
 
 spec 002 §4 (PromptBuilder, breakpoints), §8 (graceful degradation), spec 000
 §2.7.1 (the provider history is rebuilt after compaction), and the bad-input
-rules of issue 6.
+rules.
 """
 
 from __future__ import annotations
@@ -243,7 +243,7 @@ def test_s000_2_7_1_history_rebuilt_after_compaction(alice, sid):
         {"messages": [{"role": "user", "content": "next task"}, *tool_turn("c2", "done")]},
     )
     before = alice.get(f"sessions/{sid}/context").json()
-    # What a compaction leaves (issue 4): a summary, and a live window from seq 4 (the new task).
+    # What a compaction leaves: a summary, and a live window from seq 4 (the new task).
     Session.objects.filter(external_id=sid).update(
         summary="The test failed; fixed parser.py.", window_start_seq=4
     )

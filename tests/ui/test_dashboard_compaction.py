@@ -258,5 +258,5 @@ def test_run_card_names_the_summariser_and_model_that_wrote_the_summary(op, big,
         reverse("dashboard:compaction_history", args=[big.pk]), headers=HX
     ).content.decode()
     assert body.count("summary: openai summariser · gpt-fake-small") == 1
-    # The offline summariser is named as such, never credited with a model (issue 17).
+    # The offline summariser is named as such, never credited with a model.
     assert "summary: offline summariser (deterministic, no model)</span>" in body

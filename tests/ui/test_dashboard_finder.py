@@ -1,4 +1,4 @@
-"""Long sessions (issue 17 point 8): jump to a seq or a turn, filters, transcript search,
+"""Long sessions: jump to a seq or a turn, filters, transcript search,
 tool-call arguments inline; a constant number of queries whatever the session's size."""
 
 from __future__ import annotations

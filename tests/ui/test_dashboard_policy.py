@@ -1,4 +1,4 @@
-"""The policy page (issue 17 point 5): the effective policy, a staff form checked by the
+"""The policy page: the effective policy, a staff form checked by the
 API's own schema with errors per field, and an audit line in the timeline."""
 
 from __future__ import annotations

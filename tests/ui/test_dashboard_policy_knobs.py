@@ -1,4 +1,4 @@
-"""The inspector shows every compaction knob (issue 15 point 6) and offers spec 004's strategies."""
+"""The inspector shows every compaction knob and offers spec 004's strategies."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Compaction in the inspector (issue 17 point 7): the preview kept beside the result
+"""Compaction in the inspector: the preview kept beside the result
 (predicted vs actual, while the run is queued and after it ends), facts at risk grouped
 (retrievable by ref vs gone), and the summariser and model that really wrote the summary."""
 

@@ -1,4 +1,4 @@
-"""Issue 17 speed: the inspector of a session with many call records runs the
+"""The inspector of a session with many call records runs the
 same number of queries as that of a small one (page, every partial, the
 context tab), and the chart's largest build per bar, chosen by the database,
 is the one a pass over every record chooses."""

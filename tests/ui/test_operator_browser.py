@@ -1,4 +1,4 @@
-"""Issue 17 in a real browser (Playwright on Debian's Chromium): an operator edits a
+"""The operator pages in a real browser (Playwright on Debian's Chromium): an operator edits a
 session's policy, watches a compaction's predicted vs actual, and finds the largest
 message with the timeline's filter. Same launch, fixtures and session as
 test_inspector_browser.py; screenshots go to test-artifacts/."""
