@@ -7,7 +7,6 @@ data folder) and reused while it is still valid.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from django.conf import settings
@@ -15,6 +14,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 
+from contextsvc.settings_env import env_int, env_str
 from sessions.models import AgentKey, Session, hash_key
 from sessions.services.append import session_append_messages
 from sessions.services.keys import agent_key_create
@@ -86,8 +86,8 @@ class Command(BaseCommand):
         if options.get("migrate"):
             call_command("migrate", interactive=False, verbosity=options.get("verbosity", 1))
         user_model = get_user_model()
-        username = os.environ.get("CONTEXTSVC_DEMO_USER", "operator")
-        password = os.environ.get("CONTEXTSVC_DEMO_PASSWORD", "contextsvc-demo")
+        username = env_str("CONTEXTSVC_DEMO_USER")
+        password = env_str("CONTEXTSVC_DEMO_PASSWORD")
         if not user_model.objects.filter(username=username).exists():
             user_model.objects.create_superuser(username=username, email="", password=password)
 
@@ -151,7 +151,7 @@ class Command(BaseCommand):
             for batch in demo_conversation():
                 session_append_messages(session=session, messages=batch)
 
-        base = f"http://{os.environ.get('HOST', '127.0.0.1')}:{os.environ.get('PORT', '8000')}"
+        base = f"http://{env_str('HOST')}:{env_int('PORT')}"
         self.stdout.write(
             "\n".join(
                 [

@@ -1,0 +1,106 @@
+"""bin/run's start-up: a first start on an empty var folder, then restarts.
+
+Each round runs the real ``bin/run`` (packages already installed: bin/setup's
+stamps are current) with a scratch var folder, SQLite database and ports, and
+times from the command to the first 200 of the ready curl it prints (the demo
+session's context, with the demo agent key), then stops it (SIGTERM to its
+process group). The first round starts on an empty folder (migrations, the demo
+data, a new key); every later round is a restart with nothing to do.
+
+    .venv/bin/python bench/bench_start.py [restarts, default 5]
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from common import ROOT, free_port
+
+DEMO_PATH = "/api/v1/sessions/demo/context?format=anthropic"
+# Whatever the caller's shell points the service at, the rounds use their own.
+DROPPED = (
+    "DATABASE_URL",
+    "REDIS_URL",
+    "CELERY_BROKER_URL",
+    "SECRET_KEY",
+    "SECRET_KEY_FILE",
+    "DJANGO_SETTINGS_MODULE",
+    "CONTEXTSVC_PLAIN_HTTP",
+)
+
+
+def _ready(port: int, key_file: Path) -> bool:
+    if not key_file.exists():
+        return False
+    key = key_file.read_text().strip()
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        conn.request("GET", DEMO_PATH, headers={"Authorization": f"Bearer {key}"})
+        status = conn.getresponse().status
+        conn.close()
+    except OSError:
+        return False
+    return status == 200
+
+
+def one_start(var: Path, log: Path) -> float:
+    """Seconds from ``bin/run`` to the ready curl's first 200."""
+    port, proxy_port = free_port(), free_port()
+    env = {k: v for k, v in os.environ.items() if k not in DROPPED}
+    env.update(
+        CONTEXTSVC_VAR_DIR=str(var),
+        DATABASE_URL=f"sqlite:///{var / 'contextsvc.sqlite3'}",
+        PORT=str(port),
+        CONTEXTSVC_PROXY_PORT=str(proxy_port),
+        DEBUG="false",
+    )
+    started = time.monotonic()
+    with log.open("ab") as out:
+        run = subprocess.Popen(
+            ["bin/run"], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+    try:
+        while not _ready(port, var / "demo_key.txt"):
+            if run.poll() is not None:
+                sys.exit(f"bin/run exited ({run.returncode}); see {log}")
+            if time.monotonic() - started > 300:
+                sys.exit(f"no answer after 300 s; see {log}")
+            time.sleep(0.05)
+        return time.monotonic() - started
+    finally:
+        os.killpg(run.pid, signal.SIGTERM)
+        try:
+            run.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait()
+
+
+def main() -> None:
+    restarts = int(sys.argv[1]) if len(sys.argv) > 1 else 5
+    with tempfile.TemporaryDirectory(prefix="bench-start-") as scratch:
+        var, log = Path(scratch) / "var", Path(scratch) / "run.log"
+        first = one_start(var, log)
+        print(f"first start (empty var folder): {first:.1f} s", flush=True)
+        times = []
+        for _ in range(restarts):
+            times.append(one_start(var, log))
+            print(f"restart: {times[-1]:.2f} s", flush=True)
+        print(
+            f"restart median {statistics.median(times):.2f} s, "
+            f"min {min(times):.2f} s, max {max(times):.2f} s ({restarts} restarts); "
+            f"load average {os.getloadavg()[0]:.1f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
