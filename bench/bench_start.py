@@ -4,7 +4,8 @@ Each round runs the real ``bin/run`` (packages already installed: bin/setup's
 stamps are current) with a scratch var folder, SQLite database and ports, and
 times from the command to the first 200 of the ready curl it prints (the demo
 session's context, with the demo agent key), then stops it (SIGTERM to its
-process group). The first round starts on an empty folder (migrations, the demo
+process group). It also prints the CPU time the web server process had used by
+then: the part of a start that does not depend on how busy the machine is. The first round starts on an empty folder (migrations, the demo
 data, a new key); every later round is a restart with nothing to do.
 
     .venv/bin/python bench/bench_start.py [restarts, default 5]
@@ -51,8 +52,21 @@ def _ready(port: int, key_file: Path) -> bool:
     return status == 200
 
 
-def one_start(var: Path, log: Path) -> float:
-    """Seconds from ``bin/run`` to the ready curl's first 200."""
+def _web_cpu(group: int) -> float:
+    """CPU seconds the web server process (serve_demo, in ``group``) has used so far."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+            cmdline = (stat.parent / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(fields[2]) == group and b"serve_demo" in cmdline:
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return float("nan")
+
+
+def one_start(var: Path, log: Path) -> tuple[float, float]:
+    """Seconds from ``bin/run`` to the ready curl's first 200, and the web process's CPU."""
     port, proxy_port = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if k not in DROPPED}
     env.update(
@@ -75,7 +89,7 @@ def one_start(var: Path, log: Path) -> float:
             if time.monotonic() - started > 300:
                 sys.exit(f"no answer after 300 s; see {log}")
             time.sleep(0.05)
-        return time.monotonic() - started
+        return time.monotonic() - started, _web_cpu(run.pid)
     finally:
         os.killpg(run.pid, signal.SIGTERM)
         try:
@@ -89,15 +103,18 @@ def main() -> None:
     restarts = int(sys.argv[1]) if len(sys.argv) > 1 else 5
     with tempfile.TemporaryDirectory(prefix="bench-start-") as scratch:
         var, log = Path(scratch) / "var", Path(scratch) / "run.log"
-        first = one_start(var, log)
-        print(f"first start (empty var folder): {first:.1f} s", flush=True)
-        times = []
+        first, cpu = one_start(var, log)
+        print(f"first start (empty var folder): {first:.1f} s (web process CPU {cpu:.1f} s)")
+        times, cpus = [], []
         for _ in range(restarts):
-            times.append(one_start(var, log))
-            print(f"restart: {times[-1]:.2f} s", flush=True)
+            elapsed, cpu = one_start(var, log)
+            times.append(elapsed)
+            cpus.append(cpu)
+            print(f"restart: {elapsed:.2f} s (web process CPU {cpu:.2f} s)", flush=True)
         print(
             f"restart median {statistics.median(times):.2f} s, "
             f"min {min(times):.2f} s, max {max(times):.2f} s ({restarts} restarts); "
+            f"web process CPU median {statistics.median(cpus):.2f} s; "
             f"load average {os.getloadavg()[0]:.1f}"
         )
 

@@ -375,6 +375,8 @@ LOGGING = {
     "loggers": {
         # CONTEXT_DEBUG: each guard evaluation as one JSON line under spec 001's topics.
         "contextsvc.guard": {"level": "DEBUG" if CONTEXT_DEBUG else "INFO"},
+        # its version banner on every start says nothing an operator acts on
+        "axes": {"level": "WARNING"},
     },
 }
 
