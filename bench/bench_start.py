@@ -8,7 +8,10 @@ process group). It also prints the CPU time the web server process had used by
 then: the part of a start that does not depend on how busy the machine is. The first round starts on an empty folder (migrations, the demo
 data, a new key); every later round is a restart with nothing to do.
 
-    .venv/bin/python bench/bench_start.py [restarts, default 5]
+    .venv/bin/python bench/bench_start.py [restarts, default 5] [checkout]
+
+``checkout``: another copy of the project whose ``bin/run`` to time instead
+(e.g. an older version, for a before/after on the same machine and load).
 """
 
 from __future__ import annotations
@@ -53,19 +56,19 @@ def _ready(port: int, key_file: Path) -> bool:
 
 
 def _web_cpu(group: int) -> float:
-    """CPU seconds the web server process (serve_demo, in ``group``) has used so far."""
+    """CPU seconds the web server process (in ``group``) has used so far."""
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rpartition(")")[2].split()
             cmdline = (stat.parent / "cmdline").read_bytes()
         except OSError:
             continue
-        if int(fields[2]) == group and b"serve_demo" in cmdline:
+        if int(fields[2]) == group and (b"serve_demo" in cmdline or b"runserver" in cmdline):
             return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     return float("nan")
 
 
-def one_start(var: Path, log: Path) -> tuple[float, float]:
+def one_start(var: Path, log: Path, root: Path = ROOT) -> tuple[float, float]:
     """Seconds from ``bin/run`` to the ready curl's first 200, and the web process's CPU."""
     port, proxy_port = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if k not in DROPPED}
@@ -79,7 +82,7 @@ def one_start(var: Path, log: Path) -> tuple[float, float]:
     started = time.monotonic()
     with log.open("ab") as out:
         run = subprocess.Popen(
-            ["bin/run"], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+            ["bin/run"], cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT,
             start_new_session=True,
         )  # fmt: skip
     try:
@@ -101,13 +104,14 @@ def one_start(var: Path, log: Path) -> tuple[float, float]:
 
 def main() -> None:
     restarts = int(sys.argv[1]) if len(sys.argv) > 1 else 5
+    root = Path(sys.argv[2]).resolve() if len(sys.argv) > 2 else ROOT
     with tempfile.TemporaryDirectory(prefix="bench-start-") as scratch:
         var, log = Path(scratch) / "var", Path(scratch) / "run.log"
-        first, cpu = one_start(var, log)
+        first, cpu = one_start(var, log, root)
         print(f"first start (empty var folder): {first:.1f} s (web process CPU {cpu:.1f} s)")
         times, cpus = [], []
         for _ in range(restarts):
-            elapsed, cpu = one_start(var, log)
+            elapsed, cpu = one_start(var, log, root)
             times.append(elapsed)
             cpus.append(cpu)
             print(f"restart: {elapsed:.2f} s (web process CPU {cpu:.2f} s)", flush=True)
