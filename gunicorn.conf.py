@@ -1,6 +1,7 @@
 """gunicorn's settings for contextsvc (gunicorn reads ./gunicorn.conf.py by default).
 
-Command-line flags override these; so does GUNICORN_CMD_ARGS.
+Command-line flags override these; so does GUNICORN_CMD_ARGS. The variables read
+here are declared with the others (contextsvc/variables/, docs/configuration.md).
 
 Why threaded workers: an agent posts every message and fetches the context
 before every LLM call, over one keep-alive connection. gunicorn's default
@@ -16,18 +17,20 @@ import multiprocessing
 import os
 import socket
 
-bind = os.environ.get("GUNICORN_BIND", "127.0.0.1:8000")
+from contextsvc.settings_env import env_int, env_str
+
+bind = env_str("GUNICORN_BIND")
 # WEB_CONCURRENCY is gunicorn's (and most PaaS') name for the worker count.
-workers = int(os.environ.get("WEB_CONCURRENCY", 2 * multiprocessing.cpu_count()))
+workers = env_int("WEB_CONCURRENCY", 2 * multiprocessing.cpu_count())
 # gthread, plus one thing: a connection refused with a 429 is left unread for
 # its Retry-After (contextsvc/ratelimit/hold.py), so a flooding client that
 # ignores it cannot make the worker parse thousands of requests a second.
 worker_class = "contextsvc.gunicorn_worker.HoldingThreadWorker"
-threads = int(os.environ.get("GUNICORN_THREADS", "2"))
+threads = env_int("GUNICORN_THREADS")
 # Agents call again within seconds; keep idle connections that long.
-keepalive = int(os.environ.get("GUNICORN_KEEPALIVE", "15"))
+keepalive = env_int("GUNICORN_KEEPALIVE")
 # Compaction runs in Celery, not in requests; 120 s covers a large upload.
-timeout = int(os.environ.get("GUNICORN_TIMEOUT", "120"))
+timeout = env_int("GUNICORN_TIMEOUT")
 graceful_timeout = 30
 # A connection reaches a worker only once its first bytes (the request line
 # and headers) have arrived: gthread hands every new connection to a thread
@@ -37,7 +40,7 @@ graceful_timeout = 30
 # test's calm key: p99 27-79 ms instead of ~10 under a flood of refused
 # uploads). Linux only; after this many seconds without data the kernel
 # hands the connection over anyway.
-DEFER_ACCEPT_SECONDS = int(os.environ.get("GUNICORN_DEFER_ACCEPT", "5"))
+DEFER_ACCEPT_SECONDS = env_int("GUNICORN_DEFER_ACCEPT")
 
 
 def post_fork(server, worker):

@@ -3,18 +3,21 @@
 #
 # Outside DEBUG the settings refuse to start without a real SECRET_KEY, so unless
 # SECRET_KEY or SECRET_KEY_FILE is set this makes a random key once, in
-# var/secret_key (mode 600), and passes it as SECRET_KEY_FILE: operator sessions
+# var/secret_key (mode 600; the var folder is CONTEXTSVC_VAR_DIR when set, as for
+# the settings), and passes it as SECRET_KEY_FILE: operator sessions
 # survive a restart, and no key shared by every checkout can forge them.
 # Expects the current directory to be the project's and bin/setup to have run.
 
 export VIRTUAL_ENV="$PWD/.venv"
 export PATH="$VIRTUAL_ENV/bin:$PATH"
-mkdir -p var
+VAR_DIR="${CONTEXTSVC_VAR_DIR:-$PWD/var}"
+[[ "$VAR_DIR" == /* ]] || VAR_DIR="$PWD/$VAR_DIR"
+mkdir -p "$VAR_DIR"
 if [[ -z "${SECRET_KEY:-}" && -z "${SECRET_KEY_FILE:-}" ]]; then
-  if [[ ! -s var/secret_key ]]; then
-    printf 'env: making a random SECRET_KEY in var/secret_key (kept for later runs)\n' >&2
-    (umask 077 && python -c 'import secrets; print(secrets.token_urlsafe(50))' >var/secret_key.tmp)
-    mv var/secret_key.tmp var/secret_key
+  if [[ ! -s "$VAR_DIR/secret_key" ]]; then
+    printf 'env: making a random SECRET_KEY in %s (kept for later runs)\n' "$VAR_DIR/secret_key" >&2
+    (umask 077 && python -c 'import secrets; print(secrets.token_urlsafe(50))' >"$VAR_DIR/secret_key.tmp")
+    mv "$VAR_DIR/secret_key.tmp" "$VAR_DIR/secret_key"
   fi
-  export SECRET_KEY_FILE="$PWD/var/secret_key"
+  export SECRET_KEY_FILE="$VAR_DIR/secret_key"
 fi

@@ -14,7 +14,6 @@ Django loads.
 from __future__ import annotations
 
 from datetime import timedelta
-from pathlib import Path
 
 import dj_database_url
 import limits
@@ -28,12 +27,14 @@ from contextsvc.settings_env import (
     env_bool,
     env_int,
     env_list,
+    env_path,
     env_str,
+    env_url,
 )
 
 # --- security ---------------------------------------------------------------
 
-DEBUG = env_bool("DEBUG", False)
+DEBUG = env_bool("DEBUG")
 # Plain HTTP: no redirect to HTTPS, no HSTS, cookies without the Secure flag.
 # For the quick start (bin/run sets it: runserver speaks plain HTTP), the test
 # suite and a try-out without TLS. Off unless DEBUG, so a deployment is
@@ -67,10 +68,10 @@ if _weak_secret_key(SECRET_KEY):
             "(bin/run makes one in var/secret_key)"
         )
     SECRET_KEY = SECRET_KEY or _DEV_SECRET_KEY
-ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS")
 # The origins a browser posts the dashboard's forms from when nothing says
 # otherwise: the quick start's own (bin/run and docker-compose pass their PORT).
-_PORT = env_int("PORT", 8000, minimum=1)
+_PORT = env_int("PORT")
 CSRF_TRUSTED_ORIGINS = env_list(
     "CSRF_TRUSTED_ORIGINS", [f"http://localhost:{_PORT}", f"http://127.0.0.1:{_PORT}"]
 )
@@ -78,11 +79,9 @@ CSRF_TRUSTED_ORIGINS = env_list(
 # HTTPS. Behind a TLS proxy, gunicorn marks requests secure from the proxy's
 # X-Forwarded-Proto when the proxy's address is in FORWARDED_ALLOW_IPS.
 SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", not PLAIN_HTTP)
-SECURE_HSTS_SECONDS = env_int(
-    "SECURE_HSTS_SECONDS", 0 if PLAIN_HTTP else 365 * 24 * 3600, minimum=0
-)
-SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
-SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", True)
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0 if PLAIN_HTTP else 365 * 24 * 3600)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS")
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD")
 SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", not PLAIN_HTTP)
 CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", not PLAIN_HTTP)
 
@@ -90,8 +89,8 @@ CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", not PLAIN_HTTP)
 # username from one address, that pair is locked out for the cool-off time
 # (another user, or the same user from elsewhere, can still sign in). A
 # success clears the count. `manage.py axes_reset` (or the admin) unlocks.
-AXES_FAILURE_LIMIT = env_int("CONTEXTSVC_LOGIN_FAILURE_LIMIT", 5, minimum=1)
-AXES_COOLOFF_TIME = timedelta(minutes=env_int("CONTEXTSVC_LOGIN_COOLOFF_MINUTES", 15, minimum=1))
+AXES_FAILURE_LIMIT = env_int("CONTEXTSVC_LOGIN_FAILURE_LIMIT")
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("CONTEXTSVC_LOGIN_COOLOFF_MINUTES"))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
@@ -208,11 +207,11 @@ else:
     # A health check is one more round trip on every request (~7% of an append);
     # without it a connection broken by a database restart fails one request,
     # after which Django drops it. Turn on where the database restarts often.
-    DATABASES["default"]["CONN_HEALTH_CHECKS"] = env_bool("DB_CONN_HEALTH_CHECKS", False)
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = env_bool("DB_CONN_HEALTH_CHECKS")
 # The append's fixed statements are prepared on the server once per connection
 # (sessions/hotpath.py). Behind PgBouncer in transaction pooling mode, either
 # give PgBouncer max_prepared_statements (1.21+) or turn this off.
-DB_PREPARED_STATEMENTS = env_bool("DB_PREPARED_STATEMENTS", True)
+DB_PREPARED_STATEMENTS = env_bool("DB_PREPARED_STATEMENTS")
 if DB_PREPARED_STATEMENTS and DATABASES["default"]["ENGINE"].endswith("postgresql"):
     # Django turns psycopg's statement preparing off (None); the ORM's cursors
     # bind on the client and never prepare, so this reaches only hotpath's.
@@ -224,7 +223,7 @@ if DB_PREPARED_STATEMENTS and DATABASES["default"]["ENGINE"].endswith("postgresq
 # of a second of records (never a message). The proxy writes the record once
 # upstream answered, so its first byte does not wait either way (bench_proxy:
 # added TTFB p50 13.4 / 13.7 ms with the flush, 13.2 / 13.1 without).
-DB_BUILD_RECORD_SYNC_COMMIT = env_bool("DB_BUILD_RECORD_SYNC_COMMIT", True)
+DB_BUILD_RECORD_SYNC_COMMIT = env_bool("DB_BUILD_RECORD_SYNC_COMMIT")
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- celery and compaction: contextsvc/settings_celery.py ---------------------
@@ -242,7 +241,7 @@ USE_I18N = False
 USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = Path(env_str("STATIC_ROOT", str(VAR_DIR / "staticfiles")))
+STATIC_ROOT = env_path("STATIC_ROOT", VAR_DIR / "staticfiles")
 try:  # whitenoise warns on every start when the folder is missing
     STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 except OSError:
@@ -259,50 +258,48 @@ STORAGES = {
 # Request bodies: a 5 MB file read is an ordinary tool result, so JSON bodies of
 # 32 MB are accepted (spec 000 §1, the tool output cache); bigger outputs go
 # through the raw upload path.
-CONTEXTSVC_MAX_JSON_BODY = env_int("CONTEXTSVC_MAX_JSON_BODY", 32 * 1024 * 1024, minimum=1024)
-CONTEXTSVC_MAX_UPLOAD_BYTES = env_int("CONTEXTSVC_MAX_UPLOAD_BYTES", 256 * 1024 * 1024, minimum=1)
+CONTEXTSVC_MAX_JSON_BODY = env_int("CONTEXTSVC_MAX_JSON_BODY")
+CONTEXTSVC_MAX_UPLOAD_BYTES = env_int("CONTEXTSVC_MAX_UPLOAD_BYTES")
 DATA_UPLOAD_MAX_MEMORY_SIZE = CONTEXTSVC_MAX_JSON_BODY
 # Tool output cache (spec 000 §1): unreferenced outputs older than this are
 # collected (manage.py gc_outputs / sessions.tasks.gc_outputs); a grep gives
 # up (422) after this long.
-CONTEXTSVC_OUTPUT_RETENTION_DAYS = env_int("CONTEXTSVC_OUTPUT_RETENTION_DAYS", 7, minimum=0)
+CONTEXTSVC_OUTPUT_RETENTION_DAYS = env_int("CONTEXTSVC_OUTPUT_RETENTION_DAYS")
 # A ref read or grep (API or built-in tool) answers at most this many bytes of
 # JSON and says how to continue (has_more, next_offset, a message). The older
 # CONTEXTSVC_SLICE_MAX_BYTES (a cap on the slice text) still sets it when given.
-_slice_max = env_int("CONTEXTSVC_SLICE_MAX_BYTES", 256 * 1024, minimum=4096)
-CONTEXTSVC_REF_RESPONSE_MAX_BYTES = env_int(
-    "CONTEXTSVC_REF_RESPONSE_MAX_BYTES", _slice_max, minimum=4096
-)
+_slice_max = env_int("CONTEXTSVC_SLICE_MAX_BYTES")
+CONTEXTSVC_REF_RESPONSE_MAX_BYTES = env_int("CONTEXTSVC_REF_RESPONSE_MAX_BYTES", _slice_max)
 CONTEXTSVC_SLICE_MAX_BYTES = CONTEXTSVC_REF_RESPONSE_MAX_BYTES
-CONTEXTSVC_GREP_TIME_LIMIT_MS = env_int("CONTEXTSVC_GREP_TIME_LIMIT_MS", 10_000, minimum=1)
+CONTEXTSVC_GREP_TIME_LIMIT_MS = env_int("CONTEXTSVC_GREP_TIME_LIMIT_MS")
 # history_search: a worker indexes a session this many seconds after an append
 # (0: only the sweep, a search and a compaction do); a search indexes at most
 # this much backlog first; on SQLite it walks at most this many ~2 KiB segments.
-CONTEXTSVC_RECALL_INDEX_DELAY = env_int("CONTEXTSVC_RECALL_INDEX_DELAY", 10, minimum=0)
-CONTEXTSVC_RECALL_CATCH_UP_BYTES = env_int("CONTEXTSVC_RECALL_CATCH_UP_BYTES", 8 << 20, minimum=0)
-CONTEXTSVC_RECALL_SCAN_SEGMENTS = env_int("CONTEXTSVC_RECALL_SCAN_SEGMENTS", 20_000, minimum=1)
+CONTEXTSVC_RECALL_INDEX_DELAY = env_int("CONTEXTSVC_RECALL_INDEX_DELAY")
+CONTEXTSVC_RECALL_CATCH_UP_BYTES = env_int("CONTEXTSVC_RECALL_CATCH_UP_BYTES")
+CONTEXTSVC_RECALL_SCAN_SEGMENTS = env_int("CONTEXTSVC_RECALL_SCAN_SEGMENTS")
 
 # --- contextsvc defaults ----------------------------------------------------
 
-CONTEXT_DEBUG = env_bool("CONTEXT_DEBUG", False)
-CONTEXTSVC_FINAL_REPORT_TOOL = env_str("CONTEXTSVC_FINAL_REPORT_TOOL", "final_report")
+CONTEXT_DEBUG = env_bool("CONTEXT_DEBUG")
+CONTEXTSVC_FINAL_REPORT_TOOL = env_str("CONTEXTSVC_FINAL_REPORT_TOOL")
 # spec 001's progress tool (agent__task_status): like the final-report tool it
 # is the agent's own machinery and not counted in the schema tokens.
-CONTEXTSVC_TASK_STATUS_TOOL = env_str("CONTEXTSVC_TASK_STATUS_TOOL", "task_status")
-CONTEXTSVC_IDEMPOTENCY_TTL_HOURS = env_int("CONTEXTSVC_IDEMPOTENCY_TTL_HOURS", 24, minimum=1)
-CONTEXTSVC_MAX_BATCH = env_int("CONTEXTSVC_MAX_BATCH", 1000, minimum=1)
+CONTEXTSVC_TASK_STATUS_TOOL = env_str("CONTEXTSVC_TASK_STATUS_TOOL")
+CONTEXTSVC_IDEMPOTENCY_TTL_HOURS = env_int("CONTEXTSVC_IDEMPOTENCY_TTL_HOURS")
+CONTEXTSVC_MAX_BATCH = env_int("CONTEXTSVC_MAX_BATCH")
 # Prompt sections and tool definitions per session: more is a 422
 # naming the first item over the limit, and nothing is applied.
-CONTEXTSVC_MAX_SECTIONS = env_int("CONTEXTSVC_MAX_SECTIONS", 100, minimum=1)
-CONTEXTSVC_MAX_TOOLS = env_int("CONTEXTSVC_MAX_TOOLS", 1000, minimum=1)
+CONTEXTSVC_MAX_SECTIONS = env_int("CONTEXTSVC_MAX_SECTIONS")
+CONTEXTSVC_MAX_TOOLS = env_int("CONTEXTSVC_MAX_TOOLS")
 # Characters an append tokenizes exactly per request (~50 ms of a core for real
 # text at 256 Ki): a message past what is left is stored with a bounded estimate
 # (contextsvc/engine/token_estimate.py, ~4 ms for 30 MB), marked
 # token_count_estimated, and a Celery task counts it exactly off the request
 # path. 0: every message over one 2 Ki-character sample window is estimated.
-CONTEXTSVC_EXACT_TOKEN_CHARS = env_int("CONTEXTSVC_EXACT_TOKEN_CHARS", 256 * 1024, minimum=0)
+CONTEXTSVC_EXACT_TOKEN_CHARS = env_int("CONTEXTSVC_EXACT_TOKEN_CHARS")
 # Queue of the sessions' chores: exact counts, recall index ("": the default).
-CONTEXTSVC_TOKEN_COUNT_QUEUE = env_str("CONTEXTSVC_TOKEN_COUNT_QUEUE", "")
+CONTEXTSVC_TOKEN_COUNT_QUEUE = env_str("CONTEXTSVC_TOKEN_COUNT_QUEUE")
 
 # --- per-key limits -----------------------------------------------------------
 
@@ -315,26 +312,24 @@ CONTEXTSVC_TOKEN_COUNT_QUEUE = env_str("CONTEXTSVC_TOKEN_COUNT_QUEUE", "")
 # (gunicorn workers x threads: 8 in docker-compose) so other keys always get some.
 # Each rate is one Redis round trip per call: one per-minute rate by default (the
 # concurrency limit already stops a burst from taking the threads).
-CONTEXTSVC_RATE_LIMIT = env_str("CONTEXTSVC_RATE_LIMIT", "1500/minute")
+CONTEXTSVC_RATE_LIMIT = env_str("CONTEXTSVC_RATE_LIMIT")
 # Megabytes of request bodies per key, same notation: parsing and counting a big
 # body costs CPU by the megabyte (4 appends of 30 MB a minute; a 5 MB tool output
 # is an ordinary one).
-CONTEXTSVC_RATE_LIMIT_MB = env_str("CONTEXTSVC_RATE_LIMIT_MB", "128/minute")
+CONTEXTSVC_RATE_LIMIT_MB = env_str("CONTEXTSVC_RATE_LIMIT_MB")
 # Past a burst, a key's requests are paced to one steady rate ("limits"
 # notation, one rate; "off" or a burst of 0 for none), per worker in process
 # memory, free: a window lets a flooding key spend its whole minute in seconds
 # (1,500 small appends in 7 s, a thread of every worker). A burst this large
 # covers an agent's calls at once.
-CONTEXTSVC_RATE_PACE = env_str("CONTEXTSVC_RATE_PACE", "25/second")
-CONTEXTSVC_RATE_BURST = env_int("CONTEXTSVC_RATE_BURST", 50, minimum=0)
+CONTEXTSVC_RATE_PACE = env_str("CONTEXTSVC_RATE_PACE")
+CONTEXTSVC_RATE_BURST = env_int("CONTEXTSVC_RATE_BURST")
 # A connection refused with a 429 is not read again before its Retry-After, at
 # most this many seconds (0: at once; gunicorn.conf.py's worker class): a
 # flooding client that ignores Retry-After sent ~2,000 requests a second, each
 # parsed before it could be refused. At most a minute: a held connection
 # cannot time out meanwhile.
-CONTEXTSVC_REFUSAL_HOLD_SECONDS = env_int(
-    "CONTEXTSVC_REFUSAL_HOLD_SECONDS", 1, minimum=0, maximum=60
-)
+CONTEXTSVC_REFUSAL_HOLD_SECONDS = env_int("CONTEXTSVC_REFUSAL_HOLD_SECONDS")
 for _name in ("CONTEXTSVC_RATE_LIMIT", "CONTEXTSVC_RATE_LIMIT_MB", "CONTEXTSVC_RATE_PACE"):
     _rate = globals()[_name]
     if _rate.strip().lower() not in ("off", "none", "0"):
@@ -348,28 +343,26 @@ for _name in ("CONTEXTSVC_RATE_LIMIT", "CONTEXTSVC_RATE_LIMIT_MB", "CONTEXTSVC_R
             raise ImproperlyConfigured(f"{_name}={_rate!r} must be one rate, such as 25/second")
 # A key never holds every thread of one server worker (its keep-alive
 # connections stay there): checked in process memory, free. On by default.
-CONTEXTSVC_KEEP_THREAD_FREE = env_bool("CONTEXTSVC_KEEP_THREAD_FREE", True)
+CONTEXTSVC_KEEP_THREAD_FREE = env_bool("CONTEXTSVC_KEEP_THREAD_FREE")
 # Requests in flight per key across all workers (0: no global count). Each
 # request then pays a Redis round trip (~0.3 ms, a tenth of an append), and the
 # per-worker share above already bounds a key to workers x (threads - 1).
-CONTEXTSVC_MAX_CONCURRENT_PER_KEY = env_int("CONTEXTSVC_MAX_CONCURRENT_PER_KEY", 0, minimum=0)
+CONTEXTSVC_MAX_CONCURRENT_PER_KEY = env_int("CONTEXTSVC_MAX_CONCURRENT_PER_KEY")
 # Requests with a body of HEAVY_BODY_BYTES or more in flight per key (0: no
 # limit): each costs a core for seconds (a 30 MB body: ~3 s of parsing and
 # counting), so one key's uploads take at most this many cores.
-CONTEXTSVC_MAX_HEAVY_PER_KEY = env_int("CONTEXTSVC_MAX_HEAVY_PER_KEY", 1, minimum=0)
-CONTEXTSVC_HEAVY_BODY_BYTES = env_int("CONTEXTSVC_HEAVY_BODY_BYTES", 1_000_000, minimum=1)
+CONTEXTSVC_MAX_HEAVY_PER_KEY = env_int("CONTEXTSVC_MAX_HEAVY_PER_KEY")
+CONTEXTSVC_HEAVY_BODY_BYTES = env_int("CONTEXTSVC_HEAVY_BODY_BYTES")
 # Shared by every worker through Redis; without REDIS_URL, counted per process
 # (exact for the quick start's one process; N gunicorn workers allow N times it).
 CONTEXTSVC_RATE_LIMIT_STORAGE = env_str("CONTEXTSVC_RATE_LIMIT_STORAGE", REDIS_URL or "memory://")
 # Web threads per server process: a key may hold all but one of them. Set by
 # gunicorn.conf.py's post_fork hook from gunicorn's --threads; 0 = unknown (runserver
 # starts a thread per connection, so there is always one for another key).
-CONTEXTSVC_WEB_THREADS = env_int("CONTEXTSVC_WEB_THREADS", 0, minimum=0)
+CONTEXTSVC_WEB_THREADS = env_int("CONTEXTSVC_WEB_THREADS")
 # A request's slot outlives a worker killed under it at most this long; keep it
 # above the gunicorn timeout, so a slow request never loses its slot.
-CONTEXTSVC_CONCURRENCY_LEASE_SECONDS = env_int(
-    "CONTEXTSVC_CONCURRENCY_LEASE_SECONDS", 300, minimum=1
-)
+CONTEXTSVC_CONCURRENCY_LEASE_SECONDS = env_int("CONTEXTSVC_CONCURRENCY_LEASE_SECONDS")
 
 # --- logging ----------------------------------------------------------------
 
@@ -378,23 +371,21 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL")},
     "loggers": {
         # CONTEXT_DEBUG: each guard evaluation as one JSON line under spec 001's topics.
         "contextsvc.guard": {"level": "DEBUG" if CONTEXT_DEBUG else "INFO"},
+        # its version banner on every start says nothing an operator acts on
+        "axes": {"level": "WARNING"},
     },
 }
 
 # The drop-in proxy (proxy/): where it forwards, and the provider keys it uses for a
 # client that sends its agent key as its provider key (managed credentials).
-CONTEXTSVC_UPSTREAM_ANTHROPIC_URL = env_str(
-    "CONTEXTSVC_UPSTREAM_ANTHROPIC_URL", "https://api.anthropic.com"
-).rstrip("/")
-CONTEXTSVC_UPSTREAM_OPENAI_URL = env_str(
-    "CONTEXTSVC_UPSTREAM_OPENAI_URL", "https://api.openai.com/v1"
-).rstrip("/")
+CONTEXTSVC_UPSTREAM_ANTHROPIC_URL = env_url("CONTEXTSVC_UPSTREAM_ANTHROPIC_URL")
+CONTEXTSVC_UPSTREAM_OPENAI_URL = env_url("CONTEXTSVC_UPSTREAM_OPENAI_URL")
 CONTEXTSVC_UPSTREAM_ANTHROPIC_API_KEY = env_str("CONTEXTSVC_UPSTREAM_ANTHROPIC_API_KEY")
 CONTEXTSVC_UPSTREAM_OPENAI_API_KEY = env_str("CONTEXTSVC_UPSTREAM_OPENAI_API_KEY")
 # Seconds the proxy waits for upstream to connect / between two chunks of an answer.
-CONTEXTSVC_UPSTREAM_CONNECT_TIMEOUT = env_int("CONTEXTSVC_UPSTREAM_CONNECT_TIMEOUT", 10, minimum=1)
-CONTEXTSVC_UPSTREAM_READ_TIMEOUT = env_int("CONTEXTSVC_UPSTREAM_READ_TIMEOUT", 600, minimum=1)
+CONTEXTSVC_UPSTREAM_CONNECT_TIMEOUT = env_int("CONTEXTSVC_UPSTREAM_CONNECT_TIMEOUT")
+CONTEXTSVC_UPSTREAM_READ_TIMEOUT = env_int("CONTEXTSVC_UPSTREAM_READ_TIMEOUT")

@@ -7,7 +7,8 @@ the summariser and the queue.
 
 from __future__ import annotations
 
-from contextsvc.engine.summarize import SUMMARIZERS
+from django.core.exceptions import ImproperlyConfigured
+
 from contextsvc.settings_env import (
     REDIS_URL,
     VAR_DIR,
@@ -39,7 +40,7 @@ if CELERY_BROKER_URL == "filesystem://":
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-CELERY_TASK_TIME_LIMIT = env_int("CONTEXTSVC_TASK_TIME_LIMIT", 600, minimum=1)
+CELERY_TASK_TIME_LIMIT = env_int("CONTEXTSVC_TASK_TIME_LIMIT")
 CELERY_TASK_SOFT_TIME_LIMIT = max(1, CELERY_TASK_TIME_LIMIT - 30)
 # Redis hands an unacked message (acks_late: its worker was killed) to another
 # worker after this many seconds. Longer than the time limit, so a task still
@@ -47,8 +48,13 @@ CELERY_TASK_SOFT_TIME_LIMIT = max(1, CELERY_TASK_TIME_LIMIT - 30)
 # compaction/tasks.py), which Redis also counts; not an hour, the default.
 _visibility_floor = max(CELERY_TASK_TIME_LIMIT, 300) + 1
 CONTEXTSVC_BROKER_VISIBILITY_TIMEOUT = env_int(
-    "CONTEXTSVC_BROKER_VISIBILITY_TIMEOUT", _visibility_floor + 59, minimum=_visibility_floor
+    "CONTEXTSVC_BROKER_VISIBILITY_TIMEOUT", _visibility_floor + 59
 )
+if CONTEXTSVC_BROKER_VISIBILITY_TIMEOUT < _visibility_floor:
+    raise ImproperlyConfigured(
+        f"CONTEXTSVC_BROKER_VISIBILITY_TIMEOUT={CONTEXTSVC_BROKER_VISIBILITY_TIMEOUT} "
+        f"must be >= {_visibility_floor}"
+    )
 if CELERY_BROKER_URL != "filesystem://":
     # Redis, Sentinel and SQS read it; other transports ignore it.
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CONTEXTSVC_BROKER_VISIBILITY_TIMEOUT}
@@ -81,13 +87,13 @@ CELERY_BEAT_SCHEDULE = {
 # Enqueue a compaction from the append/usage hook when the budget says one is
 # due (spec 000 §2.8); false leaves only explicit ones (POST /compact, the
 # compact_context tool, the overflow path).
-CONTEXTSVC_AUTO_COMPACT = env_bool("CONTEXTSVC_AUTO_COMPACT", True)
+CONTEXTSVC_AUTO_COMPACT = env_bool("CONTEXTSVC_AUTO_COMPACT")
 # Who writes summaries (docs/compaction.md, "Summarisers"): auto — the Anthropic summariser
 # for a Claude summary model when it has a key, else the openai one when it is
 # configured (a key or a base URL), else the offline summariser —, or one of
 # offline, anthropic, openai (an error when that one is not configured).
 # policy.compaction.summarizer overrides it per session.
-CONTEXTSVC_SUMMARIZER = env_choice("CONTEXTSVC_SUMMARIZER", "auto", SUMMARIZERS)
+CONTEXTSVC_SUMMARIZER = env_choice("CONTEXTSVC_SUMMARIZER")
 # Each summariser's server, key and model. A model is a cheap one of that
 # provider by default, not the agent's; ``session`` summarises with the
 # session's own model (spec 000 §2.6.2); policy.compaction.model wins over both.
@@ -99,9 +105,7 @@ CONTEXTSVC_SUMMARIZER_ANTHROPIC_API_KEY = env_str(
 CONTEXTSVC_SUMMARIZER_ANTHROPIC_BASE_URL = env_url(
     "CONTEXTSVC_SUMMARIZER_ANTHROPIC_BASE_URL", env_url("ANTHROPIC_BASE_URL")
 )
-CONTEXTSVC_SUMMARIZER_ANTHROPIC_MODEL = env_str(
-    "CONTEXTSVC_SUMMARIZER_ANTHROPIC_MODEL", "claude-haiku-4-5"
-)
+CONTEXTSVC_SUMMARIZER_ANTHROPIC_MODEL = env_str("CONTEXTSVC_SUMMARIZER_ANTHROPIC_MODEL")
 # Any Chat Completions server (OpenAI, vLLM, Ollama, LiteLLM; official openai
 # SDK), configured only by these names — an OPENAI_API_KEY in the environment
 # does not turn LLM summaries on. The base URL includes the version path
@@ -109,27 +113,27 @@ CONTEXTSVC_SUMMARIZER_ANTHROPIC_MODEL = env_str(
 # OpenAI's API). A server that needs no key needs only the URL.
 CONTEXTSVC_SUMMARIZER_OPENAI_API_KEY = env_str("CONTEXTSVC_SUMMARIZER_OPENAI_API_KEY")
 CONTEXTSVC_SUMMARIZER_OPENAI_BASE_URL = env_url("CONTEXTSVC_SUMMARIZER_OPENAI_BASE_URL")
-CONTEXTSVC_SUMMARIZER_OPENAI_MODEL = env_str("CONTEXTSVC_SUMMARIZER_OPENAI_MODEL", "gpt-4.1-mini")
+CONTEXTSVC_SUMMARIZER_OPENAI_MODEL = env_str("CONTEXTSVC_SUMMARIZER_OPENAI_MODEL")
 # The SDK's own retries of a summary call (429 / 5xx / 529, honouring
 # retry-after) before the run's task retries with backoff.
-CONTEXTSVC_SUMMARIZER_MAX_RETRIES = env_int("CONTEXTSVC_SUMMARIZER_MAX_RETRIES", 2, minimum=0)
+CONTEXTSVC_SUMMARIZER_MAX_RETRIES = env_int("CONTEXTSVC_SUMMARIZER_MAX_RETRIES")
 # Seconds per summary call.
-CONTEXTSVC_SUMMARIZER_TIMEOUT = env_int("CONTEXTSVC_SUMMARIZER_TIMEOUT", 120, minimum=1)
+CONTEXTSVC_SUMMARIZER_TIMEOUT = env_int("CONTEXTSVC_SUMMARIZER_TIMEOUT")
 # Route runs to a dedicated worker pool (`celery worker -Q <queue>`); unset:
 # Celery's default queue.
 CONTEXTSVC_COMPACTION_QUEUE = env_str("CONTEXTSVC_COMPACTION_QUEUE")
 # How long `wait: true`, the compact_context tool and the overflow path wait
 # for a run another executor holds.
-CONTEXTSVC_COMPACT_WAIT_SECONDS = env_int("CONTEXTSVC_COMPACT_WAIT_SECONDS", 120, minimum=0)
+CONTEXTSVC_COMPACT_WAIT_SECONDS = env_int("CONTEXTSVC_COMPACT_WAIT_SECONDS")
 # A compaction run's holder renews a lease this long every third of it while it
 # works; a run whose lease lapsed (its worker was killed) is requeued by whoever
 # looks at it next — a request, any worker's sweep (every third of a lease), beat.
 # 10 s: a killed worker's run is running again within ~15 s; one renewal can be
 # late by two beats before a live run looks dead.
-CONTEXTSVC_COMPACTION_LEASE_SECONDS = env_int("CONTEXTSVC_COMPACTION_LEASE_SECONDS", 10, minimum=3)
+CONTEXTSVC_COMPACTION_LEASE_SECONDS = env_int("CONTEXTSVC_COMPACTION_LEASE_SECONDS")
 # A run whose holder was lost this many times (counting every claim) is failed,
 # the session unchanged, instead of requeued again.
-CONTEXTSVC_COMPACTION_MAX_ATTEMPTS = env_int("CONTEXTSVC_COMPACTION_MAX_ATTEMPTS", 4, minimum=1)
+CONTEXTSVC_COMPACTION_MAX_ATTEMPTS = env_int("CONTEXTSVC_COMPACTION_MAX_ATTEMPTS")
 # The most GET /context (at block) waits for a compaction another executor
 # holds before it answers with the context it has; never for one that stopped.
-CONTEXTSVC_CONTEXT_WAIT_SECONDS = env_int("CONTEXTSVC_CONTEXT_WAIT_SECONDS", 5, minimum=0)
+CONTEXTSVC_CONTEXT_WAIT_SECONDS = env_int("CONTEXTSVC_CONTEXT_WAIT_SECONDS")

@@ -33,7 +33,7 @@ MIDDLEWARE = [
 if DATABASES["default"]["ENGINE"].endswith("postgresql"):
     DATABASES["default"]["CONN_MAX_AGE"] = 0  # the pool keeps them (Django requires 0)
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
-        "min_size": env_int("CONTEXTSVC_PROXY_DB_POOL_MIN", 2, minimum=0),
-        "max_size": env_int("CONTEXTSVC_PROXY_DB_POOL_MAX", 20, minimum=1),
-        "timeout": env_int("CONTEXTSVC_PROXY_DB_POOL_TIMEOUT", 5, minimum=1),
+        "min_size": env_int("CONTEXTSVC_PROXY_DB_POOL_MIN"),
+        "max_size": env_int("CONTEXTSVC_PROXY_DB_POOL_MAX"),
+        "timeout": env_int("CONTEXTSVC_PROXY_DB_POOL_TIMEOUT"),
     }

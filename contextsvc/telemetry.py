@@ -36,6 +36,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanProcessor
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
+from contextsvc.settings_env import env_bool, env_str
+
 SCOPE = "contextsvc"
 # GenAI semantic conventions (attribute and metric names as the spec writes them).
 CONVERSATION_ID = "gen_ai.conversation.id"
@@ -56,9 +58,7 @@ COMPACTION_EVENT = "contextsvc.compaction"
 
 
 def _wanted() -> bool:
-    return bool(os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")) or os.environ.get(
-        "CONTEXTSVC_OTEL", ""
-    ).lower() in ("1", "true", "yes", "on")
+    return bool(env_str("OTEL_EXPORTER_OTLP_ENDPOINT")) or env_bool("CONTEXTSVC_OTEL")
 
 
 @dataclass(slots=True)

@@ -32,6 +32,7 @@ import pytest
 import redis
 from django.db import connection
 
+from contextsvc.settings_env import env_int, env_str
 from sessions.services.keys import agent_key_create
 from tests.conftest import IN_CI, tool_turn
 from tests.live_server import database_url, gunicorn
@@ -40,8 +41,8 @@ pytestmark = [pytest.mark.postgres]
 
 ROOT = Path(__file__).resolve().parents[1]
 # The whole run, schema load to report; the bound is 3 minutes.
-FUZZ_SECONDS = int(os.environ.get("CONTEXTSVC_FUZZ_SECONDS", "100"))
-EXAMPLES = int(os.environ.get("CONTEXTSVC_FUZZ_EXAMPLES", "25"))
+FUZZ_SECONDS = env_int("CONTEXTSVC_FUZZ_SECONDS")
+EXAMPLES = env_int("CONTEXTSVC_FUZZ_EXAMPLES")
 MAX_RESPONSE_SECONDS = 2
 CHECKS = (
     "not_a_server_error",
@@ -169,7 +170,7 @@ def test_every_operation_keeps_its_contract_under_schemathesis(transactional_db,
             "--output-sanitize", "false",
             "--no-color",
             # More options to look past a known failure, e.g. --generation-allow-x00 false.
-            *os.environ.get("CONTEXTSVC_FUZZ_ARGS", "").split(),
+            *(env_str("CONTEXTSVC_FUZZ_ARGS") or "").split(),
         ]  # fmt: skip
         started = time.monotonic()
         result = subprocess.run(

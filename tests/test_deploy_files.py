@@ -381,9 +381,17 @@ def test_quick_start_is_one_command_with_a_generated_key_over_plain_http(tmp_pat
         assert b'name="password"' in body
         assert response.getheader("Strict-Transport-Security") is None
         assert "Secure" not in (response.getheader("Set-Cookie") or "")
-        key_file = ROOT / "var/secret_key"
+        key_file = tmp_path / "var" / "secret_key"  # the var folder: CONTEXTSVC_VAR_DIR
         assert len(key_file.read_text().strip()) >= 50
         assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+        # The key, the operator login and the ready curl come last, after every
+        # line of bin/setup, bin/run and the migrations.
+        lines = (tmp_path / "run.log").read_text().splitlines()
+        demo_key = (tmp_path / "var" / "demo_key.txt").read_text().strip()
+        last = max(i for i, line in enumerate(lines) if line.startswith(("run:", "setup:")))
+        tail = "\n".join(lines[last + 1 :])
+        assert f"agent key   {demo_key}" in tail and "login: operator" in tail
+        assert f"curl -H 'Authorization: Bearer {demo_key}'" in tail
     finally:
         run.send_signal(signal.SIGTERM)  # bin/run stops its web server and worker
         try:

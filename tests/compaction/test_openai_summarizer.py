@@ -291,12 +291,13 @@ def test_run_payload_names_summariser_and_model(alice, fake_openai, session_fact
 
 
 def test_env_url_accepts_http_urls_only(monkeypatch):
-    monkeypatch.setenv("X_URL", "http://127.0.0.1:8000/v1/")
-    assert env_url("X_URL") == "http://127.0.0.1:8000/v1"
+    name = "CONTEXTSVC_SUMMARIZER_OPENAI_BASE_URL"
+    monkeypatch.setenv(name, "http://127.0.0.1:8000/v1/")
+    assert env_url(name) == "http://127.0.0.1:8000/v1"
     for bad in ("localhost:8000", "ftp://host", "http://"):
-        monkeypatch.setenv("X_URL", bad)
-        with pytest.raises(ImproperlyConfigured, match="X_URL"):
-            env_url("X_URL")
+        monkeypatch.setenv(name, bad)
+        with pytest.raises(ImproperlyConfigured, match=name):
+            env_url(name)
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,9 @@ from io import StringIO
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import OperationalError
 
+from sessions.management.commands import serve_demo
 from sessions.models import AgentKey, Session, hash_key
 from tests.conftest import ApiClient
 
@@ -107,3 +109,54 @@ def test_seed_demo_migrates_first_when_asked(settings, tmp_path):
     executor = MigrationExecutor(connection)
     assert executor.migration_plan(executor.loader.graph.leaf_nodes()) == []
     assert "cx_" in out.getvalue()
+
+
+def test_serve_demo_makes_the_demo_before_it_binds_and_ends_with_the_banner(
+    settings, tmp_path, monkeypatch
+):
+    """bin/run's web server: the demo is in place before the socket opens, and the
+    agent key, the operator login and the ready curl are its last lines."""
+    settings.VAR_DIR = tmp_path
+    monkeypatch.setenv("HOST", "127.0.0.1")
+    monkeypatch.setenv("PORT", "8123")
+    out = StringIO()
+    command = serve_demo.Command(stdout=out)
+    command.migrated = True
+    command.check_migrations()
+    assert Session.objects.filter(external_id="demo").exists()
+    assert out.getvalue() == ""  # nothing to migrate, nothing said
+    command.on_bind(8123)
+    key = (tmp_path / "demo_key.txt").read_text().strip()
+    lines = out.getvalue().splitlines()
+    assert lines[-3] == f"  agent key   {key}"
+    assert "login: operator / contextsvc-demo" in lines[-2]
+    assert lines[-1] == (
+        f"  try         curl -H 'Authorization: Bearer {key}' "
+        "'http://127.0.0.1:8123/api/v1/sessions/demo/context?format=anthropic'"
+    )
+    body = ApiClient(key).get("sessions/demo/context", format="anthropic").json()
+    assert body["messages"]
+
+
+def test_serve_demo_migrates_after_all_when_the_tables_are_missing(monkeypatch):
+    """--migrated skips the plan; a database replaced since the last start is migrated."""
+    calls = []
+    outcomes = [OperationalError("no such table: auth_user"), "demo"]
+
+    def seed():
+        outcome = outcomes.pop(0)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    monkeypatch.setattr(serve_demo, "demo_seed", seed)
+    monkeypatch.setattr(serve_demo.Command, "migrate", lambda self: calls.append("migrate"))
+    command = serve_demo.Command(stdout=StringIO())
+    command.migrated = True
+    command.check_migrations()
+    assert calls == ["migrate"] and command.demo == "demo"
+    command.migrated = False
+    outcomes[:] = [OperationalError("locked")]
+    with pytest.raises(OperationalError):
+        command.check_migrations()  # without --migrated the plan ran: a real error
+    assert calls == ["migrate", "migrate"]

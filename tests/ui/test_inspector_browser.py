@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from contextsvc.settings_env import env_path
+
 # Playwright's sync API runs an event loop in this thread; Django's ORM refuses
 # to run in a thread with a running loop unless told it is safe (it is: the
 # test drives the browser and the ORM one after the other).
@@ -23,7 +25,7 @@ import pytest
 # expression inside the page, which the dashboard's CSP (no unsafe-eval) refuses.
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
-CHROMIUM = os.environ.get("CONTEXTSVC_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM = str(env_path("CONTEXTSVC_CHROMIUM"))
 IN_CI = os.environ.get("CI", "").lower() in ("true", "1")
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 LAUNCH_ARGS = [

@@ -1,168 +1,23 @@
 """Quick-start demo: an operator login, an agent key and a session with a few
-turns, so the service has something to show the moment it starts.
-
-Idempotent: the demo key is kept in var/demo_key.txt (the quick start's own
-data folder) and reused while it is still valid.
-"""
+turns (sessions/services/demo.py); prints where to find them. Idempotent."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
-from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 
-from sessions.models import AgentKey, Session, hash_key
-from sessions.services.append import session_append_messages
-from sessions.services.keys import agent_key_create
-from sessions.services.sessions import session_create, session_set_sections
-from sessions.services.tools import session_set_tools
-
-DEMO_SESSION = "demo"
-
-
-def demo_conversation() -> list[list[dict]]:
-    """Batches as an agent loop would post them: one LLM call per batch."""
-    listing = "\n".join(f"src/module_{i:02d}.py" for i in range(40))
-    log = "\n".join(
-        f"tests/test_parser.py::test_case_{i} {'FAILED' if i % 7 == 0 else 'PASSED'}"
-        for i in range(300)
-    )
-    return [
-        [
-            {
-                "role": "user",
-                "content": "The parser tests fail on Python 3.11. Find out why and fix it.",
-            }
-        ],
-        [
-            {
-                "role": "assistant",
-                "content": "I'll look at the repository layout first.",
-                "tool_calls": [
-                    {"id": "call_ls", "name": "bash", "arguments": {"command": "ls src"}}
-                ],
-            },
-            {"role": "tool", "tool_call_id": "call_ls", "content": listing},
-        ],
-        [
-            {
-                "role": "assistant",
-                "content": "Now the failing tests.",
-                "tool_calls": [
-                    {
-                        "id": "call_pytest",
-                        "name": "bash",
-                        "arguments": {"command": "pytest tests -q"},
-                    }
-                ],
-            },
-            {"role": "tool", "tool_call_id": "call_pytest", "content": log},
-        ],
-        [
-            {
-                "role": "assistant",
-                "content": (
-                    "Every 7th case fails: the tokenizer in src/module_07.py assumes "
-                    "dict ordering of Python < 3.7. I'll fix the sort key."
-                ),
-            }
-        ],
-    ]
+from sessions.services.demo import demo_banner, demo_seed
 
 
 class Command(BaseCommand):
     help = "Create the quick-start demo (operator login, agent key, demo session)."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        # bin/run: one Python start for both steps instead of two (~3 s of CPU
-        # each on the quick start's first run).
         parser.add_argument("--migrate", action="store_true", help="Run migrate first")
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options.get("migrate"):
             call_command("migrate", interactive=False, verbosity=options.get("verbosity", 1))
-        user_model = get_user_model()
-        username = os.environ.get("CONTEXTSVC_DEMO_USER", "operator")
-        password = os.environ.get("CONTEXTSVC_DEMO_PASSWORD", "contextsvc-demo")
-        if not user_model.objects.filter(username=username).exists():
-            user_model.objects.create_superuser(username=username, email="", password=password)
-
-        key_file = settings.VAR_DIR / "demo_key.txt"
-        raw = key_file.read_text().strip() if key_file.exists() else ""
-        key = (
-            AgentKey.objects.filter(key_hash=hash_key(raw), revoked_at__isnull=True).first()
-            if raw
-            else None
-        )
-        if key is None:
-            key, raw = agent_key_create(name="demo-agent")
-            key_file.parent.mkdir(parents=True, exist_ok=True)
-            key_file.write_text(raw + "\n")
-            key_file.chmod(0o600)
-
-        if not Session.objects.filter(owner=key, external_id=DEMO_SESSION).exists():
-            session = session_create(
-                owner=key,
-                data={
-                    "id": DEMO_SESSION,
-                    "agent": "demo-agent",
-                    "model": "claude-sonnet-4-6",
-                    "context_window": 32_000,
-                    "max_output_tokens": 4_096,
-                    "buffer_tokens": 2_048,
-                },
-            )
-            session = session_set_sections(
-                session=session,
-                sections=[
-                    {
-                        "name": "base",
-                        "kind": "base",
-                        "cacheable": True,
-                        "content": "You are a careful software engineer. Work in small verified steps.",
-                    },
-                    {
-                        "name": "AGENT.md",
-                        "kind": "rules",
-                        "cacheable": True,
-                        "content": "Run the tests before and after every change. Never push to main.",
-                    },
-                ],
-            )
-            session = session_set_tools(
-                session=session,
-                tools=[
-                    {
-                        "name": "bash",
-                        "description": "Run a shell command and return its output.",
-                        "category": "builtin",
-                        "input_schema": {
-                            "type": "object",
-                            "properties": {"command": {"type": "string"}},
-                            "required": ["command"],
-                        },
-                    }
-                ],
-            )
-            for batch in demo_conversation():
-                session_append_messages(session=session, messages=batch)
-
-        base = f"http://{os.environ.get('HOST', '127.0.0.1')}:{os.environ.get('PORT', '8000')}"
-        self.stdout.write(
-            "\n".join(
-                [
-                    "contextsvc demo is ready:",
-                    f"  dashboard   {base}/   (login: {username} / {password})",
-                    f"  API docs    {base}/api/v1/docs",
-                    f"  agent key   {raw}",
-                    f"  try         curl -H 'Authorization: Bearer {raw}' "
-                    f"'{base}/api/v1/sessions/{DEMO_SESSION}/context?format=anthropic'",
-                    "  the docs' examples read the key from your shell:",
-                    f"  export CONTEXTSVC_KEY={raw}",
-                ]
-            )
-        )
+        self.stdout.write(demo_banner(demo_seed()))
