@@ -190,6 +190,10 @@ VARIABLES = (
         "the demo operator's password",
     ),
     Variable(
+        "CONTEXTSVC_KEY", "quick start", "str", Derived("printed by `bin/run`"),
+        "an agent key in your shell, which the examples in the docs send (`export` it)",
+    ),
+    Variable(
         "CONTEXTSVC_INSTALLER", "quick start", "choice", "uv",
         "`bin/setup`'s package installer", choices=("uv", "pip"),
     ),
