@@ -3,7 +3,7 @@
 Every helper raises ImproperlyConfigured on a value it cannot parse, so a typo
 in production is a crash at start-up rather than a silent default. Used by
 ``contextsvc.settings`` and the settings groups it imports
-(``contextsvc.settings_celery``).
+(``contextsvc.settings_celery``, ``contextsvc.settings_auth``).
 """
 
 from __future__ import annotations
