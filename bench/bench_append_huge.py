@@ -6,6 +6,12 @@ request (CONTEXTSVC_EXACT_TOKEN_CHARS past the text: the way before). Then the
 worker's exact count of that message (``message_count_exact``). Prints figures;
 asserts nothing.
 
+Such an append is over the API's JSON cap as shipped (CONTEXTSVC_MAX_API_JSON_BYTES,
+4 MiB): it is refused 413 unread, and the first line says how fast. The cap
+is raised past the size for the rest: what a deployment that raises it pays
+for each big append (an agent sends a big output with the streamed upload
+instead, bench_outputs.py).
+
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/contextsvc python bench/bench_append_huge.py
     BENCH_HUGE_MB=8 python bench/bench_append_huge.py
 
@@ -39,6 +45,7 @@ def main() -> None:
         CONTEXTSVC_RATE_LIMIT="off",
         CONTEXTSVC_RATE_LIMIT_MB="off",
         CONTEXTSVC_RATE_PACE="off",
+        CONTEXTSVC_MAX_API_JSON_BYTES=str(2 * SIZE + (1 << 20)),
     )
     from django.conf import settings
     from django.test import Client
@@ -51,6 +58,12 @@ def main() -> None:
     key, raw = agent_key_create(name="huge")
     client = Client(HTTP_AUTHORIZATION=f"Bearer {raw}")
     shipped = settings.CONTEXTSVC_EXACT_TOKEN_CHARS
+    if SIZE > 4 << 20:
+        print(
+            f"as shipped (JSON cap 4 MiB): refused 413 from its headers in "
+            f"{refused_at_the_shipped_cap(settings):.0f} µs of the middleware, the body unread",
+            flush=True,
+        )
     print(f"one {mb(SIZE)} append, best of {ROUNDS} (CPU of this process; wall)", flush=True)
     for kind in ("one-word", "real text"):
         body = json.dumps({"messages": [{"role": "user", "content": text_of(kind)}]}).encode()
@@ -92,6 +105,30 @@ def main() -> None:
             f"the worker's exact count: {cpu:.3f} s CPU, {wall:.3f} s wall ({outcome})",
             flush=True,
         )
+
+
+def refused_at_the_shipped_cap(settings) -> float:
+    """The 413 of a SIZE append under the shipped cap, as the server's middleware
+    answers it from the headers (the test client would copy the body first): µs,
+    best of 1,000."""
+    from django.test import RequestFactory
+
+    from contextsvc.bodycap import JsonBodyCapMiddleware
+
+    cap = JsonBodyCapMiddleware(lambda request: None)
+    raised, settings.CONTEXTSVC_MAX_API_JSON_BYTES = settings.CONTEXTSVC_MAX_API_JSON_BYTES, 4 << 20
+    best = float("inf")
+    try:
+        for _ in range(1000):
+            request = RequestFactory().post("/api/v1/sessions/capped/messages", b"", "text/plain")
+            request.META["CONTENT_LENGTH"] = str(SIZE)
+            started = time.perf_counter()
+            response = cap(request)
+            best = min(best, (time.perf_counter() - started) * 1e6)
+            assert response.status_code == 413
+    finally:
+        settings.CONTEXTSVC_MAX_API_JSON_BYTES = raised
+    return best
 
 
 if __name__ == "__main__":

@@ -6,14 +6,12 @@ summariser, HTTPS-only cookies and redirects (CONTEXTSVC_PLAIN_HTTP=true for
 plain HTTP; bin/run sets it and makes the key). The env helpers
 (contextsvc/settings_env.py) fail loudly (ImproperlyConfigured) on values they
 cannot parse, so a typo in production is a crash at start-up rather than a
-silent default. Celery and compaction settings are a group of their own
-(contextsvc/settings_celery.py), imported below: this stays the one module
-Django loads.
+silent default. Celery and compaction (contextsvc/settings_celery.py) and the
+operators' sign-in, mail and password reset (contextsvc/settings_auth.py) are
+groups of their own, imported below: this stays the one module Django loads.
 """
 
 from __future__ import annotations
-
-from datetime import timedelta
 
 import dj_database_url
 import limits
@@ -85,18 +83,6 @@ SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD")
 SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", not PLAIN_HTTP)
 CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", not PLAIN_HTTP)
 
-# Operators' login (django-axes): after this many failed sign-ins for one
-# username from one address, that pair is locked out for the cool-off time
-# (another user, or the same user from elsewhere, can still sign in). A
-# success clears the count. `manage.py axes_reset` (or the admin) unlocks.
-AXES_FAILURE_LIMIT = env_int("CONTEXTSVC_LOGIN_FAILURE_LIMIT")
-AXES_COOLOFF_TIME = timedelta(minutes=env_int("CONTEXTSVC_LOGIN_COOLOFF_MINUTES"))
-AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
-AXES_RESET_ON_SUCCESS = True
-AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
-# The address is REMOTE_ADDR: behind a proxy that is the proxy's own, so
-# every client shares it (the pair with the username still limits guessing).
-
 # Content-Security-Policy (django-csp): scripts, styles and everything else
 # from this origin only; no inline script and no eval (htmx runs with
 # allowEval off, see templates/base.html). Inline style *attributes* stay
@@ -142,6 +128,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # Outermost: X-Request-Id on every response; a lost database is a 503.
     "contextsvc.middleware.RequestIdMiddleware",
+    # An API JSON body over its cap: a 413 from the headers, the body unread.
+    "contextsvc.bodycap.JsonBodyCapMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # Serves /static/ from gunicorn in production (docker-compose) without nginx.
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -226,8 +214,9 @@ if DB_PREPARED_STATEMENTS and DATABASES["default"]["ENGINE"].endswith("postgresq
 DB_BUILD_RECORD_SYNC_COMMIT = env_bool("DB_BUILD_RECORD_SYNC_COMMIT")
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-# --- celery and compaction: contextsvc/settings_celery.py ---------------------
+# --- groups: sign-in, mail, password reset (settings_auth); celery, compaction
 
+from contextsvc.settings_auth import *  # noqa: E402,F403
 from contextsvc.settings_celery import *  # noqa: E402,F403
 
 # --- auth, i18n, static -----------------------------------------------------
@@ -292,6 +281,10 @@ CONTEXTSVC_MAX_BATCH = env_int("CONTEXTSVC_MAX_BATCH")
 # naming the first item over the limit, and nothing is applied.
 CONTEXTSVC_MAX_SECTIONS = env_int("CONTEXTSVC_MAX_SECTIONS")
 CONTEXTSVC_MAX_TOOLS = env_int("CONTEXTSVC_MAX_TOOLS")
+# An API JSON body past this is a 413 read from its headers (contextsvc/bodycap.py):
+# parsing one holds the worker's GIL ~14 ms a megabyte, stalling every other
+# key on that worker. Bigger tool outputs go through the raw upload.
+CONTEXTSVC_MAX_API_JSON_BYTES = env_int("CONTEXTSVC_MAX_API_JSON_BYTES")
 # Characters an append tokenizes exactly per request (~50 ms of a core for real
 # text at 256 Ki): a message past what is left is stored with a bounded estimate
 # (contextsvc/engine/token_estimate.py, ~4 ms for 30 MB), marked

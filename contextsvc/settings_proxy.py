@@ -29,6 +29,18 @@ MIDDLEWARE = [
     "contextsvc.middleware.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
 ]
+# No admin and no sign-in here (the web process serves both): without their
+# apps, `check --deploy` asks for none of the session, auth, messages and axes
+# middleware they need.
+INSTALLED_APPS = [app for app in INSTALLED_APPS if app not in ("django.contrib.admin", "axes")]  # noqa: F405
+AUTHENTICATION_BACKENDS = ["django.contrib.auth.backends.ModelBackend"]
+# What `check --deploy` still asks, and why this process needs neither: it
+# serves JSON and event streams to API clients, never a page a browser could
+# frame (X-Frame-Options, security.W002), and every call is authenticated by
+# a key in its headers, never by a cookie a forged cross-site form could ride
+# (CSRF, security.W003; every proxy view is csrf_exempt in the web process too).
+# Either middleware would cost each call a thread hop under ASGI for nothing.
+SILENCED_SYSTEM_CHECKS = ["security.W002", "security.W003"]
 
 if DATABASES["default"]["ENGINE"].endswith("postgresql"):
     DATABASES["default"]["CONN_MAX_AGE"] = 0  # the pool keeps them (Django requires 0)

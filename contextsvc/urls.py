@@ -4,6 +4,7 @@ from django.contrib import admin
 from django.urls import include, path
 
 from compaction.urls import urlpatterns as compaction_urls
+from contextsvc.accounts import urlpatterns as accounts_urls
 from contextsvc.api import api
 from prompting.urls import urlpatterns as prompting_urls
 from proxy.urls import urlpatterns as proxy_urls
@@ -19,7 +20,8 @@ urlpatterns = [
     # The drop-in proxy: async views, served by the ASGI process (contextsvc/asgi.py).
     path("proxy/", include(proxy_urls)),
     path("admin/", admin.site.urls),
-    path("accounts/", include("django.contrib.auth.urls")),
+    # Django's sign-in pages; password reset only where mail is delivered.
+    path("accounts/", include(accounts_urls)),
     # One "dashboard" namespace for every app's pages: templates and tests
     # reverse "dashboard:<name>" whichever app serves it.
     path("", include((sessions_urls + prompting_urls + compaction_urls, "dashboard"))),

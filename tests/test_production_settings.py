@@ -146,3 +146,33 @@ def test_an_unreadable_secret_key_file_is_a_clear_error(tmp_path):
 def test_debug_still_starts_without_a_key(tmp_path):
     result = manage(production_env(tmp_path, DEBUG="true"), "check")
     assert result.returncode == 0, result.stderr
+
+
+def test_check_deploy_is_clean_with_the_proxy_process_settings(tmp_path):
+    env = production_env(tmp_path, SECRET_KEY=a_key())
+    result = manage(
+        env,
+        "check",
+        "--deploy",
+        "--fail-level",
+        "WARNING",
+        "--settings",
+        "contextsvc.settings_proxy",
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "System check identified no issues (2 silenced)" in result.stdout
+    # Only the two page checks are silenced there (the reasons are in the module), and
+    # none in the web process's settings.
+    code = (
+        "import django; django.setup(); from django.conf import settings as s; "
+        "print(sorted(s.SILENCED_SYSTEM_CHECKS))"
+    )
+    for module, silenced in (
+        ("contextsvc.settings_proxy", "['security.W002', 'security.W003']"),
+        ("contextsvc.settings", "[]"),
+    ):
+        env["DJANGO_SETTINGS_MODULE"] = module
+        result = subprocess.run(
+            [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True
+        )
+        assert result.stdout.strip() == silenced, result.stderr

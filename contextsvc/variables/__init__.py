@@ -10,13 +10,14 @@ not declared here, or the page differs from a fresh generation.
 
 from __future__ import annotations
 
-from . import core, workload
+from . import core, mail, workload
 from .declaration import Derived, Variable
 
 # The docs' sections, in this order: group -> (title, what the group is about).
 GROUPS: dict[str, tuple[str, str]] = {
     "service": ("Service", "What the service is and where it keeps its files."),
     "security": ("Security", "Keys, hosts, HTTPS and the dashboard's sign-in."),
+    "mail": ("Mail and password reset", "Password reset is served only where mail is delivered."),
     "database": ("Database", ""),
     "broker": ("Broker and workers", "Celery: the broker, task limits and queues."),
     "sessions": ("Sessions", "Tool names, token counts, stored outputs and recall."),
@@ -39,7 +40,7 @@ GROUPS: dict[str, tuple[str, str]] = {
 
 def _gather() -> dict[str, Variable]:
     found: dict[str, Variable] = {}
-    for variable in (*core.VARIABLES, *workload.VARIABLES):
+    for variable in (*core.VARIABLES, *mail.VARIABLES, *workload.VARIABLES):
         if variable.name in found:
             raise ValueError(f"{variable.name} is declared twice")
         if variable.group not in GROUPS:

@@ -133,7 +133,8 @@ VARIABLES = (
     # --- request limits -------------------------------------------------------------
     Variable(
         "CONTEXTSVC_MAX_JSON_BODY", "limits", "int", 32 * 1024 * 1024,
-        "largest JSON body in bytes; bigger: 413", minimum=1024, shown="33554432 (32 MiB)",
+        "largest JSON body in bytes anywhere (the proxy's provider calls carry whole "
+        "histories); bigger: 413", minimum=1024, shown="33554432 (32 MiB)",
     ),
     Variable(
         "CONTEXTSVC_MAX_UPLOAD_BYTES", "limits", "int", 256 * 1024 * 1024,
@@ -147,6 +148,12 @@ VARIABLES = (
         "CONTEXTSVC_MAX_SECTIONS", "limits", "int", 100,
         "prompt sections per session; more: 422 naming the first over the limit, nothing "
         "applied", minimum=1,
+    ),
+    Variable(
+        "CONTEXTSVC_MAX_API_JSON_BYTES", "limits", "int", 4 << 20,
+        "bytes of a REST API JSON body; past it a 413 read from the headers (the body is "
+        "never read) that points to the streamed output upload. The proxy is not capped by it",
+        minimum=65536, shown="4 MiB",
     ),
     Variable(
         "CONTEXTSVC_MAX_TOOLS", "limits", "int", 1000,

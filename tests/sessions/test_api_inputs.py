@@ -663,10 +663,16 @@ def test_a_capped_read_of_many_escaped_lines_reads_the_output_once(
     from sessions.outputs import pages, read
 
     sid = make_session()["id"]
-    text = ("\x01" * 2_000 + "\n") * 400  # ~4.8 MB in JSON: far over the cap
-    ref = alice.post(f"sessions/{sid}/messages", {"messages": tool_turn("c1", text)}).json()[
-        "messages"
-    ][-1]["output_ref"]
+    # ~4.8 MB escaped as JSON: far over the read cap, and over the API's JSON cap too,
+    # so it is uploaded raw (as an agent would) and referenced.
+    text = ("\x01" * 2_000 + "\n") * 400
+    up = alice.request("PUT", f"sessions/{sid}/outputs", raw=text.encode())
+    turn = tool_turn("c1", "")
+    del turn[1]["content"]
+    turn[1]["output_ref"] = up.json()["id"]
+    ref = alice.post(f"sessions/{sid}/messages", {"messages": turn}).json()["messages"][-1][
+        "output_ref"
+    ]
     calls = []
     real = read.output_slice
     monkeypatch.setattr(

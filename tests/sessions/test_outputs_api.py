@@ -67,17 +67,26 @@ def test_small_result_stays_whole_in_context_but_is_stored_too(alice, make_sessi
 
 def test_token_count_is_of_the_view_not_the_blob(alice, make_session):
     sid = make_session()["id"]
-    body = post(alice, sid, tool_turn("c1", big_text(40_000)))  # ~4.4 MB
+    body = post(alice, sid, tool_turn("c1", big_text(35_000)))  # ~3.9 MB, under the JSON cap
     tokens = body["messages"][-1]["token_count"]
     assert tokens < 50 * 1024 // 3  # the 50 KiB view, not 1.1 M tokens of blob
     assert body["budget"]["components"]["conversation"] < 20_000
 
 
-def test_a_5mb_file_read_is_an_ordinary_json_tool_result(alice, make_session, settings):
-    assert settings.DATA_UPLOAD_MAX_MEMORY_SIZE >= 32 * 1024 * 1024  # JSON tool results up to 32 MB
+def test_a_5mb_file_read_goes_through_the_streamed_upload(alice, make_session, settings):
+    """Over the API's JSON cap (4 MiB) a tool result is refused unread, naming the
+    upload; the same bytes uploaded raw and referenced are an ordinary result."""
     sid = make_session()["id"]
     text = big_text(48_000)  # 5.3 MB
-    result = post(alice, sid, tool_turn("c1", text))["messages"][-1]
+    assert len(text) > settings.CONTEXTSVC_MAX_API_JSON_BYTES
+    error = post(alice, sid, tool_turn("c1", text), status=413)["error"]
+    assert error["details"]["upload"] == f"PUT /api/v1/sessions/{sid}/outputs"
+    up = alice.request("PUT", f"sessions/{sid}/outputs", raw=text.encode())
+    assert up.status_code == 201, up.content
+    turn = tool_turn("c1", "")
+    del turn[1]["content"]
+    turn[1]["output_ref"] = up.json()["id"]
+    result = post(alice, sid, turn)["messages"][-1]
     assert result["ref"]["byte_size"] == len(text)
 
 

@@ -1,6 +1,8 @@
 """No agent can starve another: while one key floods a real gunicorn with 30 MB
 one-word appends and concurrent small ones, another key's appends keep their
-normal latency, and the flooding key is answered 429 + Retry-After.
+normal latency; the flooding key's small appends are answered 429 +
+Retry-After, and its 30 MB ones are refused from their headers (over the API's
+JSON cap, never read) without one getting in.
 
 Needs PostgreSQL: the server shares the test database (SQLite has one writer
 for the whole file, so there one key's 30 MB write necessarily delays the
@@ -134,13 +136,8 @@ def test_one_key_flooding_does_not_starve_another(server):
         retry_after = int(retry_after)
         error = json.loads(payload)["error"]
         assert error["code"] == "RATE_LIMITED" and error["details"]["retry_after"] == retry_after
-    # No 5xx for anyone; big appends that ran were stored whole with a sane count.
+    # No 5xx for anyone. No 30 MB append got in: each was refused unread, its
+    # connection closed before the client had sent it all (0), or answered first.
     assert not [o for runs in outcomes.values() for o in runs if o[0] >= 500], report
-    stored = [json.loads(o[2]) for o in outcomes["big"] if o[0] == 200]
-    assert stored, report
-    for body in stored:
-        # Counted with the bounded estimate in the request (the exact count is
-        # a worker's job, off the request path: none runs here).
-        message = body["messages"][0]
-        assert message["token_count_estimated"], message
-        assert BIG // 4 <= message["token_count"] <= BIG // 2, message
+    big = {o[0] for o in outcomes["big"]}
+    assert outcomes["big"] and big <= {0, 413, 429}, report

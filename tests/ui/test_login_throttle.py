@@ -1,13 +1,19 @@
 """Operators' login is throttled (django-axes): after AXES_FAILURE_LIMIT wrong
 passwords for one username from one address, that pair is locked out with a
 clear message, even with the right password; other users and other addresses
-are not; `axes_reset` unlocks; the agent API (bearer keys) is untouched."""
+are not; after CONTEXTSVC_LOGIN_ADDRESS_FAILURE_LIMIT failures from one
+address across usernames, that address is; `axes_reset` unlocks; the agent API
+(bearer keys) is untouched."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
+from axes.models import AccessAttempt
 from django.core.management import call_command
 from django.test import Client
+from django.utils import timezone
 
 from tests.ui.conftest import OPERATOR_PASSWORD
 
@@ -30,6 +36,7 @@ def signed_in(response) -> bool:
 
 def test_defaults_are_five_failures_and_a_fifteen_minute_cool_off(settings):
     assert settings.AXES_FAILURE_LIMIT == 5
+    assert settings.CONTEXTSVC_LOGIN_ADDRESS_FAILURE_LIMIT == 20
     assert settings.AXES_COOLOFF_TIME.total_seconds() == 15 * 60
     assert settings.AXES_LOCKOUT_PARAMETERS == [["username", "ip_address"]]
 
@@ -117,3 +124,49 @@ def test_the_api_is_untouched_by_a_lockout(operator, settings, alice, make_sessi
     assert attempt(Client(), "operator", OPERATOR_PASSWORD, ip="127.0.0.1").status_code == 429
     make_session(id="after-lockout")  # asserts its 201
     assert alice.get("sessions/after-lockout").status_code == 200
+
+
+def spray(limit: int, ip: str = "203.0.113.7") -> list:
+    """One wrong password for each of ``limit`` usernames: never the pair's limit."""
+    return [attempt(Client(), f"user{n}", "wrong-password", ip) for n in range(limit)]
+
+
+def test_one_address_trying_many_usernames_is_locked_out(operator, settings):
+    limit = settings.CONTEXTSVC_LOGIN_ADDRESS_FAILURE_LIMIT
+    responses = spray(limit)
+    assert [r.status_code for r in responses[:-1]] == [200] * (limit - 1)
+    locked = responses[-1]
+    assert locked.status_code == 429
+    text = locked.content.decode()
+    assert "from your address, whatever the username" in text
+    assert "axes_reset_ip 203.0.113.7" in text
+    # Every username from that address now, the right password too ...
+    right = attempt(Client(), "operator", OPERATOR_PASSWORD)
+    assert right.status_code == 429 and "whatever the username" in right.content.decode()
+    # ... but not from another address.
+    assert signed_in(attempt(Client(), "operator", OPERATOR_PASSWORD, ip="198.51.100.9"))
+
+
+def test_below_the_address_limit_another_username_still_signs_in(operator, settings):
+    spray(settings.CONTEXTSVC_LOGIN_ADDRESS_FAILURE_LIMIT - 1)
+    assert signed_in(attempt(Client(), "operator", OPERATOR_PASSWORD))
+
+
+def test_the_address_limit_is_a_setting(operator, settings):
+    settings.CONTEXTSVC_LOGIN_ADDRESS_FAILURE_LIMIT = 3
+    assert [r.status_code for r in spray(3)] == [200, 200, 429]
+
+
+def test_the_address_lock_ends_with_the_cool_off(operator, settings):
+    spray(settings.CONTEXTSVC_LOGIN_ADDRESS_FAILURE_LIMIT)
+    assert attempt(Client(), "operator", OPERATOR_PASSWORD).status_code == 429
+    AccessAttempt.objects.update(
+        attempt_time=timezone.now() - settings.AXES_COOLOFF_TIME - timedelta(seconds=1)
+    )
+    assert signed_in(attempt(Client(), "operator", OPERATOR_PASSWORD))
+
+
+def test_axes_reset_ip_unlocks_an_address(operator, settings):
+    spray(settings.CONTEXTSVC_LOGIN_ADDRESS_FAILURE_LIMIT)
+    call_command("axes_reset_ip", "203.0.113.7")
+    assert signed_in(attempt(Client(), "operator", OPERATOR_PASSWORD))
