@@ -19,6 +19,7 @@ the helpers here.
 
 from __future__ import annotations
 
+import importlib
 import os
 import threading
 import time
@@ -27,13 +28,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
+from opentelemetry.sdk.metrics.export import MetricReader
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanProcessor
+from opentelemetry.sdk.trace.export import SpanProcessor
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
 from contextsvc.settings_env import env_bool, env_str
@@ -55,6 +54,9 @@ TOKEN_USAGE_METRIC = "gen_ai.client.token.usage"
 # The buckets the GenAI conventions advise for token counts.
 TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304)
 COMPACTION_EVENT = "contextsvc.compaction"
+
+
+_OTLP_MODULE = "contextsvc.telemetry_otlp"
 
 
 def _wanted() -> bool:
@@ -86,8 +88,10 @@ class _Telemetry:
             if self.state is None or self.pid != os.getpid():
                 resource = Resource.create({"service.name": "contextsvc"})
                 tracer_provider = TracerProvider(resource=resource)
-                tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
-                reader = PeriodicExportingMetricReader(OTLPMetricExporter())
+                # Loaded here, not at import: most processes never export.
+                otlp = importlib.import_module(_OTLP_MODULE)
+                tracer_provider.add_span_processor(otlp.span_processor())
+                reader = otlp.metric_reader()
                 meter_provider = MeterProvider(resource=resource, metric_readers=[reader])
                 self._install(tracer_provider, meter_provider)
             assert self.state is not None

@@ -6,6 +6,10 @@ assertion compares with what the service itself stored or answered.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from compaction.models import CompactionRun
@@ -42,6 +46,32 @@ def test_env_turns_it_on(monkeypatch):
     telemetry.reset()
     try:
         assert telemetry.enabled() is True
+    finally:
+        monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT")
+        telemetry.reset()
+
+
+def test_a_process_that_exports_nothing_never_loads_the_otlp_exporters():
+    """They cost about half a second of every start (protobuf, requests)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "CONTEXTSVC_OTEL"))}
+    env["DJANGO_SETTINGS_MODULE"] = "tests.settings"
+    code = (
+        "import sys, django; django.setup(); import contextsvc.urls; "
+        "print(sorted(m for m in sys.modules if m.startswith('opentelemetry.exporter')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "[]"
+
+
+def test_on_the_exporters_are_made_for_the_process(monkeypatch):
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+    telemetry.reset()
+    try:
+        state = telemetry._T.get()
+        processors = state.tracer_provider._active_span_processor._span_processors
+        assert [type(p).__name__ for p in processors] == ["BatchSpanProcessor"]
     finally:
         monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT")
         telemetry.reset()
