@@ -34,8 +34,10 @@ from common import (  # bench/ is sys.path[0]; common puts the project root on s
     cpu_seconds,
     django_on_scratch_database,
     drop_database,
+    figure,
     gunicorn,
     pct,
+    recording,
     worker_pids,
 )
 
@@ -125,7 +127,7 @@ def one_run(db_url: str, name: str, run: str) -> dict:
 def main() -> None:
     db_url = django_on_scratch_database("_flood")
     chosen = os.environ.get("BENCH_FLOOD_VARIANTS", ",".join(VARIANTS)).split(",")
-    print(
+    figure(
         f"calm key: {SAMPLES} one-line appends at 25/s before and during the flood "
         f"(2 workers x 2 threads, PostgreSQL; {RUNS} run(s) each)"
     )
@@ -135,7 +137,7 @@ def main() -> None:
                 r = one_run(db_url, name, f"{name}-{n}")
                 normal, flooded = r["normal"], r["flooded"]
                 ratio = pct(flooded, 0.99) / pct(normal, 0.99)
-                print(
+                figure(
                     f"{name:>9}: normal p50/p99 {pct(normal, 0.5):5.1f}/{pct(normal, 0.99):5.1f} ms, "
                     f"flooded {pct(flooded, 0.5):6.1f}/{pct(flooded, 0.99):6.1f} ms, "
                     f"p99 {ratio:5.1f}x; flood sent {r['requests']:6d} requests "
@@ -151,4 +153,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with recording(__file__):
+        main()
