@@ -108,7 +108,8 @@ def main(argv: list[str]) -> int:
     names = names or known
     failed = [n for n in names if run_first and not run(n)]
     figures = {n: data for n in names if n not in failed and (data := load(n)) is not None}
-    PAGE.write_text(rewrite(text, figures))
+    # Read again: the page may have been edited while the benches ran.
+    PAGE.write_text(rewrite(PAGE.read_text(), figures))
     missing = sorted(set(names) - set(figures))
     print(f"{PAGE.relative_to(ROOT)}: {len(figures)} table(s) rewritten")
     if missing:
