@@ -92,7 +92,7 @@ def main() -> None:
             f"max {max(failed_ms):.1f} ms"
         )
     figure(
-        f"append p50 before a terminate {pct(normal, 0.5):.2f} ms, after {pct(after, 0.5):.2f} ms"
+        f"append p50: before a terminate {pct(normal, 0.5):.2f} ms, after {pct(after, 0.5):.2f} ms"
     )
 
 

@@ -93,7 +93,7 @@ def main() -> None:
         # What is stored either way is floored by chars/4 (estimate_text).
         stored = max(b["tokens"], b["chars_4"])
         figure(
-            f"  {kind}: the estimate is {b['seconds'] / e['seconds']:.0f}x faster than the bounded"
+            f"  {kind}, estimate vs bounded: the estimate is {b['seconds'] / e['seconds']:.0f}x faster than the bounded"
             f" count, {100 * (e['tokens'] - stored) / stored:+.1f} % of its stored count"
         )
     if naive:
@@ -106,7 +106,7 @@ def main() -> None:
                 else (f"count {100 * (b['tokens'] - n['tokens']) / n['tokens']:+.3f} %")
             )
             figure(
-                f"  {kind}: bounded is {n['seconds'] / b['seconds']:.1f}x faster, {same};"
+                f"  {kind}, bounded vs naive: bounded is {n['seconds'] / b['seconds']:.1f}x faster, {same};"
                 f" the estimate {n['seconds'] / e['seconds']:.0f}x"
             )
 
