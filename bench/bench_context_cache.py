@@ -420,7 +420,7 @@ def run_in_process() -> None:
     from sessions import selectors
     from sessions.models import Session
 
-    for label, cold in (("warm window cache", False), ("cold: window cache cleared", True)):
+    for label, cold in (("warm window cache", False), ("cold window cache (cleared)", True)):
         wall, cpu = [], []
         for _ in range(30):
             session = Session.objects.defer("tools").get(external_id="big")
