@@ -30,10 +30,12 @@ from common import (  # bench/ is sys.path[0] when run as a script
     Http,
     Peak,
     django_on_scratch_database,
+    figure,
     gunicorn,
     mb,
     pct,
     proc_status,
+    recording,
     worker_pids,
 )
 
@@ -120,7 +122,7 @@ def main() -> None:
         return (time.perf_counter() - start) * 1000
 
     naive_short, naive_long = naive_cost("short"), naive_cost("long")
-    print(
+    figure(
         f"naive re-count per append: {naive_short:.1f} ms at 100 prior, {naive_long:.1f} ms at 10,000 prior "
         f"→ ratio {naive_long / max(naive_short, 1e-6):.1f}x (plus the append itself)"
     )
@@ -166,13 +168,13 @@ def run_http(port: int, raw: str, texts: list[str], ctx, pids: list[int]) -> Non
         for t in threads:
             t.join()
         elapsed = time.perf_counter() - start
-    print(
+    figure(
         f"append 3-message batch, gunicorn -w {len(pids)} {os.environ.get('BENCH_GUNICORN_ARGS', '')}"
         f"(gunicorn.conf.py), 4 concurrent clients, {len(latencies)} requests: "
         f"p50 {pct(latencies, 0.5):.1f} ms, p99 {pct(latencies, 0.99):.1f} ms, "
         f"{len(latencies) / elapsed:.0f} req/s  (targets: p50 ≤ 15, p99 ≤ 60)"
     )
-    print(
+    figure(
         f"  worker memory: RSS {mb(max(proc_status(pid, 'VmRSS') for pid in pids))} (largest of "
         f"{len(pids)}), peak growth over the {len(latencies):,} appends {mb(max(p.growth for p in peaks))}"
     )
@@ -186,7 +188,7 @@ def run_http(port: int, raw: str, texts: list[str], ctx, pids: list[int]) -> Non
             assert status == 200
             bucket.append(ms)
     m_short, m_long = statistics.mean(short), statistics.mean(long_)
-    print(
+    figure(
         f"mean append: {m_short:.2f} ms at 100 prior, {m_long:.2f} ms at 10,000 prior "
         f"→ ratio {m_long / m_short:.2f}x (target ≤ 1.5x)"
     )
@@ -202,7 +204,7 @@ def run_http(port: int, raw: str, texts: list[str], ctx, pids: list[int]) -> Non
             size = len(payload)
             ctx_times.append(ms)
     ctx_times = ctx_times[5:]
-    print(
+    figure(
         f"GET context, {ctx.live_message_count} messages / {ctx.conversation_tokens:,} tokens "
         f"({size / 1e6:.2f} MB body): p50 {pct(ctx_times, 0.5):.1f} ms, p99 {pct(ctx_times, 0.99):.1f} ms "
         f"(target p50 ≤ 60); worker peak RSS growth {mb(max(p.growth for p in peaks))}"
@@ -210,4 +212,5 @@ def run_http(port: int, raw: str, texts: list[str], ctx, pids: list[int]) -> Non
 
 
 if __name__ == "__main__":
-    main()
+    with recording(__file__):
+        main()

@@ -28,7 +28,13 @@ import json
 import os
 import time
 
-from common import django_on_scratch_database, huge_text, mb  # bench/ is sys.path[0]
+from common import (  # bench/ is sys.path[0]
+    django_on_scratch_database,
+    figure,
+    huge_text,
+    mb,
+    recording,
+)
 
 SIZE = int(float(os.environ.get("BENCH_HUGE_MB", "30")) * 1_000_000)
 ROUNDS = int(os.environ.get("BENCH_HUGE_ROUNDS", "3"))
@@ -86,7 +92,7 @@ def main() -> None:
             figures[how] = best
             cpu, wall, message = best
             flag = " (estimated)" if message["token_count_estimated"] else ""
-            print(
+            figure(
                 f"  {kind:9} {how:8}: {cpu:6.3f} s CPU, {wall:6.3f} s wall, "
                 f"{message['token_count']:,} tokens{flag}",
                 flush=True,
@@ -99,8 +105,8 @@ def main() -> None:
         outcome = message_count_exact(session_id=session.pk, seq=seq)
         cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
         counted = Message.objects.get(session=session, seq=seq).token_count
-        print(
-            f"  {kind:9} request CPU {exact[0] / est[0]:.0f}x less with the estimate; estimate "
+        figure(
+            f"  {kind}, estimate vs exact: request CPU {exact[0] / est[0]:.0f}x less with the estimate; estimate "
             f"{100 * (est[2]['token_count'] - counted) / counted:+.1f} % of the exact count; "
             f"the worker's exact count: {cpu:.3f} s CPU, {wall:.3f} s wall ({outcome})",
             flush=True,
@@ -132,4 +138,5 @@ def refused_at_the_shipped_cap(settings) -> float:
 
 
 if __name__ == "__main__":
-    main()
+    with recording(__file__):
+        main()

@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 
 import httpx
-from common import django_on_scratch_database, drop_database, gunicorn, pct
+from common import django_on_scratch_database, drop_database, figure, gunicorn, pct, recording
 from contextsvc_client import AsyncClient, Client
 
 N = 600  # calls per kind and per side
@@ -47,7 +47,7 @@ def _report(kind: str, raw: list[tuple[float, float]], ours: list[tuple[float, f
     our_cpu = sum(c for c, _ in ours) / len(ours) * 1e3
     raw_p50 = pct([w for _, w in raw], 0.5) * 1e3
     our_p50 = pct([w for _, w in ours], 0.5) * 1e3
-    print(
+    figure(
         f"{kind:<26} client CPU/call: httpx {raw_cpu:.3f} ms, contextsvc_client {our_cpu:.3f} ms "
         f"({our_cpu - raw_cpu:+.3f} ms) | wall p50: {raw_p50:.2f} vs {our_p50:.2f} ms "
         f"({our_p50 - raw_p50:+.2f} ms)"
@@ -126,4 +126,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with recording(__file__):
+        main()

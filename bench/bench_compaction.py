@@ -38,6 +38,8 @@ from common import (  # bench/ is sys.path[0] when run as a script
     ROOT,
     django_on_scratch_database,
     drop_database,
+    figure,
+    recording,
 )
 
 WORKLOADS = ROOT.parent / "shared" / "workloads" / "real"
@@ -294,7 +296,7 @@ def run_benchmarks(db_url: str, tmp: Path, settings) -> None:
             f"{', '.join(r.strategies_run)} → {r.after_tokens:,} tokens, "
             f"{r.before_msg_count} → {r.after_msg_count} messages"
         )
-        print(
+        figure(
             f"1. offline compaction of a {r.before_tokens:,}-token window through the worker"
             f" ({what}): end to end median {med(walls):.0f} ms, max {max(walls):.0f} ms"
             f" (queue {med(queues):.0f} ms, run {med(totals):.0f} ms,"
@@ -302,7 +304,7 @@ def run_benchmarks(db_url: str, tmp: Path, settings) -> None:
             "  (target ≤ 1000 ms)"
         )
         t = r.timings
-        print(
+        figure(
             f"   run breakdown: load {t['load_ms']:.0f} ms, strategies+retention"
             f" {t['compute_ms']:.0f} ms (summariser {t['llm_ms']:.0f} ms),"
             f" apply {t['apply_ms']:.0f} ms; retention score {r.retention_score}"
@@ -334,13 +336,13 @@ def run_benchmarks(db_url: str, tmp: Path, settings) -> None:
         settings.CONTEXTSVC_SUMMARIZER = "offline"
         settings.CONTEXTSVC_SUMMARIZER_ANTHROPIC_API_KEY = None
     med = statistics.median
-    print(
+    figure(
         f"2. with the fake Messages API answering in 0 ms: service overhead around the model call"
         f" median {med(overheads):.0f} ms, max {max(overheads):.0f} ms (the SDK call itself"
         f" {med(llms):.0f} ms, {len(json.dumps(sent)) / 1e6:.1f} MB request; run CPU incl. SDK"
         f" {med(cpus2):.0f} ms)  (target ≤ 150 ms)"
     )
-    print(f"   first call in a fresh process (SDK import + client): {cold:.0f} ms")
+    figure(f"   first call in a fresh process (SDK import + client): {cold:.0f} ms")
 
     # 3. worker RSS with 200 MB of tool outputs ----------------------------------------------------
     print("storing 200 MB of tool outputs (100 × 2 MB, stored as ToolOutput)…", flush=True)
@@ -388,7 +390,7 @@ def run_benchmarks(db_url: str, tmp: Path, settings) -> None:
         run, _ = wait_finished(run.pk, timeout=600)
         assert run.status == "succeeded", run.error
         peak = worker.status("VmHWM")
-    print(
+    figure(
         f"3. worker peak RSS compacting a session holding {mb(stored or 0)} of tool outputs: "
         f"{mb(peak)} (idle after start {mb(idle)}; run {run.timings['total_ms']:.0f} ms, "
         f"{', '.join(run.strategies_run)})  (target ≤ 300 MB)"
@@ -396,4 +398,5 @@ def run_benchmarks(db_url: str, tmp: Path, settings) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with recording(__file__):
+        main()

@@ -32,8 +32,11 @@ from common import (  # bench/ is sys.path[0] when run as a script
     ROOT,
     Http,
     django_on_scratch_database,
+    figure,
     gunicorn,
     pct,
+    record,
+    recording,
 )
 
 WORKLOADS = ROOT.parent / "shared" / "workloads" / "real"
@@ -275,7 +278,7 @@ def main() -> None:
 
     tok = get_tokenizer("tiktoken:cl100k_base")
     schema_tokens = sum(estimate_tool_def(ToolDef(**t), tok) for t in tools)
-    print(
+    figure(
         f"tools: 300 MCP + {len(BUILTINS)} built-in,"
         f" {schema_tokens:,} tokens of descriptions and schemas",
         flush=True,
@@ -306,7 +309,7 @@ def main() -> None:
     for attempt in ("cold", "warm"):
         start = time.perf_counter()
         session_set_tools(session=Session.objects.get(pk=session.pk), tools=BUILTINS + tools)
-        print(
+        figure(
             f"PUT tools ({attempt} JSON Schema check cache):"
             f" {(time.perf_counter() - start) * 1000:.0f} ms",
             flush=True,
@@ -318,7 +321,7 @@ def main() -> None:
             session=Session.objects.get(pk=session.pk), messages=history[start : start + 100]
         )
     session = Session.objects.get(pk=session.pk)
-    print(
+    figure(
         f"history: {session.live_message_count} live messages,"
         f" {session.conversation_tokens:,} tokens",
         flush=True,
@@ -362,18 +365,18 @@ def run_http(port: int, raw: str, tools: list[dict]) -> None:
         body = json.loads(payload)
     deferral = body["budget"]["deferral"]
     last = body["budget"]["cache"]["last_build"]
-    print(
+    figure(
         f"GET context, 300 MCP tools + {len(body['messages'])} API messages"
         f" ({size / 1e6:.2f} MB body): "
         f"p50 {pct(times, 0.5):.1f} ms, p99 {pct(times, 0.99):.1f} ms (target p50 ≤ 60)"
     )
-    print(
+    figure(
         f"  deferral: {deferral['sent_tools']} tools sent, {deferral['deferred_count']} deferred, "
         f"tool tokens sent {deferral['tokens_sent']:,} of {deferral['tokens_all']:,}"
         " (scaled ×2.09), "
         f"saved {deferral['tokens_saved']:,} per call"
     )
-    print(
+    figure(
         f"  cache: {last['breakpoints']['count']} breakpoints,"
         f" last build reads {last['cache_read_tokens']:,} "
         f"of {last['input_tokens']:,} input tokens from cache ({last['cache_read_ratio']:.1%})"
@@ -402,7 +405,7 @@ def run_http(port: int, raw: str, tools: list[dict]) -> None:
         http_.call("POST", "sessions/big/tools/tool_search/call", {"query": "xcode build"})[1]
     )
     print(f"  (load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")
-    print(
+    figure(
         f"tool_search over {deferral['deferred_count']} deferred tools, {len(queries)} queries: "
         f"p50 {pct(search_times, 0.5):.1f} ms, p99 {pct(search_times, 0.99):.1f} ms (target ≤ 20); "
         f"{hits}/{len(queries)} with matches;"
@@ -418,7 +421,7 @@ def run_in_process() -> None:
     from sessions import selectors
     from sessions.models import Session
 
-    for label, cold in (("warm window cache", False), ("cold: window cache cleared", True)):
+    for label, cold in (("warm window cache", False), ("cold window cache (cleared)", True)):
         wall, cpu = [], []
         for _ in range(30):
             session = Session.objects.defer("tools").get(external_id="big")
@@ -428,7 +431,7 @@ def run_in_process() -> None:
             json_response(context_for_call(session=session, fmt="anthropic", preflight=False))
             wall.append((time.perf_counter() - w) * 1000)
             cpu.append((time.process_time() - c) * 1000)
-        print(
+        figure(
             f"  in-process build + JSON, {label} (no HTTP): wall p50 {pct(wall, 0.5):.1f} ms,"
             f" CPU p50 {pct(cpu, 0.5):.1f} ms (load average {os.getloadavg()[0]:.1f}"
             f" on {os.cpu_count()} CPUs)"
@@ -442,7 +445,7 @@ def run_in_process() -> None:
         tool_search(session, {"query": ["aws lambda", "figma frame", "docker volume"][i % 3]})
         wall.append((time.perf_counter() - w) * 1000)
         cpu.append((time.process_time() - c) * 1000)
-    print(
+    figure(
         f"  in-process tool_search (no HTTP): wall p50 {pct(wall, 0.5):.1f} ms,"
         f" CPU p50 {pct(cpu, 0.5):.1f} ms"
     )
@@ -464,7 +467,7 @@ def run_replay(key) -> None:
         ("no cache_control markers", "anthropic", {"enabled": False}),
         ("automatic prefix cache (openai)", "openai", {}),
     ]
-    print(
+    figure(
         f"replay: {calls} tool calls, {llm_calls} LLM calls, {len(messages)} messages "
         f"({REPLAY_RUNS[0].split('/')[1][:40]}… + a second task)"
     )
@@ -529,12 +532,17 @@ def run_replay(key) -> None:
         print(f"  {name} ({trimmed} tool outputs trimmed by the end):")
         for label, _, _ in variants:
             read, write, sent, changed, _ = results[(hysteresis, label)]
+            record(
+                f"{name}, {label}",
+                f"cache reads {read / max(sent, 1):.1%} of {sent:,} input tokens; "
+                f"writes {write / max(sent, 1):.1%}; calls whose sent prefix changed: {changed}",
+            )
             print(
                 f"    {label:<40} cache reads {read / max(sent, 1):6.1%} of {sent:,} input tokens; "
                 f"writes {write / max(sent, 1):5.1%}; calls whose sent prefix changed: {changed}"
             )
     if all(r[4] == 0 for r in results.values()):
-        print(
+        figure(
             "  (no tool output was trimmed in this replay: the tool output cache's budget trim"
             " did not "
             "run, so hysteresis makes no difference here)"
@@ -542,4 +550,5 @@ def run_replay(key) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with recording(__file__):
+        main()

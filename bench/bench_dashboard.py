@@ -29,7 +29,7 @@ import time
 
 import dashboard_calls  # bench/ is sys.path[0] when run as a script
 import dashboard_find
-from common import ROOT, django_on_scratch_database
+from common import ROOT, django_on_scratch_database, figure, record, recording
 from page_timing import timed
 
 WORKLOADS = ROOT.parent / "shared" / "workloads" / "real"
@@ -154,7 +154,7 @@ def main() -> None:
     session = seed(key, texts, outputs)
     for i in range(500):
         session_create(owner=key, data={"id": f"other-{i}", "model": "gpt-4o"})
-    print(
+    figure(
         f"seeded in {time.perf_counter() - start:.0f} s: {session.message_count:,} messages, "
         f"{Message.objects.filter(session=session, role='tool').count()} tool outputs, "
         f"{session.used_tokens:,} tokens in the window, guard {session.guard_status}",
@@ -258,7 +258,7 @@ def main() -> None:
     start = time.perf_counter()
     run = compaction_execute(run_id=run.pk)
     elapsed = time.perf_counter() - start
-    print(
+    figure(
         f"\ncompaction ({run.status}, {'/'.join(run.strategies_run)}): "
         f"{run.before_tokens:,} → {run.after_tokens:,} tokens in {elapsed:.1f} s"
     )
@@ -290,7 +290,13 @@ def report(client, rows) -> None:
             f" ({t['cpu'] / target:.2f}) {flag}",
             flush=True,
         )
+        record(
+            f"{kind.strip()} {label}",
+            f"wall p50 {t['wall']:.1f} ms, p95 {t['p95']:.1f}, CPU {t['cpu']:.1f}, DB {t['db']:.1f};"
+            f" {t['queries']} queries, {t['size'] / 1024:.0f} KB (target ≤ {target} ms: {flag})",
+        )
 
 
 if __name__ == "__main__":
-    main()
+    with recording(__file__):
+        main()

@@ -21,7 +21,7 @@ import threading
 import uuid
 
 import psycopg
-from common import Http, django_on_scratch_database, gunicorn, pct
+from common import Http, django_on_scratch_database, figure, gunicorn, pct, recording
 
 
 def main() -> None:
@@ -83,18 +83,19 @@ def main() -> None:
                     failures.append((status, code))
                     failed_ms.append(ms)
 
-    print(f"gunicorn: {workers} workers x {threads} threads, {cycles} terminate cycles")
-    print(f"connections terminated: {killed}; requests failed after: {len(failures)}")
-    print(f"failures answered: {sorted(set(failures))}")
+    figure(f"gunicorn: {workers} workers x {threads} threads, {cycles} terminate cycles")
+    figure(f"connections terminated: {killed}; requests failed after: {len(failures)}")
+    figure(f"failures answered: {sorted(set(failures))}")
     if failed_ms:
-        print(
+        figure(
             f"503 answered in: median {statistics.median(failed_ms):.1f} ms, "
             f"max {max(failed_ms):.1f} ms"
         )
-    print(
-        f"append p50 before a terminate {pct(normal, 0.5):.2f} ms, after {pct(after, 0.5):.2f} ms"
+    figure(
+        f"append p50: before a terminate {pct(normal, 0.5):.2f} ms, after {pct(after, 0.5):.2f} ms"
     )
 
 
 if __name__ == "__main__":
-    main()
+    with recording(__file__):
+        main()

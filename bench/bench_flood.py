@@ -44,8 +44,10 @@ from common import (  # bench/ is sys.path[0]; common puts the project root on s
     cpu_seconds,
     django_on_scratch_database,
     drop_database,
+    figure,
     gunicorn,
     pct,
+    recording,
     worker_pids,
 )
 
@@ -143,7 +145,7 @@ def one_run(db_url: str, name: str, run: str) -> dict:
 def main() -> None:
     db_url = django_on_scratch_database("_flood")
     chosen = os.environ.get("BENCH_FLOOD_VARIANTS", "shipped").split(",")
-    print(
+    figure(
         f"calm key: {SAMPLES} one-line appends at 25/s before and during the flood "
         f"(2 workers x 2 threads, PostgreSQL; {RUNS} run(s) each); times in ms"
     )
@@ -160,16 +162,16 @@ def main() -> None:
                 normal, flooded = r["normal"], r["flooded"]
                 ratios.append(pct(flooded, 0.99) / pct(normal, 0.99))
                 big = "/".join(str(r["big"][k]) for k in BIG_OUTCOMES)
-                print(
-                    f"{name:>9} {n + 1:>3}  "
+                figure(
+                    f"{name:>9} run {n + 1}: "
                     f"{pct(normal, 0.5):5.1f}/{pct(normal, 0.99):6.1f}  "
                     f"{pct(flooded, 0.5):6.1f}/{pct(flooded, 0.99):7.1f}  "
                     f"{ratios[-1]:5.2f}  {big:>34}  {r['small']:8d}  {r['requests']:8d}  "
                     f"{r['cpu']:.2f}",
                     flush=True,
                 )
-            print(
-                f"{name:>9}: p99 ratio median {statistics.median(ratios):.2f}, "
+            figure(
+                f"{name:>9} p99 ratio: median {statistics.median(ratios):.2f}, "
                 f"worst {max(ratios):.2f}; within 2x in {sum(x <= 2 for x in ratios)} "
                 f"of {len(ratios)} runs",
                 flush=True,
@@ -182,4 +184,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with recording(__file__):
+        main()

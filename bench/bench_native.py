@@ -23,7 +23,7 @@ import statistics
 import time
 from collections.abc import Callable
 
-from common import django_on_scratch_database, drop_database, pct
+from common import django_on_scratch_database, drop_database, figure, pct, record, recording
 
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "30"))
 PER_ROUND = int(os.environ.get("BENCH_PER_ROUND", "10"))
@@ -196,6 +196,11 @@ def run() -> None:
             f"   {name:<10} {mean * 1000:>8.2f}ms {pct(cpu[name], 0.5) * 1000:>8.2f}ms"
             f" {pct(wall[name], 0.5) * 1000:>8.2f}ms {mean / base_cpu:>10.3f}"
         )
+        record(
+            f"8-message batch as {name}",
+            f"CPU mean {mean * 1000:.2f} ms, CPU p50 {pct(cpu[name], 0.5) * 1000:.2f} ms,"
+            f" wall p50 {pct(wall[name], 0.5) * 1000:.2f} ms, CPU ratio {mean / base_cpu:.3f}",
+        )
 
     # 2. OpenTelemetry off / on, interleaved, same shape (own), one session each.
     modes = {"off": session("otel-off"), "on": session("otel-on")}
@@ -237,11 +242,11 @@ def run() -> None:
     telemetry.reset()
     print(f"2. append with OpenTelemetry off / on, {ROUNDS * PER_ROUND} appends each")
     for mode in ("off", "on"):
-        print(
-            f"   {mode:<4} CPU p50 {pct(otel_cpu[mode], 0.5) * 1000:.2f} ms,"
+        figure(
+            f"   OpenTelemetry {mode:<4}: CPU p50 {pct(otel_cpu[mode], 0.5) * 1000:.2f} ms,"
             f" wall p50 {pct(otel_wall[mode], 0.5) * 1000:.2f} ms"
         )
-    print(
+    figure(
         f"   ratio on/off: CPU p50 {pct(otel_cpu['on'], 0.5) / pct(otel_cpu['off'], 0.5):.3f},"
         f" wall p50 {pct(otel_wall['on'], 0.5) / pct(otel_wall['off'], 0.5):.3f}"
         f" ({sum(len(e.get_finished_spans()) for e in exporters)} spans exported)"
@@ -250,4 +255,5 @@ def run() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with recording(__file__):
+        main()

@@ -32,9 +32,11 @@ from common import (  # bench/ is sys.path[0] when run as a script
     Peak,
     django_on_scratch_database,
     drop_database,
+    figure,
     gunicorn,
     mb,
     pct,
+    recording,
     worker_pid,
 )
 
@@ -104,7 +106,7 @@ def run_http(http_: Http, pid: int) -> None:
     assert status == 201, payload
     up = json.loads(payload)
     ref = up["id"]
-    print(
+    figure(
         f"upload {mb(up['byte_size'])}, {up['line_count']:,} lines: {ms / 1000:.1f} s "
         f"({up['byte_size'] / ms / 1000:.0f} MB/s); worker peak RSS growth {mb(upload_peak.growth)}"
     )
@@ -122,7 +124,7 @@ def run_http(http_: Http, pid: int) -> None:
     for _ in range(40):
         first.append(http_.call("GET", f"refs/{ref}?offset=1&limit=100")[2])
         last.append(http_.call("GET", f"refs/{ref}?offset={BIG_LINES - 99}&limit=100")[2])
-    print(
+    figure(
         f"100-line slice over HTTP, 300 random offsets: p50 {pct(times, 0.5):.1f} ms, "
         f"p99 {pct(times, 0.99):.1f} ms (target p50 ≤ 30); "
         f"first slice p50 {pct(first, 0.5):.1f} ms, last slice p50 {pct(last, 0.5):.1f} ms "
@@ -139,7 +141,7 @@ def run_http(http_: Http, pid: int) -> None:
             assert status == 200, payload
             grep_times.append(ms)
     found = json.loads(payload)
-    print(
+    figure(
         f"grep 'status=5\\d\\d' over {mb(size)}: "
         f"{statistics.median(grep_times) / 1000:.2f} s median of 3 "
         f"({found['match_count']} matches, lines {[m['line'] for m in found['matches']]}) "
@@ -154,7 +156,7 @@ def run_http(http_: Http, pid: int) -> None:
     )
     xs = json.loads(payload)["id"]
     status, payload, ms = http_.call("GET", f"refs/{xs}/grep?pattern={quote('(x+x+)+y')}")
-    print(
+    figure(
         f"catastrophic pattern (x+x+)+y on a 50,000-x line: HTTP {status} "
         f"({json.loads(payload)['error']['details'].get('reason')}) after {ms / 1000:.1f} s "
         f"(CONTEXTSVC_GREP_TIME_LIMIT_MS)"
@@ -194,8 +196,8 @@ def run_http(http_: Http, pid: int) -> None:
             )
             assert status == 200, payload[:300]
             ten_times.append(up_ms + ms)
-    print(
-        f"a 10 MB tool result (streamed upload + append with its output_ref, stored + "
+    figure(
+        f"a 10 MB tool result: (streamed upload + append with its output_ref, stored + "
         f"50 KiB view tokenized): {statistics.median(ten_times):.0f} ms median of 3 "
         f"(target ≤ 1000); the same as a JSON body refused in "
         f"{statistics.median(refused):.0f} ms; worker peak RSS growth {mb(post_peak.growth)}"
@@ -240,7 +242,7 @@ def run_http(http_: Http, pid: int) -> None:
             assert status == 200, payload
             if i >= 50:
                 bucket.append(ms)
-    print(
+    figure(
         f"2 KB result (assistant call + tool result): cache on p50 {pct(tool_on, 0.5):.2f} ms / "
         f"mean {statistics.mean(tool_on):.2f}; cache off p50 {pct(tool_off, 0.5):.2f} ms; "
         f"plain 2 KB message pair p50 {pct(plain, 0.5):.2f} ms → overhead over plain "
@@ -359,14 +361,14 @@ def replay_all() -> None:
     runs = trajectories()
     calls = sum(1 for run in runs for m in run if m["role"] == "tool")
     budget = 20_000
-    print(
+    figure(
         f"replay: {len(runs)} recorded runs, {calls} tool results, "
         f"tool-output budget {budget:,} tokens"
     )
     for h in (0.25, 0.0):
         start = time.perf_counter()
         r = replay(runs, f"replay-{h}", h, budget)
-        print(
+        figure(
             f"  hysteresis {h:.2f}: {r['changed']} of {r['turns']} LLM calls had their "
             f"already-sent "
             f"prefix changed by trimming ({r['trims']} trims; ~{r['lost']:,} already-sent tokens "
@@ -375,4 +377,5 @@ def replay_all() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with recording(__file__):
+        main()

@@ -14,7 +14,7 @@ import time
 import uuid
 
 import django
-from common import ROOT, pct  # noqa: F401  (bench/ is sys.path[0]; common puts ROOT on sys.path)
+from common import ROOT, figure, pct, recording  # noqa: F401  (bench/ is sys.path[0]; common puts ROOT on sys.path)
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "contextsvc.settings")
 django.setup()
@@ -48,7 +48,7 @@ def main() -> None:
             start = time.perf_counter()
             limiter.admit(key).release()
             times.append((time.perf_counter() - start) * 1e6)
-        print(
+        figure(
             f"admit + release, {storage.split(':')[0]}: p50 {pct(times, 0.5):.0f} µs, "
             f"p99 {pct(times, 0.99):.0f} µs over {N} calls"
         )
@@ -75,8 +75,9 @@ def refused_in_front_of_django() -> None:
     for _ in range(N):
         wrapper(dict(environ), lambda status, headers: None)
     per_call = (time.process_time() - start) / N * 1e6
-    print(f"refused in front of Django (WSGI wrapper): {per_call:.0f} µs of CPU per request")
+    figure(f"refused in front of Django (WSGI wrapper): {per_call:.0f} µs of CPU per request")
 
 
 if __name__ == "__main__":
-    main()
+    with recording(__file__):
+        main()

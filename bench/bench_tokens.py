@@ -22,7 +22,14 @@ import subprocess
 import sys
 import time
 
-from common import ROOT, huge_text, mb, proc_status  # bench/ is sys.path[0] as a script
+from common import (  # bench/ is sys.path[0] as a script
+    ROOT,
+    figure,
+    huge_text,
+    mb,
+    proc_status,
+    recording,
+)
 
 SIZE = int(float(os.environ.get("BENCH_TOKENS_MB", "30")) * 1_000_000)
 
@@ -76,7 +83,7 @@ def main() -> None:
             )
             figures = json.loads(out.stdout.strip().splitlines()[-1])
             results[kind, how] = figures
-            print(
+            figure(
                 f"  {kind:9} {how:7}: {figures['seconds']:7.3f} s, {figures['tokens']:>10,} tokens "
                 f"(chars/4 {figures['chars_4']:,}), peak RSS growth {mb(figures['growth'])}",
                 flush=True,
@@ -85,8 +92,8 @@ def main() -> None:
         e, b = results[kind, "estimate"], results[kind, "bounded"]
         # What is stored either way is floored by chars/4 (estimate_text).
         stored = max(b["tokens"], b["chars_4"])
-        print(
-            f"  {kind}: the estimate is {b['seconds'] / e['seconds']:.0f}x faster than the bounded"
+        figure(
+            f"  {kind}, estimate vs bounded: the estimate is {b['seconds'] / e['seconds']:.0f}x faster than the bounded"
             f" count, {100 * (e['tokens'] - stored) / stored:+.1f} % of its stored count"
         )
     if naive:
@@ -98,8 +105,8 @@ def main() -> None:
                 if b["tokens"] == n["tokens"]
                 else (f"count {100 * (b['tokens'] - n['tokens']) / n['tokens']:+.3f} %")
             )
-            print(
-                f"  {kind}: bounded is {n['seconds'] / b['seconds']:.1f}x faster, {same};"
+            figure(
+                f"  {kind}, bounded vs naive: bounded is {n['seconds'] / b['seconds']:.1f}x faster, {same};"
                 f" the estimate {n['seconds'] / e['seconds']:.0f}x"
             )
 
@@ -109,4 +116,5 @@ if __name__ == "__main__":
         sys.path.insert(0, str(ROOT))
         run_case(sys.argv[2], sys.argv[3])
     else:
-        main()
+        with recording(__file__):
+            main()

@@ -15,7 +15,11 @@ import statistics
 import time
 from unittest import mock
 
-from common import ROOT  # noqa: F401  (puts the project on sys.path)
+from common import (
+    ROOT,  # noqa: F401  (puts the project on sys.path)
+    figure,
+    recording,
+)
 
 from contextsvc.engine import build
 from contextsvc.engine.build import ContextParts, build_request
@@ -66,11 +70,12 @@ def main() -> None:
                 without.append(once_ms(fmt, parts))
         for name, fn in (("min", min), ("median", statistics.median)):
             a, b = fn(without), fn(with_step)
-            print(
-                f"  {fmt:9s} {name:6s}  as stored {a:6.2f}   well formed {b:6.2f}"
-                f"   (+{b - a:.2f} ms)"
+            figure(
+                f"  {fmt:9s} {name:6s}: as stored {a:6.2f} ms, well formed {b:6.2f} ms"
+                f" (+{b - a:.2f} ms)"
             )
 
 
 if __name__ == "__main__":
-    main()
+    with recording(__file__):
+        main()

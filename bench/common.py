@@ -1,6 +1,7 @@
 """What every benchmark needs: a scratch PostgreSQL database, percentiles,
 a free loopback port, a keep-alive HTTP client for the API, a real gunicorn,
-and the memory of its workers (Linux /proc)."""
+the memory of its workers (Linux /proc), and its figures kept as JSON
+(var/bench/<bench>.json) for docs/benchmarks.md (``bin/docs bench``)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlparse, urlunparse
 
@@ -293,3 +295,42 @@ def growth(per_call: dict[int, float]) -> str:
         return "growth: one history only"
     ratio = per_call[sizes[-1]] / per_call[sizes[0]]
     return f"growth {sizes[0]} → {sizes[-1]}: {ratio:.2f}× (target 1.00: not growing)"
+
+
+# --- figures as JSON (docs/benchmarks.md) -----------------------------------------------
+
+FIGURES: list[dict[str, str]] = []
+
+
+def record(measure: str, result: str) -> None:
+    """Keep one figure for the bench's JSON without printing it."""
+    FIGURES.append({"measure": " ".join(measure.split()), "result": " ".join(result.split())})
+
+
+def figure(text: str, *, flush: bool = True) -> None:
+    """Print one line of figures and keep it: ``measure: result`` (split at the first ": ")."""
+    print(text, flush=flush)
+    measure, sep, result = text.strip().partition(": ")
+    record(measure, result if sep else "")
+
+
+@contextmanager
+def recording(script: str) -> Iterator[None]:
+    """Run a bench's main; when it finishes, write its figures to var/bench/<bench>.json
+    (BENCH_JSON_DIR elsewhere) with when, how long and how loaded the machine was."""
+    started, load_before = time.perf_counter(), os.getloadavg()[0]
+    yield
+    name = Path(script).stem
+    folder = Path(os.environ.get("BENCH_JSON_DIR") or ROOT / "var" / "bench")
+    folder.mkdir(parents=True, exist_ok=True)
+    data = {
+        "bench": name,
+        "date": datetime.now(UTC).strftime("%Y-%m-%d"),
+        "seconds": round(time.perf_counter() - started),
+        "cpus": os.cpu_count(),
+        "load": [round(load_before, 1), round(os.getloadavg()[0], 1)],
+        "figures": FIGURES,
+    }
+    path = folder / f"{name}.json"
+    path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+    print(f"figures written to {path}")

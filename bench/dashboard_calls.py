@@ -8,6 +8,8 @@ import statistics
 import time
 from typing import Any
 
+from common import record
+
 CALLS = 10_000
 WRITE_RUNS = 200
 
@@ -175,4 +177,9 @@ def write_cost(session: Any, label: str) -> None:
         f" record alone {rec:4.2f} ms wall, {rec_cpu:4.2f} cpu"
         f"  ≤ 1 ms: {rec:.2f} ({rec_cpu:.2f}) {flag}",
         flush=True,
+    )
+    record(
+        f"ContextCall write, {label}",
+        f"GET /context wall {wall_a:.2f} → {wall_b:.2f} ms, CPU {cpu_a:.2f} → {cpu_b:.2f};"
+        f" the record alone {rec:.2f} ms wall, {rec_cpu:.2f} CPU (target ≤ 1 ms: {flag})",
     )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from common import record
 from page_timing import timed
 
 
@@ -108,4 +109,9 @@ def report(client, url: Callable[..., str], session, owner) -> None:
             f"  {label:42}{wall:6.1f} {cpu:6.1f} {db:6.1f} {queries:7d} {small_queries:5d}"
             f"  ≤ {target} ms: {wall / target:.2f} ({cpu / target:.2f}) {flag}{same}",
             flush=True,
+        )
+        record(
+            f"{label} (vs a 10-message session)",
+            f"wall {wall:.1f} ms, CPU {cpu:.1f}, DB {db:.1f}; {queries} queries"
+            f" (small session {small_queries}); target ≤ {target} ms: {flag}{same}",
         )

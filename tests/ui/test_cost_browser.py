@@ -53,13 +53,17 @@ def _session_with_calls(alice) -> tuple[str, float]:
 
 
 @pytest.mark.usefixtures("model_profiles")
-def test_operator_reads_the_cost_of_a_session(page, alice):  # noqa: F811
+def test_operator_reads_the_cost_of_a_session(page, alice, make_dash_session):  # noqa: F811
     pg = page
+    # Two other sessions share the list (and the documentation's picture of it).
+    make_dash_session(sid="refactor-parser", turns=6, tool_lines=300)
+    make_dash_session(sid="triage-ci", turns=2, usage=False)
     sid, total = _session_with_calls(alice)
     expected = f"${total:.4f}"
     login(pg)
     row = pg.locator("tr", has_text=sid)
     row.wait_for()
+    shot(pg.locator("#main"), "19-sessions-list", docs="sessions-list")
     assert expected in row.locator(".col-cost").inner_text()
     assert "3 calls" in row.locator(".col-cost").inner_text()
     row.locator("a.session-link").click()
@@ -76,6 +80,7 @@ def test_operator_reads_the_cost_of_a_session(page, alice):  # noqa: F811
     text = detail.inner_text()
     assert f"${newest.cost_usd:.4f}" in text and "saved by the cache" in text
     assert re.search(r"Provider-reported input\s+[\d,]+", text)
+    shot(detail, "20-call-detail", docs="call-detail")
     # And what was sent at turn 1, by number.
     pg.fill("#call-at-turn", "1")
     pg.locator("form.call-at button").click()

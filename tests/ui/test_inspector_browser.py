@@ -2,7 +2,9 @@
 
 Log in, open a session built through the API, expand a trimmed output and
 grep it, run a manual compaction and watch the budget bar shrink, restore a
-snapshot. Screenshots of every page go to test-artifacts/ (gitignored).
+snapshot. Screenshots of every page go to test-artifacts/ (gitignored); with
+CONTEXTSVC_DOCS_SCREENSHOTS=1 (``bin/docs screenshots``) the ones the documentation
+shows are also written to docs/img/, where they are committed.
 
 Never ``playwright install``: the browser is $CONTEXTSVC_CHROMIUM
 (/usr/bin/chromium). Without it the tests skip, except in CI where they fail.
@@ -28,6 +30,8 @@ os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 CHROMIUM = str(env_path("CONTEXTSVC_CHROMIUM"))
 IN_CI = os.environ.get("CI", "").lower() in ("true", "1")
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+DOCS_IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
+DOCS_SHOTS = os.environ.get("CONTEXTSVC_DOCS_SCREENSHOTS", "").lower() in ("1", "true")
 LAUNCH_ARGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -74,9 +78,15 @@ def page(browser, live_server, transactional_db):
     assert not errors, errors
 
 
-def shot(pg, name: str, **kw) -> None:
+def shot(pg, name: str, *, docs: str | None = None, **kw) -> None:
+    """A screenshot of a page (or of one element: a Locator) in test-artifacts/; one
+    named ``docs`` is also the documentation's picture of it (docs/img/<docs>.png)
+    when CONTEXTSVC_DOCS_SCREENSHOTS is set."""
     ARTIFACTS.mkdir(exist_ok=True)
-    pg.screenshot(path=str(ARTIFACTS / f"{name}.png"), **kw)
+    png = pg.screenshot(path=str(ARTIFACTS / f"{name}.png"), **kw)
+    if docs and DOCS_SHOTS:
+        DOCS_IMG.mkdir(parents=True, exist_ok=True)
+        (DOCS_IMG / f"{docs}.png").write_bytes(png)
 
 
 def login(pg) -> None:
@@ -218,7 +228,7 @@ def test_inspect_expand_grep_compact_restore(page, alice, monkeypatch):
     assert pg.locator("#budget .bar-track .seg-outputs").count() == 1
     # 6 user turns (< 8): a bar per LLM call, 2 answers per turn
     assert pg.locator("#usage svg .bar").count() == 12
-    shot(pg, "04-inspector", full_page=False)
+    shot(pg, "04-inspector", docs="inspector", full_page=False)
 
     # Hover a budget segment: its exact numbers.
     pg.hover("#budget .bar-track .seg-outputs")
