@@ -215,6 +215,10 @@ VARIABLES = (
         "the team's shared folder (specs, recorded workloads)",
     ),
     Variable(
+        "CONTEXTSVC_DOCS_SCREENSHOTS", "development", "bool", False,
+        "the browser tests save the dashboard's pictures to docs/img (`bin/docs screenshots`)",
+    ),
+    Variable(
         "CONTEXTSVC_CHROMIUM", "development", "path", "/usr/bin/chromium",
         "the browser of the dashboard's browser tests",
     ),
