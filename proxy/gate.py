@@ -76,8 +76,7 @@ def check(dialect: Dialect, body: dict[str, Any]) -> None:
     else:
         f.envelope(body, ("tools", "input"), ("max_output_tokens",))
         f.text(body.get("previous_response_id"), "previous_response_id")
-        if type(body.get("instructions")) is not str:
-            f.free_json(body.get("instructions"), "instructions")
+        f.text(body.get("instructions"), "instructions")
         if body.get("tools") is not None:
             f.responses_tools(body["tools"])
         f.responses_input(body.get("input"))

@@ -252,7 +252,8 @@ def responses_input(items: Any, start: int = 0) -> None:
         elif kind in ("function_call", "custom_tool_call"):
             name(item.get("call_id"), f"{where}.call_id")
             name(item.get("name"), f"{where}.name")
-            text(item.get("arguments" if kind == "function_call" else "input"), f"{where}")
+            key = "arguments" if kind == "function_call" else "input"
+            text(item.get(key), f"{where}.{key}")
         elif kind in ("function_call_output", "custom_tool_call_output"):
             name(item.get("call_id"), f"{where}.call_id")
             output = item.get("output")

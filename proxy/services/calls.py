@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from compaction.services.sync import compaction_overflow
+from contextsvc.engine.errors import EngineValidationError
 from contextsvc.engine.providers import anthropic as anthropic_format
 from contextsvc.engine.providers import openai_chat
-from contextsvc.engine.providers.common import Converted
-from contextsvc.errors import NotFound
+from contextsvc.engine.providers.common import ConversionError, Converted
+from contextsvc.errors import NotFound, ServiceError
 from prompting.context.build import context_preview
 from prompting.context.service import context_for_call_deferred
 from sessions.accounting import final_tool_name
@@ -35,7 +36,14 @@ from .builtins import (
     client_tool_names,
     runnable_names,
 )
-from .caller import Caller, caller_and_session, caller_for, client_messages, session_id
+from .caller import (
+    Caller,
+    caller_and_session,
+    caller_for,
+    client_messages,
+    discard_if_new,
+    session_id,
+)
 from .client_fit import cap_breakpoints, session_follow_tool_search, window_shortfall
 from .final import final_tool_to_answer
 from .identity import session_for_side_request
@@ -49,6 +57,11 @@ from .sync import (
 
 class ContextTooLarge(Exception):
     """Even the final-turn context does not fit the window: the provider-shaped 400."""
+
+
+# What a call is refused with (each a provider-shaped 4xx): a session the call
+# created is deleted again (``discard_if_new``).
+REFUSALS = (ServiceError, ConversionError, EngineValidationError, ContextTooLarge)
 
 
 @dataclass(slots=True)
@@ -103,12 +116,16 @@ def prepare(
     caller, session = caller_and_session(
         dialect=dialect, headers=headers, body=body, before_create=validate
     )
-    session = session_for_side_request(
-        main=session, body=body, converted=converted, before_create=validate
-    )
-    return caller, prepare_call(
-        session=session, dialect=dialect, body=body, converted=converted, messages=messages
-    )
+    try:
+        side = session_for_side_request(
+            main=session, body=body, converted=converted, before_create=validate
+        )
+        return caller, prepare_call(
+            session=side, dialect=dialect, body=body, converted=converted, messages=messages
+        )
+    except REFUSALS:
+        discard_if_new(session)
+        raise
 
 
 def _lead(body: dict[str, Any], messages: list[dict[str, Any]]) -> int:
