@@ -61,25 +61,34 @@ def read(request: HttpRequest, dialect: Dialect) -> dict[str, Any]:
 
 
 def check(dialect: Dialect, body: dict[str, Any]) -> None:
-    """The dialect's field rules on a parsed body (``gate_fields``)."""
+    """The dialect's field rules on a parsed body (``gate_fields``).
+
+    The history is not walked whole on every call: each message is checked
+    to be an object, and the leading ones (what the conversation's id reads)
+    in full; the rest are checked by ``gate_fields.check_messages`` on the
+    part a call converts, before anything is written.
+    """
     if dialect.name == "anthropic":
         f.envelope(body, ("system", "tools", "messages"), ("max_tokens",))
         f.anthropic_system(body.get("system"))
         if body.get("tools") is not None:
             f.anthropic_tools(body["tools"])
-        f.anthropic_messages(f.listed(body.get("messages"), "messages"))
+        messages = _leading(body.get("messages"), "messages")
+        f.anthropic_messages(messages)
     elif dialect.name == "openai":
         f.envelope(body, ("tools", "messages"), ("max_tokens", "max_completion_tokens"))
         if body.get("tools") is not None:
             f.chat_tools(body["tools"])
-        f.chat_messages(f.listed(body.get("messages"), "messages"))
+        messages = _leading(body.get("messages"), "messages")
+        f.chat_messages(messages)
     else:
         f.envelope(body, ("tools", "input"), ("max_output_tokens",))
         f.text(body.get("previous_response_id"), "previous_response_id")
         f.text(body.get("instructions"), "instructions")
         if body.get("tools") is not None:
             f.responses_tools(body["tools"])
-        f.responses_input(body.get("input"))
+        items = body.get("input")
+        f.responses_input(items if type(items) is not list else _leading(items, "input"))
 
 
 # Digests of client tool lists already found valid: an agent sends the same
@@ -109,6 +118,14 @@ def check_tools(body: dict[str, Any], converted: Converted) -> None:
         field = (exc.details or {}).get("field", "tools")
         raise BodyRefused(exc.message, field) from exc
     _VALID_TOOLS.put(digest, True)
+
+
+def _leading(messages: Any, field: str) -> list[Any]:
+    """All messages checked to be objects; those through the first user message returned
+    for the full rules (the rest are checked where they are converted: only what is new)."""
+    messages = f.listed(messages, field)
+    f.objects(messages, field)
+    return messages[: f.through_first_user(messages)]
 
 
 def refusal(dialect: Dialect, exc: BodyRefused) -> JsonResponse:

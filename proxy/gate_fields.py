@@ -97,6 +97,33 @@ def parts(content: list[Any], field: str) -> None:
             text(part.get("text"), f"{where}.text", optional=False)
 
 
+def objects(messages: list[Any], field: str) -> None:
+    """Every message (item) an object: what reads the whole history before it is converted
+    (the conversation's id, the prefix match) takes that for granted."""
+    for i, message in enumerate(messages):
+        if type(message) is not dict:
+            _refuse("expected an object", f"{field}.{i}")
+
+
+def through_first_user(messages: list[dict[str, Any]]) -> int:
+    """How many leading messages the conversation's id reads: up to the first user one."""
+    for i, message in enumerate(messages):
+        if message.get("role") == "user":
+            return i + 1
+    return len(messages)
+
+
+def check_messages(dialect: str, messages: list[Any], base: int) -> None:
+    """The message rules on what a call converts (the part of the history that is new);
+    ``base``: the index of ``messages[0]`` in the request. Responses: ``messages`` are units."""
+    if dialect == "anthropic":
+        anthropic_messages(messages, base)
+    elif dialect == "openai":
+        chat_messages(messages, base)
+    else:
+        responses_input([item for unit in messages for item in unit["items"]], base)
+
+
 # --- Anthropic Messages -----------------------------------------------------------
 
 
@@ -123,9 +150,8 @@ def anthropic_system(system: Any) -> None:
         free_json(block, f"system.{i}")
 
 
-def anthropic_messages(messages: list[Any], start: int = 0) -> None:
-    for i in range(start, len(messages)):
-        message = messages[i]
+def anthropic_messages(messages: list[Any], base: int = 0) -> None:
+    for i, message in enumerate(messages, base):
         where = f"messages.{i}"
         if type(message) is not dict:
             _refuse("expected an object", where)
@@ -183,9 +209,8 @@ def chat_tools(tools: Any) -> None:
         free_json(tool, where)
 
 
-def chat_messages(messages: list[Any], start: int = 0) -> None:
-    for i in range(start, len(messages)):
-        message = messages[i]
+def chat_messages(messages: list[Any], base: int = 0) -> None:
+    for i, message in enumerate(messages, base):
         where = f"messages.{i}"
         if type(message) is not dict:
             _refuse("expected an object", where)
@@ -229,12 +254,10 @@ def responses_tools(tools: Any) -> None:
         free_json(tool, where)
 
 
-def responses_input(items: Any, start: int = 0) -> None:
+def responses_input(items: Any, base: int = 0) -> None:
     if type(items) is str or items is None:
         return
-    items = listed(items, "input")
-    for i in range(start, len(items)):
-        item = items[i]
+    for i, item in enumerate(listed(items, "input"), base):
         where = f"input.{i}"
         if type(item) is not dict:
             _refuse("expected an object", where)

@@ -92,6 +92,8 @@ async def proxy_call(
         return service_error(dialect, exc)
     except ConversionError as exc:
         return conversion_error(dialect, exc)
+    except BodyRefused as exc:  # a message of the new part of the history (``gate_fields``)
+        return gate.refusal(dialect, exc)
     except EngineValidationError as exc:  # limits that cannot hold this call (its max_tokens)
         return provider_error(dialect, 400, str(exc))
     call = Call(

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from compaction.services.sync import compaction_overflow
+from contextsvc.body_gate import BodyRefused
 from contextsvc.engine.errors import EngineValidationError
 from contextsvc.engine.providers import anthropic as anthropic_format
 from contextsvc.engine.providers import openai_chat
@@ -28,8 +29,9 @@ from sessions.services.inputs import SectionData, ToolData
 from sessions.services.sessions import session_set_sections, session_update
 from sessions.services.tools import session_set_tools
 
+from ..gate_fields import check_messages
 from ..providers import Dialect
-from ..selectors import client_chains, client_view, match_view
+from ..selectors import client_view
 from . import responses_body
 from .builtins import (
     builtin_tool_data,
@@ -50,6 +52,7 @@ from .identity import session_for_side_request
 from .sync import (
     Synced,
     ToTranscript,
+    matched,
     plan_client_sync,
     session_sync_client_view,
 )
@@ -61,7 +64,7 @@ class ContextTooLarge(Exception):
 
 # What a call is refused with (each a provider-shaped 4xx): a session the call
 # created is deleted again (``discard_if_new``).
-REFUSALS = (ServiceError, ConversionError, EngineValidationError, ContextTooLarge)
+REFUSALS = (ServiceError, ConversionError, EngineValidationError, ContextTooLarge, BodyRefused)
 
 
 @dataclass(slots=True)
@@ -85,10 +88,12 @@ def _to_transcript(dialect: Dialect, lead: int) -> ToTranscript:
     """The converter ``session_sync_client_view`` applies to a slice of the client's messages."""
 
     def convert(messages: list[dict[str, Any]], offset: int) -> list[dict[str, Any]]:
-        if dialect.name == "anthropic":
-            return anthropic_format.messages_to_transcript(messages, offset=offset)
         if dialect.name == "responses":
-            return responses_body.units_to_transcript(messages, offset)
+            return responses_body.units_to_transcript(messages, offset)  # checks them too
+        if dialect.name == "anthropic":
+            check_messages(dialect.name, messages, offset)
+            return anthropic_format.messages_to_transcript(messages, offset=offset)
+        check_messages(dialect.name, messages, lead + offset)
         return openai_chat.messages_to_transcript(messages, offset=lead + offset)
 
     return convert
@@ -150,7 +155,7 @@ def count_body(
         return caller, body
     messages = client_messages(dialect, body)
     view = client_view(session.pk)
-    match = match_view(view, client_chains(view, messages), messages)
+    _, match = matched(view, messages, _to_transcript(dialect, _lead(body, messages)))
     prefix = match.prefix
     if prefix < match.stored:
         return caller, body

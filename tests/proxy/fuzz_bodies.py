@@ -1,6 +1,6 @@
 """Hostile request bodies for the proxy fuzz: valid seeds per endpoint and hypothesis mutations.
 
-A case is a seed (a body the proxy accepts) with one to three mutations at
+A case is a seed (a body the proxy accepts) with one to four mutations at
 paths drawn from the seed: a value swapped for one of another type, a key or
 item deleted, a hostile string (NUL, a lone surrogate, 10,000 characters,
 unicode), a huge integer, a deep nesting, an unknown key; then written as
@@ -192,7 +192,7 @@ def _apply(body: Any, path: tuple, op: str, value: Any) -> Any:
 @st.composite
 def mutated(draw: Any, seed: dict[str, Any]) -> dict[str, Any]:
     body: Any = copy.deepcopy(seed)
-    for _ in range(draw(st.integers(1, 3))):
+    for _ in range(draw(st.integers(1, 4))):
         candidates = paths(body)
         path = draw(st.sampled_from(candidates))
         op = draw(st.sampled_from(["set", "set", "set", "delete", "add", "add_key"]))

@@ -350,3 +350,30 @@ def test_proxy_gate_an_undeclared_body_is_counted_as_it_arrives(key, settings):
     status, body, chunks_read = _asgi(PATHS["anthropic"], headers, [b" " * 65536] * 8)
     assert status == 413 and chunks_read == 2
     assert "100000 bytes" in body["error"]["message"]
+
+
+NEW_TURNS = {
+    "anthropic": [
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_2", "name": "read_file", "input": fb.deep(500)}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_2", "content": "x"}]},
+    ],
+    "chat": [
+        {"role": "assistant", "content": "ok", "metadata": fb.deep(500)},
+        {"role": "user", "content": "and?"},
+    ],
+    "responses": [
+        {"role": "assistant", "content": [{"type": "output_text", "text": "ok", "x": fb.deep(500)}]},
+        {"role": "user", "content": "and?"},
+    ],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("where", ["anthropic", "chat", "responses"])
+def test_proxy_gate_checks_what_is_new_in_a_known_conversation(key, where):
+    seed = copy.deepcopy(SEEDS[where])
+    assert post(key, where, json.dumps(seed).encode()).status_code == 200
+    field = "messages" if where != "responses" else "input"
+    history = seed[field]
+    history.extend(NEW_TURNS[where])
+    named = refused(key, where, json.dumps(seed).encode())
+    assert named == f"{field}.{len(history) - 2}", named
