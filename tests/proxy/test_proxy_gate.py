@@ -241,6 +241,7 @@ WRONG_TYPES = [
     ("responses", ("instructions",), 0.5, "instructions"),
     ("responses", ("input",), 3, "input"),
     ("responses", ("input", 0, "content"), 3, "input.0.content"),
+    ("responses", ("input", 3, "content"), True, "input.3.content"),
     ("responses", ("input", 0, "role"), ["user"], "input.0.role"),
     ("responses", ("input", 1, "arguments"), 7, "input.1.arguments"),
     ("responses", ("input", 2, "output"), {"x": 1}, "input.2.output"),
