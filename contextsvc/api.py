@@ -10,7 +10,6 @@ import json
 from typing import Any
 
 import orjson
-from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.db import InterfaceError, OperationalError
 from django.http import Http404, HttpRequest, HttpResponse
@@ -18,6 +17,7 @@ from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
 
+from contextsvc import body_gate
 from contextsvc.engine.errors import EngineUnavailableError, EngineValidationError
 from contextsvc.errors import ServiceError, error_body
 from contextsvc.http import ORJSONParser, ORJSONRenderer
@@ -109,7 +109,7 @@ def on_too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
         request,
         413,
         "PAYLOAD_TOO_LARGE",
-        f"Request body exceeds {settings.CONTEXTSVC_MAX_JSON_BODY} bytes; "
+        f"Request body exceeds {body_gate.body_limit(request.path)} bytes; "
         "upload large tool outputs with PUT /api/v1/sessions/{sid}/outputs",
     )
 

@@ -17,6 +17,12 @@ if not settings.configured and (env_str("DJANGO_SETTINGS_MODULE") == "contextsvc
     os.environ["DJANGO_SETTINGS_MODULE"] = "contextsvc.settings_proxy"
 application = get_asgi_application()
 
+# Imported once Django is set up; proxy bodies over the size limit are refused
+# in front of Django, before they are read (proxy.gate).
+from proxy.gate import limit_bodies  # noqa: E402
+
+application = limit_bodies(application)
+
 # Every proxied call builds the whole managed body (a few dicts per message);
 # what survives a young collection is promoted, and the full collections that
 # follow scanned every object Django and the libraries made at start-up: at

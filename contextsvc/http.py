@@ -9,15 +9,23 @@ from django.http import HttpRequest, HttpResponse
 from ninja.parser import Parser
 from ninja.renderers import BaseRenderer
 
-from contextsvc import nul
+from contextsvc import body_gate, nul
+from contextsvc.errors import PayloadTooLarge, ValidationFailed
 
 
 class ORJSONParser(Parser):
     def parse_body(self, request: HttpRequest) -> Any:
-        data = orjson.loads(request.body)
+        """The body through the gate (``contextsvc.body_gate``): a 413 or 422 naming the field."""
+        raw = request.body  # a declared size over the limit: RequestDataTooBig, before reading
+        try:
+            body_gate.check_read(raw, body_gate.body_limit(request.path))
+            data = body_gate.parse_json(raw)
+        except body_gate.BodyRefused as exc:
+            error = PayloadTooLarge if exc.status == 413 else ValidationFailed
+            raise error(exc.message, details={"field": exc.field}) from exc
         # Every JSON body passes here: the one place NULs are refused (a 422
         # naming the field) before anything reaches the database.
-        nul.reject_in_body(request.body, data)
+        nul.reject_in_body(raw, data)
         return data
 
 

@@ -8,19 +8,19 @@ client's SDK raises its usual exception; nothing answers with an HTML page.
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
-import orjson
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
+from contextsvc.body_gate import BodyRefused
 from contextsvc.engine.errors import EngineValidationError
 from contextsvc.engine.providers.common import ConversionError
 from contextsvc.errors import ServiceError
 
+from . import gate
 from .pooled import released
 from .providers import ANTHROPIC, OPENAI, Dialect, relayed_headers
 from .relay import Call, forward, record_build
@@ -38,9 +38,19 @@ def provider_error(dialect: Dialect, status: int, message: str) -> JsonResponse:
     return JsonResponse(dialect.error_body(status, message), status=status)
 
 
+def conversion_error(dialect: Dialect, exc: ConversionError) -> JsonResponse:
+    """A body the converter refused: a 400 naming the field (OpenAI's ``param`` too)."""
+    return gate.refusal(dialect, BodyRefused(exc.message, exc.path or "body"))
+
+
 def service_error(dialect: Dialect, exc: ServiceError) -> JsonResponse:
     """contextsvc's refusal in the provider's shape; over a rate limit, a 429 with ``retry-after``."""
-    response = provider_error(dialect, _STATUS.get(exc.status, 400), exc.message)
+    status = _STATUS.get(exc.status, 400)
+    field = exc.details.get("field") if isinstance(exc.details, dict) else None
+    if status == 400 and isinstance(field, str):
+        response = gate.shaped(dialect, status, exc.message, field)
+    else:
+        response = provider_error(dialect, status, exc.message)
     retry_after = getattr(exc, "retry_after", None)
     if retry_after is not None:
         response["retry-after"] = str(retry_after)
@@ -53,27 +63,6 @@ def _with_query(request: HttpRequest, path: str) -> str:
     return f"{path}?{query}" if query else path
 
 
-def _body(request: HttpRequest) -> dict[str, Any]:
-    """The request's JSON object: orjson (a 2,000-message history in about a millisecond),
-    the stdlib for what orjson refuses and it reads (integers past 64 bits, NaN, lone
-    surrogates) or to name the error."""
-    raw = request.body
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        body = _stdlib_body(raw)
-    if not isinstance(body, dict):
-        raise ConversionError("the body must be a JSON object")
-    return body
-
-
-def _stdlib_body(raw: bytes) -> Any:
-    try:
-        return json.loads(raw)
-    except (ValueError, RecursionError) as exc:
-        raise ConversionError(f"the body is not valid JSON: {exc}") from exc
-
-
 async def proxy_call(
     request: HttpRequest, dialect: Dialect, path: str, prepare_fn: Any = prepare
 ) -> HttpResponse | StreamingHttpResponse:
@@ -81,10 +70,13 @@ async def proxy_call(
     if request.method != "POST":
         return provider_error(dialect, 405, f"Method {request.method} not allowed")
     try:
-        body = _body(request)
+        body = gate.read(request, dialect)
         converted = dialect.envelope(body)
+        gate.check_tools(body, converted)
+    except BodyRefused as exc:
+        return gate.refusal(dialect, exc)
     except ConversionError as exc:
-        return provider_error(dialect, 400, str(exc))
+        return conversion_error(dialect, exc)
     headers = request.headers
     try:
         caller, prepared = await sync_to_async(released(prepare_fn))(
@@ -99,7 +91,9 @@ async def proxy_call(
     except ServiceError as exc:
         return service_error(dialect, exc)
     except ConversionError as exc:
-        return provider_error(dialect, 400, str(exc))
+        return conversion_error(dialect, exc)
+    except BodyRefused as exc:  # a message of the new part of the history (``gate_fields``)
+        return gate.refusal(dialect, exc)
     except EngineValidationError as exc:  # limits that cannot hold this call (its max_tokens)
         return provider_error(dialect, 400, str(exc))
     call = Call(
@@ -139,13 +133,15 @@ async def _count_tokens(request: HttpRequest) -> HttpResponse:
     if request.method != "POST":
         return provider_error(dialect, 405, f"Method {request.method} not allowed")
     try:
-        body = _body(request)
+        body = gate.read(request, dialect)
         converted = dialect.convert(body)
         caller, managed = await sync_to_async(count_body)(
             dialect=dialect, headers=request.headers, body=body, converted=converted
         )
+    except BodyRefused as exc:
+        return gate.refusal(dialect, exc)
     except ConversionError as exc:
-        return provider_error(dialect, 400, str(exc))
+        return conversion_error(dialect, exc)
     except ServiceError as exc:
         return service_error(dialect, exc)
     managed = {k: v for k, v in managed.items() if k in _COUNT_FIELDS}

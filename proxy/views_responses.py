@@ -19,10 +19,12 @@ from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
+from contextsvc.body_gate import BodyRefused
 from contextsvc.engine.providers.common import ConversionError
 from contextsvc.engine.providers.openai_responses_reply import response_events
 from contextsvc.errors import ServiceError
 
+from . import gate
 from .providers import RESPONSES
 from .relay import SESSION_HEADER
 from .services.caller import caller_for
@@ -35,7 +37,7 @@ from .services.responses_compaction import (
     without_request,
 )
 from .services.store import stored_response_delete, stored_response_get
-from .views import _STATUS, _body, provider_error, proxy_call
+from .views import _STATUS, conversion_error, provider_error, proxy_call
 
 logger = logging.getLogger(__name__)
 
@@ -51,11 +53,14 @@ def _compact(headers: Mapping[str, str], body: dict[str, Any]) -> tuple[Any, str
     """Sync the history as a call would, then compact it (errors as ``proxy_call`` answers them)."""
     try:
         converted = RESPONSES.convert(body)
+        gate.check_tools(body, converted)
         _, session, _ = session_sync_responses(
             dialect=RESPONSES, headers=headers, body=body, converted=converted
         )
     except ConversionError as exc:
-        raise Refused(provider_error(RESPONSES, 400, str(exc))) from exc
+        raise Refused(conversion_error(RESPONSES, exc)) from exc
+    except BodyRefused as exc:
+        raise Refused(gate.refusal(RESPONSES, exc)) from exc
     except ServiceError as exc:
         status = _STATUS.get(exc.status, 400)
         raise Refused(provider_error(RESPONSES, status, exc.message)) from exc
@@ -93,9 +98,9 @@ async def responses_create(request: HttpRequest) -> HttpResponse | StreamingHttp
         kind = None
         if request.method == "POST":
             try:
-                body = _body(request)
+                body = gate.read(request, RESPONSES)
                 kind = compaction_kind(body)
-            except ConversionError:
+            except (BodyRefused, ConversionError):
                 pass  # proxy_call answers it
         if kind is not None:
             answered = await _answer_compaction(request, body, kind)
@@ -115,10 +120,12 @@ async def responses_compact(request: HttpRequest) -> HttpResponse:
     if request.method != "POST":
         return provider_error(RESPONSES, 405, f"Method {request.method} not allowed")
     try:
-        body = _body(request)
+        body = gate.read(request, RESPONSES)
         session, summary = await sync_to_async(_compact)(request.headers, body)
+    except BodyRefused as exc:
+        return gate.refusal(RESPONSES, exc)
     except ConversionError as exc:
-        return provider_error(RESPONSES, 400, str(exc))
+        return conversion_error(RESPONSES, exc)
     except Refused as exc:
         return exc.response
     except Exception:

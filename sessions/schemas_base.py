@@ -7,6 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from contextsvc import body_gate
+
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:\-]{0,127}$"
 TOOL_NAME_PATTERN = r"^[A-Za-z0-9_\-]{1,64}$"
 SECTION_KINDS = ("base", "rules", "memory", "skill", "scratchpad", "status")
@@ -22,16 +24,10 @@ MAX_ID = 2**63 - 1  # list cursors (bigint ids)
 MAX_TURNS = 10_000  # turns / tool uses / messages a policy keeps
 MAX_PROMPT_CHARS = 100_000  # a policy prompt or directive
 MAX_LIST_ITEMS = 100  # directives, chain names, extra targets, excluded tools
-# Free-form JSON (tool arguments, content parts, input schemas) nests at most
-# this deep: the stored JSON is later rendered inside the context body, and
-# the renderer (orjson) stops at 255 levels, which would make a 500 of every
-# later context call.
-MAX_JSON_DEPTH = 64
-# Integers in free-form JSON: the renderer (orjson) writes 64-bit ones only.
-# A bigger one (tool-call arguments given as JSON text are parsed by Python's
-# json, which keeps any size) would be stored and make a 500 of every later
-# read that renders it (GET /snapshot, the context).
-JSON_INT_RANGE = range(-(2**63), 2**64)
+# Free-form JSON (tool arguments, content parts, input schemas): the gate's
+# bounds (contextsvc.body_gate), the same on the proxy.
+MAX_JSON_DEPTH = body_gate.MAX_JSON_DEPTH
+JSON_INT_RANGE = body_gate.JSON_INT_RANGE
 MAX_SEARCH_HINT_CHARS = 1_000  # a tool's tool_search keywords
 
 # Rules the engine checks itself, with its own messages naming the field (spec
@@ -82,20 +78,9 @@ def exactly_one_of(**types: str) -> dict[str, Any]:
 def check_json(value: Any) -> Any:
     """``value`` unchanged, or a ValueError when it nests deeper than MAX_JSON_DEPTH
     or holds an integer outside JSON_INT_RANGE."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            children: Any = item.values()
-        elif isinstance(item, list):
-            children = item
-        else:
-            if isinstance(item, int) and not isinstance(item, bool) and item not in JSON_INT_RANGE:
-                raise ValueError("an integer outside the 64-bit range")
-            continue
-        if depth > MAX_JSON_DEPTH:
-            raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels")
-        stack.extend((child, depth + 1) for child in children)
+    problem = body_gate.json_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
     return value
 
 

@@ -31,6 +31,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "platform",
         (
             "contextsvc.errors",
+            "contextsvc.body_gate",
             "contextsvc.http",
             "contextsvc.nul",
             "contextsvc.openapi",

@@ -19,6 +19,7 @@ from contextsvc.ratelimit import count_key
 from sessions.hotpath import session_for_key
 from sessions.models import AgentKey, Session, hash_key
 from sessions.selectors import is_session_id, session_get
+from sessions.services.delete import session_delete
 from sessions.services.sessions import session_create
 
 from ..providers import Dialect
@@ -141,9 +142,18 @@ def session_for_call(
         data["max_output_tokens"] = max_tokens
     data["provider"] = dialect.provider or dialect.name
     try:
-        return session_create(owner=key, data=data)  # type: ignore[arg-type]
+        session = session_create(owner=key, data=data)  # type: ignore[arg-type]
     except Conflict:
         return session_get(owner=key, external_id=sid)  # created by a concurrent first call
+    session.created_by_call = True  # type: ignore[attr-defined]
+    return session
+
+
+def discard_if_new(session: Session) -> None:
+    """Delete ``session`` if this call created it: a first call refused after the session
+    was made (a tool result with no call, a schema the tools service refuses) leaves nothing."""
+    if getattr(session, "created_by_call", False):
+        session_delete(session=session)
 
 
 def caller_and_session(

@@ -13,10 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from compaction.services.sync import compaction_overflow
+from contextsvc.body_gate import BodyRefused
+from contextsvc.engine.errors import EngineValidationError
 from contextsvc.engine.providers import anthropic as anthropic_format
 from contextsvc.engine.providers import openai_chat
-from contextsvc.engine.providers.common import Converted
-from contextsvc.errors import NotFound
+from contextsvc.engine.providers.common import ConversionError, Converted
+from contextsvc.errors import NotFound, ServiceError
 from prompting.context.build import context_preview
 from prompting.context.service import context_for_call_deferred
 from sessions.accounting import final_tool_name
@@ -27,21 +29,30 @@ from sessions.services.inputs import SectionData, ToolData
 from sessions.services.sessions import session_set_sections, session_update
 from sessions.services.tools import session_set_tools
 
+from ..gate_fields import check_messages
 from ..providers import Dialect
-from ..selectors import client_chains, client_view, match_view
+from ..selectors import client_view
 from . import responses_body
 from .builtins import (
     builtin_tool_data,
     client_tool_names,
     runnable_names,
 )
-from .caller import Caller, caller_and_session, caller_for, client_messages, session_id
+from .caller import (
+    Caller,
+    caller_and_session,
+    caller_for,
+    client_messages,
+    discard_if_new,
+    session_id,
+)
 from .client_fit import cap_breakpoints, session_follow_tool_search, window_shortfall
 from .final import final_tool_to_answer
 from .identity import session_for_side_request
 from .sync import (
     Synced,
     ToTranscript,
+    matched,
     plan_client_sync,
     session_sync_client_view,
 )
@@ -49,6 +60,11 @@ from .sync import (
 
 class ContextTooLarge(Exception):
     """Even the final-turn context does not fit the window: the provider-shaped 400."""
+
+
+# What a call is refused with (each a provider-shaped 4xx): a session the call
+# created is deleted again (``discard_if_new``).
+REFUSALS = (ServiceError, ConversionError, EngineValidationError, ContextTooLarge, BodyRefused)
 
 
 @dataclass(slots=True)
@@ -72,10 +88,12 @@ def _to_transcript(dialect: Dialect, lead: int) -> ToTranscript:
     """The converter ``session_sync_client_view`` applies to a slice of the client's messages."""
 
     def convert(messages: list[dict[str, Any]], offset: int) -> list[dict[str, Any]]:
-        if dialect.name == "anthropic":
-            return anthropic_format.messages_to_transcript(messages, offset=offset)
         if dialect.name == "responses":
-            return responses_body.units_to_transcript(messages, offset)
+            return responses_body.units_to_transcript(messages, offset)  # checks them too
+        if dialect.name == "anthropic":
+            check_messages(dialect.name, messages, offset)
+            return anthropic_format.messages_to_transcript(messages, offset=offset)
+        check_messages(dialect.name, messages, lead + offset)
         return openai_chat.messages_to_transcript(messages, offset=lead + offset)
 
     return convert
@@ -103,12 +121,16 @@ def prepare(
     caller, session = caller_and_session(
         dialect=dialect, headers=headers, body=body, before_create=validate
     )
-    session = session_for_side_request(
-        main=session, body=body, converted=converted, before_create=validate
-    )
-    return caller, prepare_call(
-        session=session, dialect=dialect, body=body, converted=converted, messages=messages
-    )
+    try:
+        side = session_for_side_request(
+            main=session, body=body, converted=converted, before_create=validate
+        )
+        return caller, prepare_call(
+            session=side, dialect=dialect, body=body, converted=converted, messages=messages
+        )
+    except REFUSALS:
+        discard_if_new(session)
+        raise
 
 
 def _lead(body: dict[str, Any], messages: list[dict[str, Any]]) -> int:
@@ -133,7 +155,7 @@ def count_body(
         return caller, body
     messages = client_messages(dialect, body)
     view = client_view(session.pk)
-    match = match_view(view, client_chains(view, messages), messages)
+    _, match = matched(view, messages, _to_transcript(dialect, _lead(body, messages)))
     prefix = match.prefix
     if prefix < match.stored:
         return caller, body

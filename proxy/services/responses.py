@@ -32,8 +32,8 @@ from ..models import ClientView, ClientViewEntry
 from ..providers import Dialect
 from ..selectors import client_view
 from .builtins import builtin_tool_data, runnable_names
-from .caller import SESSION_HEADER, Caller, caller_and_session, caller_for
-from .calls import Prepared, _build, _follow_max_tokens, _sections, _tools
+from .caller import SESSION_HEADER, Caller, caller_and_session, caller_for, discard_if_new
+from .calls import REFUSALS, Prepared, _build, _follow_max_tokens, _sections, _tools
 from .responses_body import client_units, units_to_transcript
 from .store import is_head, stored_response_get
 from .sync import Synced, _append, _rename, plan_client_sync, session_sync_client_view
@@ -84,21 +84,29 @@ def session_sync_responses(
             body=body,
             before_create=lambda: units_to_transcript(units, 0),
         )
-        summary = session.summary
-
-        def to_transcript(part: list[dict[str, Any]], offset: int) -> list[dict[str, Any]]:
-            return units_to_transcript(part, offset, summary)
-
-        # Planned before the first write: converting what is new validates it.
-        plan = plan_client_sync(
-            view=client_view(session.pk), messages=units, to_transcript=to_transcript
-        )
-        session = _with_prompt(session, converted, tools=False)
-        synced = session_sync_client_view(
-            session=session, messages=units, to_transcript=to_transcript, plan=plan
-        )
+        try:
+            synced = _sync(session, converted, units)
+        except REFUSALS:
+            discard_if_new(session)
+            raise
     session = read_session(session.pk)  # the one full read the build needs
     return caller, _with_tools(session, converted), synced
+
+
+def _sync(session: Session, converted: Converted, units: list[dict[str, Any]]) -> Synced:
+    summary = session.summary
+
+    def to_transcript(part: list[dict[str, Any]], offset: int) -> list[dict[str, Any]]:
+        return units_to_transcript(part, offset, summary)
+
+    # Planned before the first write: converting what is new validates it.
+    plan = plan_client_sync(
+        view=client_view(session.pk), messages=units, to_transcript=to_transcript
+    )
+    session = _with_prompt(session, converted, tools=False)
+    return session_sync_client_view(
+        session=session, messages=units, to_transcript=to_transcript, plan=plan
+    )
 
 
 def prepare_responses(

@@ -43,7 +43,9 @@ def _text(item: dict[str, Any]) -> str:
     content = item.get("content")
     if isinstance(content, str):
         return content
-    return "".join(str(p.get("text", "")) for p in content or () if isinstance(p, dict))
+    if not isinstance(content, list):  # checked where the item is converted, not here
+        return ""
+    return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
 
 
 def compaction_kind(body: dict[str, Any]) -> str | None:

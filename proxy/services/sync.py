@@ -183,12 +183,24 @@ class SyncPlan:
     renamed: dict[str, str] | None = None  # its renamed tool-call ids
 
 
+def matched(
+    view: ClientView | None, messages: Sequence[dict[str, Any]], to_transcript: ToTranscript
+) -> tuple[ClientChains, Match]:
+    """The client's chains and their match with ``view``; a message the fingerprint cannot
+    read (nested past its recursion) is refused by the checks of the conversion, naming it."""
+    try:
+        chains = client_chains(view, messages)
+        return chains, match_view(view, chains, messages)
+    except (RecursionError, ValueError, TypeError):
+        to_transcript(list(messages), 0)  # raises the refusal naming the message
+        raise
+
+
 def plan_client_sync(
     *, view: ClientView | None, messages: Sequence[dict[str, Any]], to_transcript: ToTranscript
 ) -> SyncPlan:
     """Match ``messages`` with ``view`` and convert what the session does not hold (module doc)."""
-    chains = client_chains(view, messages)
-    match = match_view(view, chains, messages)
+    chains, match = matched(view, messages, to_transcript)
     prefix = match.prefix
     retry = (
         view is not None and view.reply_at is not None and prefix == view.reply_at == len(chains)

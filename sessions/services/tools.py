@@ -53,7 +53,7 @@ def _check_json_schema(i: int, tool: ToolData) -> None:
     _VALID_SCHEMAS.put(digest, True)
 
 
-def _check_tools(tools: list[ToolData]) -> None:
+def check_tools(tools: list[ToolData]) -> None:
     """Count, duplicate names, the reserved ``tool_search``, JSON Schema: 422 on the first miss."""
     check_item_count(tools, "tool", settings.CONTEXTSVC_MAX_TOOLS, "CONTEXTSVC_MAX_TOOLS")
     reject_duplicate_names(tools, "tool")
@@ -83,7 +83,7 @@ def session_set_tools(*, session: Session, tools: list[ToolData]) -> Session:
     *sent*: with many tools, deferral (spec 002 §5, the registry's
     ``tool_deferral`` hook) holds some back.
     """
-    _check_tools(tools)
+    check_tools(tools)
     parsed = [ToolDef(**t) for t in tools]
     session = hotpath.lock_session(session.pk)
     sent = REGISTRY.tool_deferral[0](session, parsed) if REGISTRY.tool_deferral else None

@@ -1,0 +1,244 @@
+"""The proxy's request gate: every body is sized, parsed and checked here before any other work.
+
+The shared steps are ``contextsvc.body_gate``'s (size, strict JSON); then the
+NUL rule and the dialect's field rules (``gate_fields``). A refusal is a
+``BodyRefused`` naming the field, answered in the provider's error shape
+(``refusal``), before anything is read from or written to the database.
+
+A body whose ``Content-Length`` is over the limit is refused by
+``limit_bodies`` in front of Django (which reads a whole ASGI body before any
+view runs): its bytes are never read. One sent without ``Content-Length`` is
+counted as it arrives and refused once it passes the limit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+from django.core.exceptions import RequestDataTooBig
+from django.http import HttpRequest, JsonResponse
+
+from contextsvc import body_gate
+from contextsvc.body_gate import BodyRefused
+from contextsvc.engine.providers.common import Converted
+from contextsvc.errors import ValidationFailed
+from contextsvc.lru import BoundedLRU
+from contextsvc.nul import NUL
+from sessions.services import tools as tools_service
+from sessions.services.inputs import ToolData
+
+from . import gate_fields as f
+from .providers import ANTHROPIC, OPENAI, Dialect
+
+_NUL_ESCAPE = b"\\u0000"
+
+
+def read(request: HttpRequest, dialect: Dialect) -> dict[str, Any]:
+    """The request's body, checked (module doc); ``BodyRefused`` otherwise."""
+    cached = getattr(request, "_gated_body", None)
+    if cached is not None:
+        return cached  # a view that looked at it first (the Responses compaction test)
+    limit = body_gate.body_limit(request.path)
+    body_gate.check_declared(request.headers, limit)
+    try:
+        raw = request.body
+    except RequestDataTooBig as exc:
+        raise body_gate.too_large(limit) from exc
+    body_gate.check_read(raw, limit)
+    body = body_gate.parse_json(raw)
+    if type(body) is not dict:
+        raise BodyRefused("expected a JSON object")
+    if b"\\" in raw and _NUL_ESCAPE in raw:
+        where = find_nul(dialect, body)
+        if where is not None:
+            raise BodyRefused("text must not contain NUL characters (\\u0000)", where)
+    check(dialect, body)
+    request._gated_body = body  # type: ignore[attr-defined]
+    return body
+
+
+def check(dialect: Dialect, body: dict[str, Any]) -> None:
+    """The dialect's field rules on a parsed body (``gate_fields``).
+
+    The history is not walked whole on every call: each message is checked
+    to be an object, and the leading ones (what the conversation's id reads)
+    in full; the rest are checked by ``gate_fields.check_messages`` on the
+    part a call converts, before anything is written.
+    """
+    if dialect.name == "anthropic":
+        f.envelope(body, ("system", "tools", "messages"), ("max_tokens",))
+        f.anthropic_system(body.get("system"))
+        if body.get("tools") is not None:
+            f.anthropic_tools(body["tools"])
+        messages = _leading(body.get("messages"), "messages")
+        f.anthropic_messages(messages)
+    elif dialect.name == "openai":
+        f.envelope(body, ("tools", "messages"), ("max_tokens", "max_completion_tokens"))
+        if body.get("tools") is not None:
+            f.chat_tools(body["tools"])
+        messages = _leading(body.get("messages"), "messages")
+        f.chat_messages(messages)
+    else:
+        f.envelope(body, ("tools", "input"), ("max_output_tokens",))
+        f.text(body.get("previous_response_id"), "previous_response_id")
+        f.text(body.get("instructions"), "instructions")
+        if body.get("tools") is not None:
+            f.responses_tools(body["tools"])
+        items = body.get("input")
+        f.responses_input(items if type(items) is not list else _leading(items, "input"))
+
+
+# Digests of client tool lists already found valid: an agent sends the same
+# tools on every call, and the check (JSON Schema per tool) is then skipped.
+_VALID_TOOLS: BoundedLRU[bytes, bool] = BoundedLRU(4096)
+
+
+def check_tools(body: dict[str, Any], converted: Converted) -> None:
+    """The client's tools as ``PUT tools`` checks them (JSON Schema, names), before any write."""
+    if not converted.tools:
+        return
+    digest = hashlib.sha256(orjson.dumps(body.get("tools"))).digest()
+    if _VALID_TOOLS.get(digest):
+        return
+    tools: list[ToolData] = [
+        {
+            "name": t.name,
+            "description": t.description,
+            "input_schema": t.input_schema,
+            "category": "mcp",
+        }
+        for t in converted.tools
+    ]
+    try:
+        tools_service.check_tools(tools)
+    except ValidationFailed as exc:
+        field = (exc.details or {}).get("field", "tools")
+        raise BodyRefused(exc.message, field) from exc
+    _VALID_TOOLS.put(digest, True)
+
+
+def _leading(messages: Any, field: str) -> list[Any]:
+    """All messages checked to be objects; those through the first user message returned
+    for the full rules (the rest are checked where they are converted: only what is new)."""
+    messages = f.listed(messages, field)
+    f.objects(messages, field)
+    return messages[: f.through_first_user(messages)]
+
+
+def refusal(dialect: Dialect, exc: BodyRefused) -> JsonResponse:
+    return shaped(dialect, exc.status, exc.message, exc.field)
+
+
+def shaped(dialect: Dialect, status: int, message: str, field: str) -> JsonResponse:
+    """A refusal in the provider's error shape; OpenAI's names the field in ``param``
+    (Anthropic's has no such key: its message starts with the field)."""
+    error = dialect.error_body(status, message)
+    if "param" in error.get("error", {}):
+        error["error"]["param"] = field
+    return JsonResponse(error, status=status)
+
+
+# --- NUL ------------------------------------------------------------------------
+
+
+def _is_output(dialect: Dialect, parent: dict[str, Any]) -> str | None:
+    """The key of ``parent`` that holds tool output (its text may hold NULs), if any."""
+    if dialect.name == "anthropic":
+        return "content" if parent.get("type") == "tool_result" else None
+    if dialect.name == "openai":
+        return "content" if parent.get("role") == "tool" else None
+    kind = parent.get("type")
+    return "output" if kind in ("function_call_output", "custom_tool_call_output") else None
+
+
+def find_nul(dialect: Dialect, body: Any) -> str | None:
+    """The dotted path of the first string holding a NUL, tool output text excepted.
+
+    Tool output is data: the append stores it as bytes and shows the NUL
+    escaped (``contextsvc.nul``). Every other text is refused.
+    """
+    stack: list[tuple[Any, str, bool]] = [(body, "", False)]
+    while stack:
+        value, where, output = stack.pop()
+        if type(value) is str:
+            if NUL in value and not output:
+                return where or "body"
+        elif type(value) is dict:
+            exempt = _is_output(dialect, value)
+            for key, item in value.items():
+                path = f"{where}.{key}" if where else key
+                if NUL in key:
+                    return path
+                if key == exempt:
+                    stack.extend(_output_items(item, path))
+                elif output and key == "text":
+                    stack.append((item, path, True))
+                else:
+                    stack.append((item, path, False))
+        elif type(value) is list:
+            stack.extend((item, f"{where}.{i}", False) for i, item in enumerate(value))
+    return None
+
+
+def _output_items(value: Any, where: str) -> list[tuple[Any, str, bool]]:
+    if type(value) is str:
+        return [(value, where, True)]
+    if type(value) is list:  # parts: a text part's text is output too
+        return [
+            (item, f"{where}.{i}", type(item) is dict and item.get("type") in f.TEXT_PARTS)
+            for i, item in enumerate(value)
+        ]
+    return [(value, where, False)]
+
+
+# --- size, in front of Django ------------------------------------------------------
+
+ASGIApp = Callable[[dict, Callable, Callable], Awaitable[None]]
+
+
+def _dialect_of(path: str) -> Dialect:
+    return OPENAI if path.startswith("/proxy/openai/") else ANTHROPIC
+
+
+async def _refuse_size(send: Callable, dialect: Dialect, limit: int) -> None:
+    response = refusal(dialect, body_gate.too_large(limit))
+    headers = [(b"content-type", b"application/json"), (b"connection", b"close")]
+    await send({"type": "http.response.start", "status": 413, "headers": headers})
+    await send({"type": "http.response.body", "body": response.content})
+
+
+def limit_bodies(app: ASGIApp) -> ASGIApp:
+    """``app`` behind the size check of proxy bodies (module doc)."""
+
+    async def guarded(scope: dict, receive: Callable, send: Callable) -> None:
+        path = scope.get("path", "")
+        if scope["type"] != "http" or not path.startswith("/proxy/"):
+            return await app(scope, receive, send)
+        limit = body_gate.body_limit(path)
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        length = body_gate.declared_length(headers)
+        if length is not None:
+            if length > limit:
+                return await _refuse_size(send, _dialect_of(path), limit)
+            return await app(scope, receive, send)
+        # No declared size: read it here, counting, and hand Django what arrived.
+        messages, size = [], 0
+        while True:
+            message = await receive()
+            messages.append(message)
+            size += len(message.get("body", b""))
+            if size > limit:
+                return await _refuse_size(send, _dialect_of(path), limit)
+            if message["type"] != "http.request" or not message.get("more_body"):
+                break
+        pending = iter(messages)
+
+        async def replay() -> dict:
+            return next(pending, None) or await receive()
+
+        return await app(scope, replay, send)
+
+    return guarded

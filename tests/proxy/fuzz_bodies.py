@@ -1,0 +1,217 @@
+"""Hostile request bodies for the proxy fuzz: valid seeds per endpoint and hypothesis mutations.
+
+A case is a seed (a body the proxy accepts) with one to four mutations at
+paths drawn from the seed: a value swapped for one of another type, a key or
+item deleted, a hostile string (NUL, a lone surrogate, 10,000 characters,
+unicode), a huge integer, a deep nesting, an unknown key; then written as
+JSON, sometimes with NaN / Infinity, invalid UTF-8 or cut short, or padded
+past the body limit.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+from hypothesis import strategies as st
+
+MODEL_A = "claude-opus-4-5"
+MODEL_O = "gpt-5.1"
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "path": {"type": "string"},
+        "lines": {"type": "array", "items": {"type": "integer"}},
+    },
+    "required": ["path"],
+}
+
+ANTHROPIC = {
+    "model": MODEL_A,
+    "max_tokens": 256,
+    "system": [{"type": "text", "text": "You are terse.", "cache_control": {"type": "ephemeral"}}],
+    "tools": [{"name": "read_file", "description": "Read a file", "input_schema": SCHEMA}],
+    "tool_choice": {"type": "auto"},
+    "metadata": {"user_id": "u1"},
+    "messages": [
+        {"role": "user", "content": "read a.py"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "Reading."},
+                {
+                    "type": "tool_use",
+                    "id": "toolu_1",
+                    "name": "read_file",
+                    "input": {"path": "a.py"},
+                },
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_1", "content": "print(1)"},
+                {"type": "text", "text": "and now?"},
+            ],
+        },
+    ],
+}
+
+CHAT = {
+    "model": MODEL_O,
+    "max_completion_tokens": 256,
+    "tools": [
+        {
+            "type": "function",
+            "function": {"name": "read_file", "description": "Read a file", "parameters": SCHEMA},
+        }
+    ],
+    "tool_choice": "auto",
+    "messages": [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": [{"type": "text", "text": "read a.py"}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "read_file", "arguments": '{"path": "a.py"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "print(1)"},
+        {"role": "user", "content": "and now?", "name": "dev"},
+    ],
+}
+
+RESPONSES = {
+    "model": MODEL_O,
+    "instructions": "You are terse.",
+    "max_output_tokens": 256,
+    "tools": [
+        {"type": "function", "name": "read_file", "description": "Read", "parameters": SCHEMA}
+    ],
+    "metadata": {"run": "1"},
+    "input": [
+        {"role": "user", "content": [{"type": "input_text", "text": "read a.py"}]},
+        {
+            "type": "function_call",
+            "call_id": "call_1",
+            "name": "read_file",
+            "arguments": '{"path": "a.py"}',
+        },
+        {"type": "function_call_output", "call_id": "call_1", "output": "print(1)"},
+        {"role": "user", "content": "and now?"},
+    ],
+}
+
+
+def paths(value: Any, here: tuple = ()) -> list[tuple]:
+    """The paths in ``value`` down to 8 levels (the root included), parents before children."""
+    out = [here]
+    if len(here) >= 8:
+        return out
+    if isinstance(value, dict):
+        for key, item in value.items():
+            out.extend(paths(item, (*here, key)))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            out.extend(paths(item, (*here, i)))
+    return out
+
+
+def deep(levels: int, leaf: Any = 1) -> Any:
+    value = leaf
+    for i in range(levels):
+        value = [value] if i % 2 else {"a": value}
+    return value
+
+
+HOSTILE_TEXT = st.sampled_from(
+    [
+        "",
+        "\x00",
+        "a\x00b",
+        "\ud800",
+        "x\udfffy",
+        "x" * 10_000,
+        "n" * 201,
+        "é🙂\u2028\u202e",
+        "\ufeff",
+        " ",
+        "NaN",
+        "null",
+    ]
+)
+ATOMS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.sampled_from([0, -1, 1, 2**31, 2**63, 2**64, -(2**70), 10**30]),
+    st.sampled_from([0.5, -1e308, 1e308, float("nan"), float("inf"), float("-inf")]),
+    HOSTILE_TEXT,
+    st.text(max_size=20),
+)
+VALUES = st.one_of(
+    ATOMS,
+    st.lists(ATOMS, max_size=3),
+    st.dictionaries(st.one_of(HOSTILE_TEXT, st.text(max_size=8)), ATOMS, max_size=3),
+    st.sampled_from([65, 200, 500]).map(deep),
+    st.just([{}]),
+    st.just([[]]),
+    st.just({"type": "text"}),
+    st.just({"type": "tool_use"}),
+    st.just({"type": "tool_result"}),
+    st.just({"role": "user"}),
+    st.just({"type": "function_call"}),
+)
+
+
+def _apply(body: Any, path: tuple, op: str, value: Any) -> Any:
+    if not path:
+        return value if op == "set" else body
+    parent = body
+    for key in path[:-1]:
+        parent = parent[key]
+    last = path[-1]
+    if op == "delete":
+        del parent[last]
+    elif op == "add" and isinstance(parent[last], dict):
+        parent[last][str(value)[:50] if not isinstance(value, str) else value] = value
+    elif op == "add" and isinstance(parent[last], list):
+        parent[last].append(value)
+    elif op == "add_key" and isinstance(parent, dict):
+        parent[value if isinstance(value, str) else "x"] = 1
+    else:
+        parent[last] = value
+    return body
+
+
+@st.composite
+def mutated(draw: Any, seed: dict[str, Any]) -> dict[str, Any]:
+    body: Any = copy.deepcopy(seed)
+    for _ in range(draw(st.integers(1, 4))):
+        candidates = paths(body)
+        path = draw(st.sampled_from(candidates))
+        op = draw(st.sampled_from(["set", "set", "set", "delete", "add", "add_key"]))
+        body = _apply(body, path, op, copy.deepcopy(draw(VALUES)))
+        if not isinstance(body, (dict, list)):
+            break
+    return body
+
+
+def encode(body: Any, how: str) -> bytes:
+    """The body as bytes, written ``how``: json, compact, utf8 (surrogates as bytes), cut."""
+    if how == "utf8":
+        return json.dumps(body, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    raw = json.dumps(body).encode()
+    if how == "cut":
+        return raw[: max(1, len(raw) // 2)]
+    if how == "nan":
+        return raw.replace(b"256", b"NaN", 1).replace(b'"a.py"', b"Infinity", 1)
+    return raw
+
+
+ENCODINGS = st.sampled_from(["json"] * 12 + ["utf8", "cut", "nan"])
