@@ -15,9 +15,7 @@ from contextsvc.ratelimit.share import ThreadShare
 
 
 def limiter(threads: int, recent: float = 15.0) -> KeyLimiter:
-    return KeyLimiter(
-        "memory://", "off", 0, 60, web_threads=threads, recent_seconds=recent
-    )
+    return KeyLimiter("memory://", "off", 0, 60, web_threads=threads, recent_seconds=recent)
 
 
 def test_a_key_alone_on_the_worker_may_use_every_thread():
