@@ -45,8 +45,10 @@ DEFER_ACCEPT_SECONDS = env_int("GUNICORN_DEFER_ACCEPT")
 
 def post_fork(server, worker):
     # Before the worker loads Django: contextsvc's per-key limit keeps one of
-    # this worker's threads free for other agent keys (contextsvc/ratelimit/).
+    # this worker's threads free for another agent key while one is connected
+    # (served within the keep-alive; contextsvc/ratelimit/share.py).
     os.environ["CONTEXTSVC_WEB_THREADS"] = str(worker.cfg.threads)
+    os.environ["CONTEXTSVC_WEB_KEEPALIVE"] = str(worker.cfg.keepalive)
     defer_accept = getattr(socket, "TCP_DEFER_ACCEPT", None)
     if defer_accept is not None and DEFER_ACCEPT_SECONDS > 0:
         for listener in worker.sockets:

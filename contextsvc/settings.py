@@ -301,10 +301,8 @@ CONTEXTSVC_TOKEN_COUNT_QUEUE = env_str("CONTEXTSVC_TOKEN_COUNT_QUEUE")
 # "off" for none) and at most this many requests in flight (0 for no limit),
 # answered 429 + Retry-After past them. An agent calls a few times per LLM call,
 # i.e. well under one request a second: 25 a second leaves room for bursts, a small
-# fleet on one key and bulk imports. Keep the concurrency below the web threads
-# (gunicorn workers x threads: 8 in docker-compose) so other keys always get some.
-# Each rate is one Redis round trip per call: one per-minute rate by default (the
-# concurrency limit already stops a burst from taking the threads).
+# fleet on one key and bulk imports. Rate tokens come from Redis in batches: an
+# ordinary call pays no round trip (docs/api.md#per-key-limits).
 CONTEXTSVC_RATE_LIMIT = env_str("CONTEXTSVC_RATE_LIMIT")
 # Megabytes of request bodies per key, same notation: parsing and counting a big
 # body costs CPU by the megabyte (4 appends of 30 MB a minute; a 5 MB tool output
@@ -334,8 +332,8 @@ for _name in ("CONTEXTSVC_RATE_LIMIT", "CONTEXTSVC_RATE_LIMIT_MB", "CONTEXTSVC_R
             ) from exc
         if _name == "CONTEXTSVC_RATE_PACE" and len(_items) != 1:
             raise ImproperlyConfigured(f"{_name}={_rate!r} must be one rate, such as 25/second")
-# A key never holds every thread of one server worker (its keep-alive
-# connections stay there): checked in process memory, free. On by default.
+# A key never holds every thread of one server worker while another key is
+# there (served, or within the keep-alive): process memory, free. On by default.
 CONTEXTSVC_KEEP_THREAD_FREE = env_bool("CONTEXTSVC_KEEP_THREAD_FREE")
 # Requests in flight per key across all workers (0: no global count). Each
 # request then pays a Redis round trip (~0.3 ms, a tenth of an append), and the
@@ -349,10 +347,12 @@ CONTEXTSVC_HEAVY_BODY_BYTES = env_int("CONTEXTSVC_HEAVY_BODY_BYTES")
 # Shared by every worker through Redis; without REDIS_URL, counted per process
 # (exact for the quick start's one process; N gunicorn workers allow N times it).
 CONTEXTSVC_RATE_LIMIT_STORAGE = env_str("CONTEXTSVC_RATE_LIMIT_STORAGE", REDIS_URL or "memory://")
-# Web threads per server process: a key may hold all but one of them. Set by
-# gunicorn.conf.py's post_fork hook from gunicorn's --threads; 0 = unknown (runserver
-# starts a thread per connection, so there is always one for another key).
+# Web threads per server process (a key may hold all but one while another key is
+# there) and its keep-alive (a key served that recently is still there): set by
+# gunicorn.conf.py's post_fork hook; 0 threads = unknown (runserver starts a thread
+# per connection, so there is always one for another key).
 CONTEXTSVC_WEB_THREADS = env_int("CONTEXTSVC_WEB_THREADS")
+CONTEXTSVC_WEB_KEEPALIVE = env_int("CONTEXTSVC_WEB_KEEPALIVE")
 # A request's slot outlives a worker killed under it at most this long; keep it
 # above the gunicorn timeout, so a slow request never loses its slot.
 CONTEXTSVC_CONCURRENCY_LEASE_SECONDS = env_int("CONTEXTSVC_CONCURRENCY_LEASE_SECONDS")

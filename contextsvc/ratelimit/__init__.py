@@ -1,6 +1,6 @@
 """Per-agent-key limits, bound to the settings and the request cycle: the
 process's limiter, the checks the auth layer calls, and the middleware that
-gives a request's slot back. The limiter itself is ``limiter.py``."""
+gives a request's slot back before its response is sent. The limiter itself is ``limiter.py``."""
 
 from __future__ import annotations
 
@@ -50,6 +50,7 @@ def _build_limiter() -> KeyLimiter | None:
         body_rates=settings.CONTEXTSVC_RATE_LIMIT_MB,
         web_threads=settings.CONTEXTSVC_WEB_THREADS,
         keep_thread_free=settings.CONTEXTSVC_KEEP_THREAD_FREE,
+        recent_seconds=settings.CONTEXTSVC_WEB_KEEPALIVE,
         max_heavy=settings.CONTEXTSVC_MAX_HEAVY_PER_KEY,
         pace=settings.CONTEXTSVC_RATE_PACE,
         burst=settings.CONTEXTSVC_RATE_BURST,
@@ -68,7 +69,7 @@ def _settings_changed(*, setting: str, **kwargs: Any) -> None:
             "CONTEXTSVC_MAX_HEAVY",
             "CONTEXTSVC_HEAVY",
             "CONTEXTSVC_KEEP_THREAD",
-            "CONTEXTSVC_WEB_THREADS",
+            "CONTEXTSVC_WEB_",
         )
     ):
         _build_limiter.cache_clear()
@@ -127,28 +128,23 @@ def count_key(identity: str) -> None:
 
 
 class RateLimitMiddleware:
-    """Gives back the request's concurrency slot once its response is sent.
+    """Gives back the request's slot once its response is built, before it is sent.
 
-    The release is a Redis round trip: run it when the server closes the
-    response (after the last byte went out), so the agent never waits for it.
-    A response that is never built (an exception past every handler) releases
-    at once.
+    Before, not after: a client sees the response only once it is sent, so its
+    next request (on this connection or a new one, on another thread) never
+    finds the finished one still holding the key's share of the worker.
+    Giving back the thread share costs nothing (process memory); a shared
+    lease (the global count, a big body's) is a round trip, paid only by the
+    requests that took one.
     """
 
     def __init__(self, get_response: Any) -> None:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        response = None
         try:
-            response = self.get_response(request)
-            return response
+            return self.get_response(request)
         finally:
             slot = getattr(request, "contextsvc_slot", None)
             if slot is not None:
-                if response is None:
-                    slot.release()
-                else:
-                    # Django's own hook for work at close() (FileResponse closes
-                    # its file there); the WSGI server calls close() after sending.
-                    response._resource_closers.append(slot.release)
+                slot.release()

@@ -9,12 +9,11 @@ shared window (at most 1 % of the limit), and near the limit one at a time
 
 Requests in flight (``limits`` has no concurrency primitive) are leases in the
 same storage: a Redis sorted set scored by expiry (a request killed with its
-worker frees its slot when the lease lapses), or a dict in process memory. An
-agent's keep-alive connection stays with the worker that accepted it, so a key
-holding every thread of one worker would stall every other key connected
-there: a key never holds all of one process's ``web_threads`` (told by
-gunicorn.conf.py's post_fork hook; in process memory, free). The global count
-(``max_concurrent``) is a round trip per request, off by default. A big body
+worker frees its slot when the lease lapses), or a dict in process memory. A
+key never holds every one of a process's ``web_threads`` while another key is
+there to need one (``share.py``; told by gunicorn.conf.py's post_fork hook; in
+process memory, free). The global count (``max_concurrent``) is a round trip
+per request, off by default. A big body
 costs CPU by the megabyte: a key has at most ``max_heavy`` requests with a
 body of ``heavy_bytes`` or more in flight, so its uploads take that many cores.
 
@@ -40,6 +39,7 @@ from limits.strategies import SlidingWindowCounterRateLimiter
 
 from .pacing import Pacer
 from .rates import RateLimited, parse_rates, too_many_at_once
+from .share import ThreadShare
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +88,8 @@ class Slot:
 class KeyLimiter:
     """Rate limits (``limits`` notation, e.g. "50/second;1500/minute"), megabytes
     of request bodies per period (``body_rates``, same notation), at most
-    ``web_threads - 1`` requests in flight per identity in this process (when it
+    ``web_threads - 1`` requests in flight per identity in this process while
+    another identity is served here or was within ``recent_seconds`` (when it
     has 2 or more threads and ``keep_thread_free``), at most ``max_concurrent``
     in flight across processes (0: no global count), and at most ``max_heavy``
     of those with a big body (0: no limit)."""
@@ -103,6 +104,7 @@ class KeyLimiter:
         body_rates: str = "off",
         web_threads: int = 0,
         keep_thread_free: bool = True,
+        recent_seconds: float = 15.0,
         max_heavy: int = 0,
         pace: str = "off",
         burst: int = 0,
@@ -120,8 +122,8 @@ class KeyLimiter:
         self.max_concurrent = max_concurrent
         self.max_heavy = max_heavy
         self.process_cap = web_threads - 1 if keep_thread_free and web_threads >= 2 else 0
+        self.share = ThreadShare(self.process_cap, recent_seconds) if self.process_cap else None
         self.lease_seconds = lease_seconds
-        self._in_process: dict[str, int] = {}
         self._heavy_here: dict[str, int] = {}  # big-body leases held in this process
         self._down_until = 0.0
         self._local: dict[str, dict[str, float]] = {}
@@ -193,7 +195,7 @@ class KeyLimiter:
         admitted key is ever remembered here, so a bad key is never refused."""
         if heavy and self.max_heavy and self._heavy_here.get(identity, 0) >= self.max_heavy:
             raise self._heavy_busy()
-        if self.process_cap and self._in_process.get(identity, 0) >= self.process_cap:
+        if self.share is not None and self.share.full(identity):
             raise self._process_busy()
         if self.pacer is not None and (wait := self.pacer.wait(identity)) > 0:
             raise self.pacer.refusal(wait)
@@ -343,24 +345,11 @@ class KeyLimiter:
         return max(1, math.ceil(reset - time.time()))
 
     def _enter_process(self, identity: str) -> bool:
-        if not self.process_cap:
-            return True
-        with self._lock:
-            held = self._in_process.get(identity, 0)
-            if held >= self.process_cap:
-                return False
-            self._in_process[identity] = held + 1
-            return True
+        return self.share is None or self.share.enter(identity)
 
     def _leave_process(self, identity: str) -> None:
-        if not self.process_cap:
-            return
-        with self._lock:
-            held = self._in_process.get(identity, 0) - 1
-            if held > 0:
-                self._in_process[identity] = held
-            else:
-                self._in_process.pop(identity, None)
+        if self.share is not None:
+            self.share.leave(identity)
 
     def _acquire(self, name: str, limit: int, token: str) -> bool:
         if self._acquire_script is not None:

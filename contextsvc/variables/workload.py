@@ -223,6 +223,11 @@ VARIABLES = (
         "unknown, as under runserver)", minimum=0,
     ),
     Variable(
+        "CONTEXTSVC_WEB_KEEPALIVE", "per-key limits", "int", 15,
+        "seconds a key served on a worker still counts as there (its keep-alive connection "
+        "may be open), set by `gunicorn.conf.py` from `--keep-alive`", minimum=0,
+    ),
+    Variable(
         "CONTEXTSVC_CONCURRENCY_LEASE_SECONDS", "per-key limits", "int", 300,
         "the most a request's slot outlives a worker killed under it; keep it above the "
         "gunicorn timeout", minimum=1,

@@ -191,11 +191,12 @@ def test_an_unreachable_storage_lets_requests_through_fast():
         slot.release()
 
 
-def test_a_key_never_takes_every_thread_of_one_worker():
+def test_a_key_never_takes_every_thread_of_one_worker_another_key_is_on():
     # An agent's keep-alive connection stays on one gunicorn worker: a key that
     # took all its threads would stall every other key connected there.
     limiter = KeyLimiter("memory://", "off", max_concurrent=10, lease_seconds=60, web_threads=3)
     key = uuid.uuid4().hex
+    limiter.admit(uuid.uuid4().hex).release()  # another key, its connection still open
     held = [limiter.admit(key), limiter.admit(key)]
     with pytest.raises(RateLimited) as refused:
         limiter.admit(key)
@@ -214,6 +215,7 @@ def test_the_worker_share_holds_while_the_shared_storage_is_down():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     limiter = KeyLimiter(f"redis://127.0.0.1:{port}/0", "off", 4, 60, web_threads=2)
+    limiter.admit("other").release()
     first = limiter.admit("k")
     with pytest.raises(RateLimited):
         limiter.admit("k")

@@ -168,6 +168,7 @@ def test_an_unread_upload_s_socket_reads_end_without_waiting_for_the_client():
 def test_every_thread_share_taken_is_refused_before_any_lookup():
     limiter = KeyLimiter("memory://", "off", max_concurrent=0, lease_seconds=60, web_threads=2)
     key, other = uuid.uuid4().hex, uuid.uuid4().hex
+    limiter.admit(other).release()  # served here just now: its connection is open
     held = limiter.admit(key)  # one of this worker's two threads
     with pytest.raises(RateLimited) as refused:
         limiter.refuse_known(key)
