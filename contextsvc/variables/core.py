@@ -239,6 +239,10 @@ VARIABLES = (
         "examples per operation of the contract fuzz test", minimum=1,
     ),
     Variable(
+        "CONTEXTSVC_PROXY_FUZZ_EXAMPLES", "development", "int", 7000,
+        "cases per endpoint of the proxy's fuzz test (three endpoints)", minimum=1,
+    ),
+    Variable(
         "CONTEXTSVC_FUZZ_ARGS", "development", "str", "",
         "extra arguments of the contract fuzzer",
     ),
