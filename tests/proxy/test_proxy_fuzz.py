@@ -7,12 +7,13 @@ forwarded) is the provider's error shape naming a field, and no row was
 written (sessions, messages, usage, tool outputs, client views, stored
 responses counted before and after). Generation is deterministic, so CI runs
 the same cases every time; CONTEXTSVC_PROXY_FUZZ_EXAMPLES scales the run
-(the default, 7,000 per endpoint, gives 21,000 cases).
+(the default in CI, 7,000 per endpoint, gives 21,000 cases; 700 elsewhere).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 from typing import Any
@@ -26,6 +27,7 @@ from hypothesis import strategies as st
 from contextsvc.asgi import application
 from proxy.models import ClientView, StoredResponse
 from sessions.models import ContextCall, Message, Session, ToolOutput, UsageReport
+from tests.conftest import IN_CI
 from tests.proxy import fuzz_bodies as fb
 from tests.proxy import responses_fixtures
 from tests.proxy.conftest import PROXY_DB, UPSTREAM_KEY
@@ -33,7 +35,9 @@ from tests.proxy.conftest import PROXY_DB, UPSTREAM_KEY
 pytestmark = PROXY_DB
 fake_responses = responses_fixtures.fake_responses
 
-EXAMPLES = int(os.environ.get("CONTEXTSVC_PROXY_FUZZ_EXAMPLES", "7000"))
+# CI runs 21,000 cases (about 30 ms each in this process); elsewhere a tenth,
+# so a newcomer's bin/test stays short.
+EXAMPLES = int(os.environ.get("CONTEXTSVC_PROXY_FUZZ_EXAMPLES") or (7000 if IN_CI else 700))
 # The fuzz's body limit: small, so "past the limit" costs little per case.
 LIMIT = 64 * 1024
 MODELS = (Session, Message, UsageReport, ToolOutput, ClientView, StoredResponse, ContextCall)
@@ -128,9 +132,14 @@ def small_limit(settings):
 
 @pytest.fixture
 def runner(alice_key):
+    # Thousands of refusals: one log line each would be most of a case's time.
+    logging.disable(logging.WARNING)
     runner = Runner(alice_key[1])
-    yield runner
-    runner.close("fuzz")
+    try:
+        yield runner
+    finally:
+        logging.disable(logging.NOTSET)
+        runner.close("fuzz")
 
 
 def test_proxy_fuzz_anthropic_messages_and_count_tokens(upstreams, small_limit, runner):
