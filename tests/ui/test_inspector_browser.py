@@ -24,7 +24,6 @@ import pytest
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 CHROMIUM = os.environ.get("CONTEXTSVC_CHROMIUM", "/usr/bin/chromium")
-IN_CI = os.environ.get("CI", "").lower() in ("true", "1")
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 LAUNCH_ARGS = [
     "--no-sandbox",
@@ -36,11 +35,7 @@ LAUNCH_ARGS = [
     "--disable-quic",
 ]
 
-pytestmark = [pytest.mark.browser]
-if not IN_CI:  # in CI a missing browser is a failure, never a skip
-    pytestmark.append(
-        pytest.mark.skipif(not os.access(CHROMIUM, os.X_OK), reason=f"no Chromium at {CHROMIUM}")
-    )
+pytestmark = [pytest.mark.needs_chromium]
 
 PASSWORD = "operator-pass-1"
 
