@@ -23,6 +23,10 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
+def pytest_runtest_setup(item):
+    parts.refuse_in_ci(item)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     """In CI nothing may skip: a skip left (a ``pytest.skip`` in a test) is a failure."""

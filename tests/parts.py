@@ -5,8 +5,8 @@ runs), whether this machine has them, and the run's account of what skipped.
 A test declares a part with its marker (``needs_postgres`` ...; registered in
 pyproject.toml). Where the part is missing the test skips with the part's one
 reason, and the summary at the end counts the skips per reason and says how to
-run them. In CI (CI=true) nothing skips: a missing part stops the run at
-collection, and any skip left (a ``pytest.skip`` in a test) fails it.
+run them. In CI (CI=true) nothing skips: a test whose part is missing fails
+before it starts, and any skip left (a ``pytest.skip`` in a test) fails too.
 """
 
 from __future__ import annotations
@@ -111,20 +111,25 @@ def missing_parts(item: pytest.Item) -> list[Part]:
     return [p for p in PARTS if item.get_closest_marker(p.marker) and not is_present(p)]
 
 
+MISSING_IN_CI = pytest.StashKey[str]()
+
+
 def apply(items: Iterable[pytest.Item]) -> None:
-    """Skip (locally) or refuse to run (CI) the tests whose parts are missing."""
-    lacking: Counter[str] = Counter()
+    """Skip (locally) the tests whose parts are missing; in CI mark them to fail."""
     for item in items:
         missing = missing_parts(item)
         if not missing:
             continue
         if IN_CI:
-            lacking.update(p.marker for p in missing)
+            item.stash[MISSING_IN_CI] = "; ".join(p.reason for p in missing)
         else:
             item.add_marker(pytest.mark.skip(reason=missing[0].reason))
-    if lacking:
-        parts = ", ".join(f"{marker} ({count} tests)" for marker, count in sorted(lacking.items()))
-        raise pytest.UsageError(f"CI=true, and this machine lacks what tests need: {parts}")
+
+
+def refuse_in_ci(item: pytest.Item) -> None:
+    """Fail, before it starts, a CI test whose part this machine lacks."""
+    if reason := item.stash.get(MISSING_IN_CI, None):
+        pytest.fail(f"CI=true and this machine lacks what the test needs: {reason}", pytrace=False)
 
 
 def skip_reason(report: pytest.TestReport) -> str:
