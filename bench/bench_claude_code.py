@@ -4,7 +4,7 @@
 
 The same task both ways: the pinned Claude Code CLI (tests/agents, installed
 by bin/test) in print mode, against the suite's fake upstream answering as an
-agent (``tests.fakes.claude_code.BashAgent``: BENCH_STEPS Bash steps of
+agent (``fakes.claude_code.BashAgent``: BENCH_STEPS Bash steps of
 BENCH_LINES lines each, then a final answer). Through the proxy the session has
 a 48,000-token window (BENCH_WINDOW) and Claude Code sends
 ``CLAUDE_CODE_MAX_OUTPUT_TOKENS=4000``; straight, the fake has no window, so
@@ -41,8 +41,8 @@ MODEL = "claude-fake-large"
 
 
 def one_run(fake, base_url: str, api_key: str, headers: dict[str, str]) -> dict[str, float]:
-    from tests.fakes.anthropic_server import estimate_tokens
-    from tests.fakes.claude_code import BashAgent, run_claude
+    from fakes.anthropic_server import estimate_tokens
+    from fakes.claude_code import BashAgent, run_claude
 
     fake.requests.clear()
     fake.agent = BashAgent(steps=STEPS, lines=LINES)
@@ -84,10 +84,10 @@ def median(runs: list[dict[str, float]], key: str) -> float:
 
 def main() -> None:
     db_url = django_on_scratch_database("_claude_code")
+    from fakes.anthropic_server import FakeAnthropic
+    from fakes.claude_code import claude_binary
     from sessions.services.keys import agent_key_create
     from sessions.services.sessions import session_create
-    from tests.fakes.anthropic_server import FakeAnthropic
-    from tests.fakes.claude_code import claude_binary
 
     claude_binary()
     key, raw = agent_key_create(name="bench-claude-code")

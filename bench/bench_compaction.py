@@ -235,11 +235,11 @@ def main() -> None:
 def run_benchmarks(db_url: str, tmp: Path, settings) -> None:
     from compaction.services.requests import compaction_request
     from compaction.services.sync import compaction_run_sync
+    from fakes.anthropic_server import FakeAnthropic
     from sessions.models import Message, Session
     from sessions.services.append import session_append_messages
     from sessions.services.keys import agent_key_create
     from sessions.services.sessions import session_create
-    from tests.fakes.anthropic_server import FakeAnthropic
 
     broker = settings.CELERY_BROKER_URL
     print(f"broker: {broker.split('@')[-1]}; database: {urlparse(db_url).path.lstrip('/')}")

@@ -10,7 +10,7 @@ The scenario of tests/sessions/test_starvation.py (whose assertion is the
 issue's: p99 under the flood within 2x of normal): a real gunicorn, 2 workers
 x 2 threads, on its own PostgreSQL database (<name>_flood). A calm key appends
 one line 25 times a second, 300 times before and 300 during a flood from
-another key (tests/fakes/flood_agent.py at nice 19: three threads posting
+another key (fakes/flood_agent.py at nice 19: three threads posting
 30 MB one-word appends and three posting small ones, none waiting for
 Retry-After). The flood runs BENCH_FLOOD_RUNS times (6), each on a fresh
 server: the figure is the worst run, not the median. Variants:
@@ -51,7 +51,7 @@ from common import (  # bench/ is sys.path[0]; common puts the project root on s
     worker_pids,
 )
 
-from tests.fakes.flood_agent import flooding
+from fakes.flood_agent import flooding
 
 SAMPLES = int(os.environ.get("BENCH_FLOOD_SAMPLES", "300"))
 RUNS = int(os.environ.get("BENCH_FLOOD_RUNS", "6"))

@@ -2,7 +2,7 @@
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/contextsvc python bench/bench_long_run.py
 
-The task (``tests.fakes.long_run``): BENCH_LENGTHS Bash steps (80 and 200)
+The task (``fakes.long_run``): BENCH_LENGTHS Bash steps (80 and 200)
 whose outputs run from 1 KB to 60 KB, one of 400 KB, each with a marker the
 shell computes (``MARK-s003 <sha256 prefix>``, in the middle of the output:
 BENCH_MARK_AT; on its first line for Claude Code: BENCH_CLAUDE_MARK_AT); then the question asks for six steps' markers (early,
@@ -97,9 +97,9 @@ class Figures:
 
 def run_client(client: str, base_url: str, api_key: str, sid: str | None, task) -> tuple:
     """(answer text, empty replies, error) of one run of ``client`` against ``base_url``."""
-    from tests.fakes.claude_code import run_claude
-    from tests.fakes.long_run import TASK
-    from tests.fakes.long_run_client import run_sdk_agent
+    from fakes.claude_code import run_claude
+    from fakes.long_run import TASK
+    from fakes.long_run_client import run_sdk_agent
 
     headers = {"X-Contextsvc-Session": sid} if sid else {}
     with tempfile.TemporaryDirectory() as scratch:
@@ -140,8 +140,8 @@ def search_times(session, task) -> list[float]:
     """history_search run in this process on the finished session (index warm: the run
     searched it): each asked marker and every tenth step's header, 3 times; ms per call."""
     from contextsvc.engine.recall import SEARCH_TOOL_NAME
+    from fakes.long_run import label
     from sessions import builtin_tools
-    from tests.fakes.long_run import label
 
     queries = [f"MARK-{label(k)}" for k in task.asked()]
     queries += [f"STEP-{label(k)}-BEGIN" for k in range(0, task.steps, 10)]
@@ -156,10 +156,10 @@ def search_times(session, task) -> list[float]:
 def one_run(fake, client: str, steps: int, *, proxied: str | None, owner=None) -> Figures:
     """One run; ``proxied`` is the proxy's base URL (None: straight to the fake)."""
     from compaction.models import CompactionRun
+    from fakes.anthropic_server import estimate_tokens
+    from fakes.long_run import LongRunModel, LongTask, parse_answer
     from proxy.models import ClientCompaction
     from sessions.services.sessions import session_create
-    from tests.fakes.anthropic_server import estimate_tokens
-    from tests.fakes.long_run import LongRunModel, LongTask, parse_answer
 
     at = CLAUDE_MARK_AT if client == "claude" else MARK_AT
     task = LongTask(steps=steps, nonce=uuid.uuid4().hex[:8], at=at)
@@ -249,16 +249,16 @@ def show(name: str, f: Figures, straight: Figures | None) -> None:
 def main() -> None:
     db_url = django_on_scratch_database("_long_run")
     logging.getLogger("httpx2").setLevel(logging.WARNING)  # one line per SDK call otherwise
+    from fakes.anthropic_server import FakeAnthropic
+    from fakes.claude_code import claude_binary
     from sessions.services.keys import agent_key_create
-    from tests.fakes.anthropic_server import FakeAnthropic
-    from tests.fakes.claude_code import claude_binary
 
     clients = list(CLIENTS)
     if "claude" in clients:
         try:
             claude_binary()
-        except BaseException:  # pytest's skip outside pytest: the CLI is not installed
-            print("Claude Code is not installed (bin/test installs it): SDK client only")
+        except FileNotFoundError:
+            print("Claude Code is not installed (bin/test --agents installs it): SDK client only")
             clients.remove("claude")
     owner = agent_key_create(name="bench-long-run")
     print(

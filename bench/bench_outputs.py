@@ -40,7 +40,7 @@ from common import (  # bench/ is sys.path[0] when run as a script
     worker_pid,
 )
 
-from tests.fakes.flood_agent import Client
+from fakes.flood_agent import Client
 
 WORKLOADS = ROOT.parent / "shared" / "workloads" / "real"
 

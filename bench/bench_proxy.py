@@ -3,7 +3,7 @@
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/contextsvc python bench/bench_proxy.py
 
 Uses its own database (<name>_proxy, created and migrated here), the fake
-Anthropic upstream (tests/fakes) and the proxy served as deployed: gunicorn
+Anthropic upstream (fakes/) and the proxy served as deployed: gunicorn
 with one uvicorn worker on ``contextsvc.asgi``.
 
 1. Added time to first byte: a streaming call direct to the fake vs through
@@ -193,9 +193,9 @@ def main() -> None:
     os.environ.update(OUT_OF_REACH)
     db_url = django_on_scratch_database("proxy")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
+    from fakes.anthropic_server import FakeAnthropic
+    from fakes.streams import QuietServer
     from sessions.services.keys import agent_key_create
-    from tests.fakes.anthropic_server import FakeAnthropic
-    from tests.fakes.streams import QuietServer
 
     # 64 streams connect at once: socketserver's backlog of 5 would reset some
     # of the proxy's connections to the fake (an error of the fake, not the proxy).

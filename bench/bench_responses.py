@@ -3,7 +3,7 @@
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/contextsvc python bench/bench_responses.py
 
 Uses its own database (<name>_responses, created and migrated here), the
-fake Responses upstream (tests/fakes/responses_server.py) and the proxy served
+fake Responses upstream (fakes/responses_server.py) and the proxy served
 as deployed: gunicorn with one uvicorn worker on ``contextsvc.asgi``.
 
 1. Added time to first event: a streamed ``POST /responses`` direct to the
@@ -109,8 +109,8 @@ TOOLS = [{"type": "function", "name": "exec_command", "parameters": {"type": "ob
 
 def codex_task(base_url: str, fake, headers: dict) -> tuple[int, int, float]:
     """(input tokens upstream was sent, calls, wall seconds) of one Codex run."""
-    from tests.fakes.responses_server import estimate_tokens
-    from tests.proxy.codex import ShellLoop, run_codex
+    from fakes.codex import ShellLoop, run_codex
+    from fakes.responses_server import estimate_tokens
 
     fake.responder = ShellLoop(CODEX_STEPS)
     before = len(fake.requests)
@@ -131,9 +131,9 @@ def main() -> None:
     os.environ.update(OUT_OF_REACH)
     db_url = django_on_scratch_database("responses")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
+    from fakes.responses_server import FakeResponses
     from sessions.services.keys import agent_key_create
     from sessions.services.sessions import session_create
-    from tests.fakes.responses_server import FakeResponses
 
     key, agent_key = agent_key_create(name="bench")
     fake = FakeResponses(api_key=KEY).start()
@@ -153,12 +153,12 @@ def main() -> None:
                 f"p99 {against(pct(added, 0.99), 50)}  CPU {cpus[size]:.2f} ms/call"
             )
         print(f"   CPU per call {growth(cpus)}")
-        from tests.proxy.codex import codex_binary
+        from fakes.codex import codex_binary
 
         try:
             codex_binary()
-        except BaseException:  # noqa: BLE001 - pytest.skip outside pytest
-            print("2. Codex CLI not installed: skipped")
+        except FileNotFoundError:
+            print("2. Codex CLI not installed (bin/test --agents installs it): skipped")
             return
         straight = codex_task(f"{fake.base_url}/v1", fake, {})
         session_create(

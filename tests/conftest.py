@@ -5,25 +5,44 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 from typing import Any
 
 import pytest
 from django.apps import apps
 from django.test import Client
 
-IN_CI = os.environ.get("CI", "").lower() == "true"
+from tests import parts
+from tests.parts import IN_CI
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config, items):
-    """In CI nothing may skip for lack of Postgres, Redis or Chromium."""
-    if not IN_CI:
-        return
-    for item in items:
-        for mark in item.iter_markers("skip"):
-            raise pytest.UsageError(
-                f"{item.nodeid} is marked skip in CI: {mark.kwargs.get('reason')}"
-            )
+    """Skip what this machine cannot run (tests/parts.py); slow tests first, so
+    xdist's workers are not left waiting on one of them at the end."""
+    parts.apply(items)
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+def pytest_runtest_setup(item):
+    parts.refuse_in_ci(item)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """In CI nothing may skip: a skip left (a ``pytest.skip`` in a test) is a failure."""
+    report = (yield).get_result()
+    if IN_CI and report.skipped and not hasattr(report, "wasxfail"):
+        report.outcome = "failed"
+        report.longrepr = f"skipped in CI, where nothing may skip: {parts.skip_reason(report)}"
+
+
+def pytest_terminal_summary(terminalreporter):
+    skipped = [r for r in terminalreporter.stats.get("skipped", []) if not hasattr(r, "wasxfail")]
+    lines = parts.summary_lines(skipped)
+    if lines:
+        terminalreporter.section("skipped, and how to run them")
+        for line in lines:
+            terminalreporter.write_line(line)
 
 
 class ApiClient:

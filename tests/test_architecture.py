@@ -1,5 +1,7 @@
 """The house rules, checked on the source: dependencies run one way, the engine
 stays pure, no import circles, no hidden imports, small documented modules.
+The code beside the service (the Python client, the fakes, the benchmarks) is
+held to the size rule and to imports that run one way too.
 
 An AST walk over the project's own packages (no import-linter dependency: the
 rules are few and the walk is fast). A new upward import, a Django or I/O
@@ -275,9 +277,90 @@ def test_no_import_circle_between_apps():
     assert _cycles(_edges(_app)) == []
 
 
-@pytest.mark.parametrize("module", sorted(MODULES))
-def test_module_is_small_and_says_what_it_is_for(module):
-    path = MODULES[module]
+# The code beside the service, by top-level name: its folder (under ROOT) and what
+# it must not import. The service imports none of it; the client is a distribution
+# of its own and imports nothing of this repository; the fakes (shared by the tests
+# and the benchmarks) and the benchmarks never import the tests. Benchmarks import
+# the service inside functions, after django.setup(): the local-import rule is the
+# service's alone.
+BESIDE: dict[str, tuple[str, tuple[str, ...]]] = {
+    "contextsvc_client": (
+        "clients/python/src/contextsvc_client",
+        (*PACKAGES, "fakes", "bench", "tests"),
+    ),
+    "fakes": ("fakes", ("bench", "tests", "contextsvc_client")),
+    "bench": ("bench", ("tests",)),
+}
+
+
+def _beside() -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for top, (folder, _) in BESIDE.items():
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            parts = path.relative_to(ROOT / folder).with_suffix("").parts
+            name = ".".join((top, *parts))
+            found[name.removesuffix(".__init__")] = path
+    return found
+
+
+BESIDE_MODULES = _beside()
+
+
+def _absolute_imports(path: Path, module: str) -> list[tuple[str, int]]:
+    """(dotted name, line) of every import in ``path``, relative ones resolved."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            out.extend((alias.name, node.lineno) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package
+                for _ in range(node.level - 1):
+                    anchor = anchor.rpartition(".")[0]
+                base = f"{anchor}.{base}" if base else anchor
+            out.append((base, node.lineno))
+    return out
+
+
+def _forbidden(name: str, prefixes: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def test_the_service_imports_nothing_beside_it():
+    beside = (*BESIDE, "tests")
+    bad = [
+        f"{_where(module, line)} imports {name}"
+        for module, path in MODULES.items()
+        for name, line in _absolute_imports(path, module)
+        if _forbidden(name, beside)
+    ]
+    assert bad == []
+
+
+def test_code_beside_the_service_imports_one_way():
+    bad = []
+    for module, path in BESIDE_MODULES.items():
+        top = module.split(".")[0]
+        for name, line in _absolute_imports(path, module):
+            if _forbidden(name, BESIDE[top][1]):
+                bad.append(f"{path.relative_to(ROOT)}:{line} imports {name}")
+    assert bad == []
+
+
+def test_code_beside_the_service_is_found():
+    # The walk above must see the client, every fake and every benchmark.
+    assert {m.split(".")[0] for m in BESIDE_MODULES} == set(BESIDE)
+    assert "bench.common" in BESIDE_MODULES and "contextsvc_client.client" in BESIDE_MODULES
+
+
+@pytest.mark.parametrize(
+    "relative",
+    sorted(str(p.relative_to(ROOT)) for p in {*MODULES.values(), *BESIDE_MODULES.values()}),
+)
+def test_module_is_small_and_says_what_it_is_for(relative):
+    path = ROOT / relative
     text = path.read_text()
     lines = text.count("\n")
     assert lines <= MAX_LINES, f"{path.relative_to(ROOT)} has {lines} lines (max {MAX_LINES})"

@@ -30,14 +30,13 @@ from pathlib import Path
 import httpx
 import pytest
 import redis
-from django.db import connection
 
 from contextsvc.settings_env import env_int, env_str
 from sessions.services.keys import agent_key_create
-from tests.conftest import IN_CI, tool_turn
+from tests.conftest import tool_turn
 from tests.live_server import database_url, gunicorn
 
-pytestmark = [pytest.mark.postgres]
+pytestmark = [pytest.mark.needs_postgres, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[1]
 # The whole run, schema load to report; the bound is 3 minutes.
@@ -50,15 +49,6 @@ CHECKS = (
     "content_type_conformance",
     "response_schema_conformance",
 )
-
-
-def _test_database_url() -> str:
-    if connection.vendor != "postgresql":
-        reason = "the live-server fuzz test needs PostgreSQL (SQLite test databases are in memory)"
-        if IN_CI:
-            pytest.fail(reason)
-        pytest.skip(reason)
-    return database_url()
 
 
 @contextmanager
@@ -131,7 +121,7 @@ def _seed(base: str, raw_key: str) -> dict[str, list[str]]:
 def test_every_operation_keeps_its_contract_under_schemathesis(transactional_db, tmp_path):
     env = {
         **os.environ,
-        "DATABASE_URL": _test_database_url(),
+        "DATABASE_URL": database_url(),
         "DEBUG": "false",
         "SECRET_KEY": secrets.token_urlsafe(50),
         "LOG_LEVEL": "WARNING",

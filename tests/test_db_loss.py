@@ -32,22 +32,12 @@ from sessions import hotpath
 from sessions.models import Message
 from sessions.services.keys import agent_key_create
 from sessions.services.sessions import session_create
-from tests.conftest import IN_CI
 from tests.live_server import database_url, gunicorn
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.needs_postgres, pytest.mark.django_db(transaction=True)]
 
 ROOT = Path(__file__).resolve().parents[1]
 THREADS = 2
-
-
-@pytest.fixture(autouse=True)
-def _require_postgres():
-    if connection.vendor != "postgresql":
-        reason = "terminating backends needs PostgreSQL (set DATABASE_URL=postgres://...)"
-        if IN_CI:
-            pytest.fail(reason)
-        pytest.skip(reason)
 
 
 def _admin_sql(sql: str, params: tuple = ()) -> list[tuple]:

@@ -125,7 +125,7 @@ def test_app_services_wait_for_healthy_postgres_and_redis(name):
     assert depends_on["redis"]["condition"] == "service_healthy"
 
 
-@pytest.mark.skipif(shutil.which("docker-compose") is None, reason="no docker-compose here")
+@pytest.mark.needs_compose
 def test_compose_file_validates_with_docker_compose(tmp_path):
     # `config` parses and validates without an engine.
     result = subprocess.run(

@@ -1,6 +1,6 @@
 """The fake upstreams speak the protocols the official SDKs parse, and the converters read them.
 
-The ``anthropic`` and ``openai`` SDKs are pointed at ``tests.fakes`` servers
+The ``anthropic`` and ``openai`` SDKs are pointed at ``fakes`` servers
 (``base_url``), streaming and not; the raw streams are also read with httpx
 in uneven chunks through ``engine.providers.sse``, and the bodies the SDKs
 send in an agent loop go through the converters and back unchanged.
@@ -18,10 +18,10 @@ import pytest
 from contextsvc.engine.providers import anthropic as anthropic_format
 from contextsvc.engine.providers import openai_chat
 from contextsvc.engine.providers.sse import AnthropicStream, OpenAIStream, SseParser
+from fakes.anthropic_server import FakeAnthropic
+from fakes.openai_server import FakeOpenAI
+from fakes.streams import ScriptedReply, tool_call
 from sessions.schemas import MessageIn
-from tests.fakes.anthropic_server import FakeAnthropic
-from tests.fakes.openai_server import FakeOpenAI
-from tests.fakes.streams import ScriptedReply, tool_call
 
 TOOLS = [{"name": "read_file", "description": "Read a file", "input_schema": {"type": "object"}}]
 FUNCTIONS = [

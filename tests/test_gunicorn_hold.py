@@ -13,19 +13,12 @@ import time
 from contextlib import ExitStack
 
 import pytest
-from django.db import connection
 
 from sessions.services.keys import agent_key_create
 from sessions.services.sessions import session_create
 from tests.live_server import database_url, gunicorn
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture(autouse=True)
-def _needs_postgres():
-    if connection.vendor != "postgresql":
-        pytest.skip("a server sharing the test database needs PostgreSQL (DATABASE_URL)")
+pytestmark = [pytest.mark.needs_postgres, pytest.mark.django_db(transaction=True)]
 
 
 def serve(tmp_path, **settings: str):

@@ -1,7 +1,7 @@
 """The real OpenAI Agents SDK running on ContextsvcSession (live service, fake Responses upstream).
 
 The agent calls a function tool every turn; its model is the SDK's Responses
-model pointed at tests/fakes/responses_server.py, which refuses any input
+model pointed at fakes/responses_server.py, which refuses any input
 above its window. With ``session.run_config()`` every model call sends the
 service's managed context, so 100+ turns in a small window stay inside it.
 """
@@ -18,9 +18,9 @@ from contextsvc_client import AsyncClient, Client
 from contextsvc_client.agents import ContextsvcSession, call_model_input_filter
 from openai import AsyncOpenAI
 
+from fakes.responses_server import FakeResponses, estimate_tokens
+from fakes.streams import ScriptedReply, tool_call
 from tests.clients.conftest import LIVE_DB
-from tests.fakes.responses_server import FakeResponses, estimate_tokens
-from tests.fakes.streams import ScriptedReply, tool_call
 
 pytestmark = [LIVE_DB]
 set_tracing_disabled(True)  # the SDK would send traces to OpenAI

@@ -1,8 +1,8 @@
 """Fixtures for the compaction tests.
 
 No global eager mode (STYLE.md): tests call the services directly. Enqueueing
-is recorded instead of sent, except in the tests marked ``redis`` that run a
-real worker. The offline summariser is the default; ``fake_anthropic`` and
+is recorded instead of sent, except in the tests marked ``needs_worker`` that
+run a real worker. The offline summariser is the default; ``fake_anthropic`` and
 ``fake_openai`` point the official SDKs at a local fake Messages API and a
 local fake Chat Completions server.
 """
@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from fakes.anthropic_server import FakeAnthropic
+from fakes.openai_server import FakeOpenAI
 from tests.conftest import tool_turn
-from tests.fakes.anthropic_server import FakeAnthropic
-from tests.fakes.openai_server import FakeOpenAI
 
 # A small window so a handful of messages reaches the compaction tier:
 # effective window 16,000 - 2,000 - 1,000 = 13,000; compact at 12,350.
@@ -43,7 +43,7 @@ def _no_broker(request, monkeypatch, settings):
     for name in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL"):
         monkeypatch.delenv(name, raising=False)
     sent: list[tuple[str, str | None]] = []
-    if request.node.get_closest_marker("redis") is None:
+    if request.node.get_closest_marker("needs_worker") is None:
         monkeypatch.setattr(
             "compaction.services.requests.enqueue_run",
             lambda run_id, task_id=None: sent.append((str(run_id), task_id)),

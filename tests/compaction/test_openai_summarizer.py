@@ -1,7 +1,7 @@
 """The openai summariser against a local fake Chat Completions server (the official SDK, ``base_url``).
 
-The fake (``tests.fakes.openai_server``) is a real HTTP server that rejects
-what the API rejects (``tests.fakes.openai_rules``); the summariser's body
+The fake (``fakes.openai_server``) is a real HTTP server that rejects
+what the API rejects (``fakes.openai_rules``); the summariser's body
 must pass those rules, and its errors map like the anthropic one's:
 429 / 5xx / timeouts are retried, a bad request or a bad key is not.
 """
@@ -30,8 +30,8 @@ from contextsvc.engine.summarize import (
 )
 from contextsvc.engine.wellformed import NO_RESULT_TEXT
 from contextsvc.settings_env import env_url
+from fakes.openai_rules import validate_chat
 from sessions.models import Session
-from tests.fakes.openai_rules import validate_chat
 from tests.sessions.test_api_inputs import assert_names
 
 from .test_anthropic_summarizer import trailing_call_history

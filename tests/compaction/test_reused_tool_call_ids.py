@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from fakes.anthropic_rules import validate
 from sessions.models import Session
 from tests.conftest import tool_turn
-from tests.fakes.anthropic_server import validate
 
 pytestmark = pytest.mark.django_db
 

@@ -17,13 +17,13 @@ from compaction.services.requests import compaction_request
 from compaction.services.sync import compaction_run_sync
 from contextsvc.engine.recall import with_search_hint
 from contextsvc.engine.summarize import SummarizerError, SummaryResult
+from fakes.anthropic_rules import validate
+from fakes.openai_rules import validate_chat
 from sessions.dashboard.selectors.timeline import timeline_page
 from sessions.dashboard.selectors.usage import usage_over_turns
 from sessions.live import live_q
 from sessions.models import Message, Session
 from sessions.services.append import session_append_messages
-from tests.fakes.anthropic_server import validate
-from tests.fakes.openai_rules import validate_chat
 
 from .conftest import turn
 

@@ -22,37 +22,25 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings as django_settings
-from django.db import connection
 from django.utils import timezone
 
 from compaction.models import CompactionRun, Snapshot
+from fakes.anthropic_server import FakeAnthropic
+from fakes.openai_rules import validate_chat
+from fakes.openai_server import FakeOpenAI
 from sessions.models import Session
-from tests.conftest import IN_CI
-from tests.fakes.anthropic_server import FakeAnthropic
-from tests.fakes.openai_rules import validate_chat
-from tests.fakes.openai_server import FakeOpenAI
 from tests.live_server import database_url, gunicorn
 
 from .conftest import SMALL, turn
 
-pytestmark = [pytest.mark.redis, pytest.mark.postgres]
+pytestmark = [pytest.mark.needs_worker]
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _require_services() -> str:
-    redis_url = os.environ.get("REDIS_URL")
-    needs = []
-    if not redis_url:
-        needs.append("Redis (REDIS_URL is not set)")
-    if connection.vendor != "postgresql":
-        needs.append("PostgreSQL (the test database is SQLite, in memory)")
-    if needs:
-        reason = "real-worker test needs " + " and ".join(needs)
-        if IN_CI:
-            pytest.fail(reason)
-        pytest.skip(reason)
-    return redis_url
+def redis_url() -> str:
+    """The broker the worker and the test share (the ``needs_worker`` mark makes sure of it)."""
+    return os.environ["REDIS_URL"]
 
 
 class Worker:
@@ -118,13 +106,12 @@ class Worker:
 @pytest.fixture
 def worker_env(transactional_db, tmp_path, settings, monkeypatch):
     """Environment for a worker on this test's database and a queue of its own."""
-    redis_url = _require_services()
     queue = f"compaction-e2e-{uuid.uuid4().hex[:8]}"
     settings.CONTEXTSVC_COMPACTION_QUEUE = queue
     env = {
         **os.environ,
         "DATABASE_URL": database_url(),
-        "REDIS_URL": redis_url,
+        "REDIS_URL": redis_url(),
         "CELERY_BROKER_URL": django_settings.CELERY_BROKER_URL,
         "CONTEXTSVC_VAR_DIR": str(tmp_path / "var"),
         "CONTEXTSVC_SUMMARIZER": "offline",

@@ -33,9 +33,9 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.fakes.anthropic_server import FakeAnthropic
-from tests.fakes.claude_code import BashAgent
-from tests.fakes.responses_server import FakeResponses
+from fakes.anthropic_server import FakeAnthropic
+from fakes.claude_code import BashAgent
+from fakes.responses_server import FakeResponses
 from tests.live_server import ROOT, free_port
 
 PROVIDER_KEY = "sk-docs-examples-provider-key"

@@ -15,11 +15,11 @@ from collections.abc import Iterator
 
 import pytest
 
+from fakes.claude_code import claude_binary
 from tests.docs.blocks import NOT_RUN_KINDS, Block, blocks, pages, problems
 from tests.docs.runners import Outcome, PythonPage, ShellPage
 from tests.docs.service import Service, bin_run
 from tests.docs.summary import RESULTS
-from tests.fakes.claude_code import claude_binary
 from tests.live_server import ROOT
 
 ALL = {str(p.relative_to(ROOT)): blocks(p, ROOT) for p in pages(ROOT)}

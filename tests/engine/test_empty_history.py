@@ -16,9 +16,9 @@ from contextsvc.engine.build import ContextParts, build_request
 from contextsvc.engine.messages import Message, PromptSection, ToolDef
 from contextsvc.engine.prompt import CachePlan
 from contextsvc.engine.wellformed import EMPTY_AFTER_SUMMARY_TEXT, EMPTY_HISTORY_TEXT
-from tests.fakes.anthropic_server import validate
-from tests.fakes.openai_rules import validate_chat
-from tests.fakes.responses_rules import validate_responses
+from fakes.anthropic_rules import validate
+from fakes.openai_rules import validate_chat
+from fakes.responses_rules import validate_responses
 
 SUMMARY = "We fixed the parser; next: the tests."
 

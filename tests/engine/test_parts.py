@@ -8,8 +8,8 @@ import hashlib
 from contextsvc.engine.build import ContextParts, build_request
 from contextsvc.engine.messages import Message
 from contextsvc.engine.tokens import DEFAULT_ESTIMATE_CONFIG, estimate_message, get_tokenizer
-from tests.fakes.anthropic_server import validate
-from tests.fakes.openai_rules import validate_chat
+from fakes.anthropic_rules import validate
+from fakes.openai_rules import validate_chat
 
 _THOUGHT = "The user wants a fix. " * 30
 # Signed as the fake Messages server signs (it rejects a made-up signature, as the API does).

@@ -25,8 +25,8 @@ from contextsvc.engine.providers.openai_responses_reply import (
     response_events,
     response_object,
 )
+from fakes.responses_server import stream_events
 from sessions.schemas import MessageIn
-from tests.fakes.responses_server import stream_events
 
 CODEX_INPUT = [
     {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "perm"}]},

@@ -1,6 +1,6 @@
 """SSE parsing and stream accumulation (``contextsvc.engine.providers.sse``).
 
-The streams are the fakes' own (``tests.fakes.streams``: the providers'
+The streams are the fakes' own (``fakes.streams``: the providers'
 documented event sequences), fed split at every byte boundary; what a stream
 accumulates equals what the same answer gives non-streamed.
 """
@@ -18,7 +18,7 @@ from contextsvc.engine.providers.sse import (
     SseEvent,
     SseParser,
 )
-from tests.fakes.streams import (
+from fakes.streams import (
     ScriptedReply,
     anthropic_content,
     anthropic_events,

@@ -13,7 +13,7 @@ import pytest
 from contextsvc.engine.build import ContextParts, build_request
 from contextsvc.engine.messages import Message, ToolCall, ToolDef
 from contextsvc.engine.reasoning import drop_old_reasoning
-from tests.fakes.anthropic_server import InvalidRequest, validate
+from fakes.anthropic_rules import InvalidRequest, validate
 
 
 def thinking(text: str) -> dict:

@@ -17,9 +17,9 @@ from contextsvc.engine.build import ContextParts, build_request
 from contextsvc.engine.messages import Message, ToolCall, ToolDef
 from contextsvc.engine.providers import anthropic, openai_chat, openai_responses
 from contextsvc.engine.wellformed import NO_RESULT_TEXT, well_formed
-from tests.fakes.anthropic_server import validate
-from tests.fakes.openai_rules import validate_chat
-from tests.fakes.responses_rules import validate_responses
+from fakes.anthropic_rules import validate
+from fakes.openai_rules import validate_chat
+from fakes.responses_rules import validate_responses
 
 
 def engine(d: dict[str, Any]) -> Message:

@@ -19,10 +19,10 @@ from contextsvc.engine.strategies.chain import run_chain
 from contextsvc.engine.strategies.sandwich import SandwichStrategy, sandwich
 from contextsvc.engine.summarize import SummaryRequest, SummaryResult
 from contextsvc.engine.tokens import get_tokenizer
+from fakes.anthropic_rules import validate
+from fakes.openai_rules import validate_chat
+from fakes.responses_rules import validate_responses
 from tests.engine.test_wellformed_property import check_bodies
-from tests.fakes.anthropic_server import validate
-from tests.fakes.openai_rules import validate_chat
-from tests.fakes.responses_rules import validate_responses
 from tests.fakes.transcripts import transcripts
 
 COUNTER = TokenCounter(get_tokenizer())

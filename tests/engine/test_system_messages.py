@@ -1,7 +1,7 @@
 """Mid-conversation ``system`` messages: the build keeps them in place, compaction keeps the newest.
 
 Pure engine tests. Every Anthropic body built here is checked by the suite's
-fake Messages API (``tests.fakes.anthropic_server.validate``), which accepts a
+fake Messages API (``fakes.anthropic_rules.validate``), which accepts a
 system message only right after a user message and rejects it for an older
 model, as the real API does.
 """
@@ -18,7 +18,7 @@ from contextsvc.engine.strategies.chain import run_chain
 from contextsvc.engine.summarize import render_for_llm
 from contextsvc.engine.system_carry import CARRY_OPEN, carry_system, split_carried, with_carried
 from contextsvc.engine.tokens import get_tokenizer
-from tests.fakes.anthropic_server import InvalidRequest, validate
+from fakes.anthropic_rules import InvalidRequest, validate
 
 COUNTER = TokenCounter(get_tokenizer())
 RULE = "Use the Bash tool for every shell command."

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -19,10 +18,10 @@ from contextsvc.engine.tokens import (
     get_tokenizer,
     segment_bounds,
 )
+from tests.parts import WORKLOADS
 
 CL100K = get_tokenizer("tiktoken:cl100k_base")
 ENCODING = CL100K.encoding
-WORKLOADS = Path(__file__).resolve().parents[3] / "shared" / "workloads" / "real"
 
 
 def whole(text: str) -> int:
@@ -44,12 +43,10 @@ def workload_texts() -> list[str]:
 
 @pytest.fixture(scope="module")
 def real_texts() -> list[str]:
-    texts = workload_texts()
-    if not texts:
-        pytest.skip(f"no recorded trajectories at {WORKLOADS}")
-    return texts
+    return workload_texts()
 
 
+@pytest.mark.needs_workloads
 def test_count_is_unchanged_on_real_agent_text(real_texts):
     # Every message of the recorded runs, and all of them as one ~2 MB text
     # (hundreds of segments), count exactly as one encode of the whole does.
@@ -62,6 +59,7 @@ def test_count_is_unchanged_on_real_agent_text(real_texts):
 
 
 @pytest.mark.parametrize("size", [64, 300, 2048])
+@pytest.mark.needs_workloads
 def test_small_segments_cut_real_text_only_at_piece_boundaries(real_texts, size):
     # Tiny segments put a cut every few words: each must fall on a boundary.
     for text in real_texts[::7]:

@@ -1,7 +1,7 @@
 """engine.wellformed through the one assembler: each rule, in both provider formats.
 
 Every body is also checked by the fake Messages server's validation and the
-Chat Completions rules (tests/fakes), and each validator is shown to reject
+Chat Completions rules (fakes/), and each validator is shown to reject
 what the old assembler sent, so the checks can fail.
 """
 
@@ -18,8 +18,8 @@ from contextsvc.engine.wellformed import (
     NO_RESULT_TEXT,
     well_formed,
 )
-from tests.fakes.anthropic_server import InvalidRequest, validate
-from tests.fakes.openai_rules import InvalidChatRequest, validate_chat
+from fakes.anthropic_rules import InvalidRequest, validate
+from fakes.openai_rules import InvalidChatRequest, validate_chat
 
 TOOLS = [ToolDef(name="bash"), ToolDef(name="read")]
 

@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 from contextsvc.engine.build import ContextParts, build_request
 from contextsvc.engine.messages import PromptSection, ToolDef
 from contextsvc.engine.prompt import CachePlan
-from tests.fakes.anthropic_server import validate
-from tests.fakes.openai_rules import validate_chat
-from tests.fakes.responses_rules import validate_responses
+from fakes.anthropic_rules import validate
+from fakes.openai_rules import validate_chat
+from fakes.responses_rules import validate_responses
 from tests.fakes.transcripts import Transcript, windows
 
 

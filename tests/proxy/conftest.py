@@ -14,8 +14,8 @@ import openai
 import pytest
 
 from contextsvc.asgi import application
-from tests.fakes.anthropic_server import FakeAnthropic
-from tests.fakes.openai_server import FakeOpenAI
+from fakes.anthropic_server import FakeAnthropic
+from fakes.openai_server import FakeOpenAI
 
 UPSTREAM_KEY = "sk-upstream-test"
 

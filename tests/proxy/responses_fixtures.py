@@ -5,7 +5,7 @@ from __future__ import annotations
 import openai
 import pytest
 
-from tests.fakes.responses_server import FakeResponses
+from fakes.responses_server import FakeResponses
 from tests.proxy.conftest import UPSTREAM_KEY, asgi_http
 
 

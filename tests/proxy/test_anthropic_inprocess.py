@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from asgiref.sync import async_to_sync
 
+from fakes.streams import ScriptedReply, tool_call
 from sessions.models import Message, Session, UsageReport
-from tests.fakes.streams import ScriptedReply, tool_call
 from tests.proxy.conftest import PROXY_DB, UPSTREAM_KEY, asgi_claude
 
 pytestmark = PROXY_DB

@@ -1,6 +1,6 @@
 """The real Claude Code CLI (pinned, tests/agents) through the live proxy against the fake Messages API.
 
-The fake answers as an agent (``tests.fakes.claude_code.BashAgent``): many
+The fake answers as an agent (``fakes.claude_code.BashAgent``): many
 Bash steps whose outputs together are far larger than the session's 48,000
 token window, then a final answer. In CI these run (a missing CLI fails);
 elsewhere they skip only when the CLI is not installed.
@@ -9,19 +9,17 @@ elsewhere they skip only when the CLI is not installed.
 from __future__ import annotations
 
 import pytest
-from django.db import connection
 
-from sessions.models import Message, ModelProfile, Session, ToolOutput
-from sessions.outputs.read import output_read_all
-from tests.fakes.anthropic_server import estimate_tokens
-from tests.fakes.claude_code import (
+from fakes.anthropic_server import estimate_tokens
+from fakes.claude_code import (
     FINAL_ANSWER,
     STEP_MARK,
     TASK,
     BashAgent,
-    claude_binary,
     run_claude,
 )
+from sessions.models import Message, ModelProfile, Session, ToolOutput
+from sessions.outputs.read import output_read_all
 from tests.proxy.claude_code_live import (
     WINDOW,
     make_window_session,
@@ -31,17 +29,10 @@ from tests.proxy.claude_code_live import (
 )
 from tests.proxy.conftest import PROXY_DB, UPSTREAM_KEY
 
-pytestmark = [pytest.mark.postgres, *PROXY_DB]
+pytestmark = [pytest.mark.needs_postgres, pytest.mark.needs_agents, *PROXY_DB]
 
 STEPS = 10
 LINES = 5_000  # ~24 KB per output: ten of them are far more than the window holds
-
-
-@pytest.fixture(autouse=True)
-def _needs_postgres_and_cli():
-    if connection.vendor != "postgresql":
-        pytest.skip("a server sharing the test database needs PostgreSQL (DATABASE_URL)")
-    claude_binary()
 
 
 @pytest.fixture

@@ -11,22 +11,20 @@ client's new view, and the session records a client compaction.
 from __future__ import annotations
 
 import pytest
-from django.db import connection
 
-from proxy.models import ClientCompaction
-from sessions.models import Message, Session
-from tests.fakes.claude_code import (
+from fakes.claude_code import (
     COMPACT_PROMPT,
     FINAL_ANSWER,
     STEP_MARK,
     BashAgent,
-    claude_binary,
     run_claude,
 )
+from proxy.models import ClientCompaction
+from sessions.models import Message, Session
 from tests.proxy.claude_code_live import messages_requests, start_proxy
 from tests.proxy.conftest import PROXY_DB
 
-pytestmark = [pytest.mark.postgres, *PROXY_DB]
+pytestmark = [pytest.mark.needs_postgres, pytest.mark.needs_agents, *PROXY_DB]
 
 FIRST, SECOND = 6, 2  # Bash steps in the first turn, then in the turn after the compaction
 LINES = 1_500  # the first turn's outputs pass Claude Code's threshold below
@@ -34,13 +32,6 @@ CLIENT_LIMITS = {
     "CLAUDE_CODE_AUTO_COMPACT_WINDOW": "60000",
     "CLAUDE_AUTOCOMPACT_PCT_OVERRIDE": "5",
 }
-
-
-@pytest.fixture(autouse=True)
-def _needs_postgres_and_cli():
-    if connection.vendor != "postgresql":
-        pytest.skip("a server sharing the test database needs PostgreSQL (DATABASE_URL)")
-    claude_binary()
 
 
 def _steps_in_transcript(session: Session) -> list[int]:

@@ -17,23 +17,21 @@
 from __future__ import annotations
 
 import pytest
-from django.db import connection
 
 from contextsvc.engine.build import SYSTEM_REMINDER_HEADER
-from proxy.models import ClientCompaction
-from sessions.models import Message, ModelProfile, Session
-from tests.fakes.claude_code import (
+from fakes.claude_code import (
     FINAL_ANSWER,
     SUBTASK,
     BashAgent,
     SubAgentTask,
-    claude_binary,
     run_claude,
 )
+from proxy.models import ClientCompaction
+from sessions.models import Message, ModelProfile, Session
 from tests.proxy.claude_code_live import WINDOW, make_window_session, messages_requests, start_proxy
 from tests.proxy.conftest import PROXY_DB
 
-pytestmark = [pytest.mark.postgres, *PROXY_DB]
+pytestmark = [pytest.mark.needs_postgres, pytest.mark.needs_agents, *PROXY_DB]
 
 OLD_MODEL = "claude-fake-old"
 
@@ -42,13 +40,6 @@ OLD_MODEL = "claude-fake-old"
 def managed_proxy(tmp_path, fake_anthropic):
     with start_proxy(tmp_path, fake_anthropic, managed=True) as port:
         yield f"http://127.0.0.1:{port}/proxy/anthropic"
-
-
-@pytest.fixture(autouse=True)
-def _needs_postgres_and_cli():
-    if connection.vendor != "postgresql":
-        pytest.skip("a server sharing the test database needs PostgreSQL (DATABASE_URL)")
-    claude_binary()
 
 
 def test_system_messages_to_a_model_that_rejects_them_travel_as_reminders(

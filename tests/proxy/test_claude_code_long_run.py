@@ -1,6 +1,6 @@
 """An agent far past its window loses nothing: a long scripted task through the live proxy, then a recall question.
 
-The fake upstream answers as a model (``tests.fakes.long_run.LongRunModel``)
+The fake upstream answers as a model (``fakes.long_run.LongRunModel``)
 that sees only the request: many Bash steps whose outputs carry markers the
 shell computes, then a question for six steps' markers. The session's window
 is small enough that the proxy compacts at least twice, so by the question
@@ -21,14 +21,11 @@ from collections import Counter
 
 import anthropic
 import pytest
-from django.db import connection
 
 from compaction.models import CompactionRun
-from sessions.models import Message, Session, ToolOutput
-from sessions.outputs.read import output_read_all
-from tests.fakes.anthropic_server import FakeAnthropic
-from tests.fakes.claude_code import claude_binary, run_claude
-from tests.fakes.long_run import (
+from fakes.anthropic_server import FakeAnthropic
+from fakes.claude_code import run_claude
+from fakes.long_run import (
     TASK,
     LongRunModel,
     LongTask,
@@ -36,20 +33,16 @@ from tests.fakes.long_run import (
     parse_answer,
     tool_uses,
 )
-from tests.fakes.long_run_client import run_sdk_agent
+from fakes.long_run_client import run_sdk_agent
+from sessions.models import Message, Session, ToolOutput
+from sessions.outputs.read import output_read_all
 from tests.proxy.claude_code_live import messages_requests, start_proxy
 from tests.proxy.conftest import PROXY_DB
 
-pytestmark = [pytest.mark.postgres, *PROXY_DB]
+pytestmark = [pytest.mark.needs_postgres, *PROXY_DB]
 
 KB = 1024
 HEADER = re.compile(r"STEP-(s\d{3})-BEGIN")
-
-
-@pytest.fixture(autouse=True)
-def _needs_postgres():
-    if connection.vendor != "postgresql":
-        pytest.skip("a server sharing the test database needs PostgreSQL (DATABASE_URL)")
 
 
 def make_session(client, sid: str, window: int) -> Session:
@@ -162,10 +155,10 @@ def test_sdk_agent_recalls_an_early_marker_after_compactions(
     assert_recalled(fake_anthropic, session, task, run.answer)
 
 
+@pytest.mark.needs_agents
 def test_claude_code_recalls_an_early_marker_after_compactions(
     tmp_path, fake_anthropic, alice, alice_key
 ):
-    claude_binary()
     # Markers in the middle of each output: of those over ~30 KB Claude Code sends a
     # 2 KB preview and keeps the rest in a file, so the model finds that file by
     # searching the history for the step's preview, then greps it with Bash.

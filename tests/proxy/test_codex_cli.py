@@ -12,25 +12,18 @@ from __future__ import annotations
 import os
 
 import pytest
-from django.db import connection
 
 from compaction.models import CompactionRun
+from fakes.codex import FINAL, ShellLoop, run_codex
+from fakes.responses_server import FakeResponses
 from sessions.models import Session
 from sessions.services.sessions import session_create
-from tests.fakes.responses_server import FakeResponses
 from tests.live_server import database_url
-from tests.proxy.codex import FINAL, ShellLoop, run_codex
 from tests.proxy.conftest import PROXY_DB, UPSTREAM_KEY
 from tests.proxy.server import proxy_server
 from tests.proxy.test_claude_code import stored_outputs
 
-pytestmark = [pytest.mark.postgres, *PROXY_DB]
-
-
-@pytest.fixture(autouse=True)
-def _needs_postgres():
-    if connection.vendor != "postgresql":
-        pytest.skip("a server sharing the test database needs PostgreSQL (DATABASE_URL)")
+pytestmark = [pytest.mark.needs_postgres, pytest.mark.needs_agents, pytest.mark.slow, *PROXY_DB]
 
 
 @pytest.fixture

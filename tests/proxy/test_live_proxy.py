@@ -15,21 +15,14 @@ import anthropic
 import httpx
 import openai
 import pytest
-from django.db import connection
 
+from fakes.streams import ScriptedReply
 from sessions.models import Message, UsageReport
-from tests.fakes.streams import ScriptedReply
 from tests.live_server import database_url
 from tests.proxy.conftest import PROXY_DB, UPSTREAM_KEY
 from tests.proxy.server import proxy_server
 
-pytestmark = [pytest.mark.postgres, *PROXY_DB]
-
-
-@pytest.fixture(autouse=True)
-def _needs_postgres():
-    if connection.vendor != "postgresql":
-        pytest.skip("a server sharing the test database needs PostgreSQL (DATABASE_URL)")
+pytestmark = [pytest.mark.needs_postgres, *PROXY_DB]
 
 
 @pytest.fixture

@@ -6,8 +6,8 @@ import json
 
 from asgiref.sync import async_to_sync
 
+from fakes.streams import ScriptedReply, tool_call
 from sessions.models import Message, Session, UsageReport
-from tests.fakes.streams import ScriptedReply, tool_call
 from tests.proxy.conftest import PROXY_DB, UPSTREAM_KEY, asgi_gpt
 
 pytestmark = PROXY_DB

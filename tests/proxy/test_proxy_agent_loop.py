@@ -18,14 +18,14 @@ from asgiref.sync import async_to_sync
 
 from compaction.models import CompactionRun
 from contextsvc.engine.providers.anthropic import messages_to_transcript
+from fakes.anthropic_server import estimate_tokens
+from fakes.streams import ScriptedReply, tool_call
 from sessions.models import AgentKey, Message, Session
 from sessions.services.sessions import session_create
 from tests.compaction.test_worker_e2e import start_worker, worker_env  # noqa: F401 - fixtures
-from tests.fakes.anthropic_server import estimate_tokens
-from tests.fakes.streams import ScriptedReply, tool_call
 from tests.proxy.conftest import PROXY_DB, asgi_claude
 
-pytestmark = [*PROXY_DB, pytest.mark.redis, pytest.mark.postgres]
+pytestmark = [*PROXY_DB, pytest.mark.needs_worker]
 
 MODEL = "claude-opus-4-5"
 TOOLS = [{"name": "read_file", "description": "Read a file", "input_schema": {"type": "object"}}]

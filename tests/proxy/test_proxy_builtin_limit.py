@@ -8,10 +8,10 @@ import json
 import pytest
 from asgiref.sync import async_to_sync
 
+from fakes.streams import ScriptedReply, tool_call
 from proxy.services.builtins import MAX_ROUNDS, without_builtins
 from sessions.models import AgentKey, Message, ToolOutput
 from sessions.services.sessions import session_create
-from tests.fakes.streams import ScriptedReply, tool_call
 from tests.proxy import responses_fixtures
 from tests.proxy.conftest import PROXY_DB, asgi_claude, asgi_gpt
 from tests.proxy.responses_fixtures import asgi_responses

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from asgiref.sync import async_to_sync
 
+from fakes.streams import ScriptedReply, tool_call
 from sessions.models import AgentKey, Message, Session
 from sessions.services.sessions import session_create
-from tests.fakes.streams import ScriptedReply, tool_call
 from tests.proxy.conftest import PROXY_DB, asgi_claude, asgi_gpt
 
 pytestmark = PROXY_DB

@@ -12,9 +12,9 @@ import pytest
 from asgiref.sync import async_to_sync
 from django.db.backends import utils
 
+from fakes.streams import ScriptedReply
 from sessions import hotpath
 from sessions.extensions import REGISTRY
-from tests.fakes.streams import ScriptedReply
 from tests.proxy.conftest import PROXY_DB, asgi_claude
 
 pytestmark = PROXY_DB

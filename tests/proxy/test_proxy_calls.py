@@ -7,8 +7,8 @@ import pytest
 from asgiref.sync import async_to_sync
 
 from contextsvc.engine import caching
+from fakes.streams import ScriptedReply
 from sessions.models import ContextCall, Session, UsageReport
-from tests.fakes.streams import ScriptedReply
 from tests.proxy.conftest import PROXY_DB, asgi_claude
 
 pytestmark = PROXY_DB

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from asgiref.sync import async_to_sync
 
+from fakes.streams import ScriptedReply, tool_call
 from sessions.models import Message, Session, UsageReport
 from sessions.status import session_mark_final
-from tests.fakes.streams import ScriptedReply, tool_call
 from tests.proxy.conftest import PROXY_DB, asgi_claude, asgi_gpt
 
 pytestmark = PROXY_DB

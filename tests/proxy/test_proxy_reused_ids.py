@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from asgiref.sync import async_to_sync
 
+from fakes.anthropic_rules import InvalidRequest, validate
+from fakes.streams import ScriptedReply, tool_call
 from proxy.models import ClientView
 from sessions.models import Message, Session
-from tests.fakes.anthropic_server import InvalidRequest, validate
-from tests.fakes.streams import ScriptedReply, tool_call
 from tests.proxy.conftest import PROXY_DB, asgi_claude
 
 pytestmark = PROXY_DB

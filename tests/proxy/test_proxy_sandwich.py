@@ -15,9 +15,9 @@ from compaction.services.requests import compaction_request
 from compaction.services.sync import compaction_run_sync
 from contextsvc.engine.recall import SEARCH_TOOL_NAME
 from contextsvc.engine.summarize import SummaryResult
+from fakes.streams import ScriptedReply, tool_call
 from proxy.models import ClientView
 from sessions.models import Session
-from tests.fakes.streams import ScriptedReply, tool_call
 from tests.proxy.conftest import PROXY_DB, asgi_claude
 
 pytestmark = PROXY_DB

@@ -6,10 +6,10 @@ import anthropic
 import pytest
 from asgiref.sync import async_to_sync
 
+from fakes.streams import ScriptedReply, tool_call
 from proxy.models import ClientView
 from proxy.services.sync import MARKER
 from sessions.models import Message, Session
-from tests.fakes.streams import ScriptedReply, tool_call
 from tests.proxy.conftest import PROXY_DB, asgi_claude
 
 pytestmark = PROXY_DB

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from asgiref.sync import async_to_sync
 
+from fakes.streams import ScriptedReply
 from sessions.models import UsageReport
-from tests.fakes.streams import ScriptedReply
 from tests.otel import in_memory_otel, spans_named, token_points
 from tests.proxy.conftest import asgi_claude
 

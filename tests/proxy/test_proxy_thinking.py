@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from asgiref.sync import async_to_sync
 
-from tests.fakes.streams import ScriptedReply, tool_call
+from fakes.streams import ScriptedReply, tool_call
 from tests.proxy.conftest import PROXY_DB, asgi_claude
 
 pytestmark = PROXY_DB

@@ -5,8 +5,8 @@ from __future__ import annotations
 from agents import Agent, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
 from asgiref.sync import async_to_sync
 
+from fakes.streams import ScriptedReply, tool_call
 from sessions.models import Message, Session
-from tests.fakes.streams import ScriptedReply, tool_call
 from tests.proxy import responses_fixtures
 from tests.proxy.conftest import PROXY_DB, UPSTREAM_KEY
 from tests.proxy.responses_fixtures import asgi_responses

@@ -5,9 +5,9 @@ from __future__ import annotations
 from asgiref.sync import async_to_sync
 
 from compaction.models import CompactionRun
+from fakes.streams import ScriptedReply, tool_call
 from proxy.services.responses_compaction import CHECKPOINT
 from sessions.models import Message, Session
-from tests.fakes.streams import ScriptedReply, tool_call
 from tests.proxy import responses_fixtures
 from tests.proxy.conftest import PROXY_DB
 from tests.proxy.responses_fixtures import asgi_responses

@@ -7,10 +7,10 @@ import pytest
 from asgiref.sync import async_to_sync
 
 from compaction.models import CompactionRun
+from fakes.responses_server import estimate_tokens
+from fakes.streams import ScriptedReply, tool_call
 from sessions.models import Message, Session
 from sessions.services.sessions import session_create
-from tests.fakes.responses_server import estimate_tokens
-from tests.fakes.streams import ScriptedReply, tool_call
 from tests.proxy import responses_fixtures
 from tests.proxy.conftest import PROXY_DB, UPSTREAM_KEY, asgi_http
 from tests.proxy.responses_fixtures import asgi_responses

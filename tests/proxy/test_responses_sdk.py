@@ -8,8 +8,8 @@ import openai
 import pytest
 from asgiref.sync import async_to_sync
 
+from fakes.streams import ScriptedReply, tool_call
 from sessions.models import Message, Session, UsageReport
-from tests.fakes.streams import ScriptedReply, tool_call
 from tests.proxy import responses_fixtures
 from tests.proxy.conftest import PROXY_DB, UPSTREAM_KEY
 from tests.proxy.responses_fixtures import asgi_responses

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fakes.anthropic_rules import validate
+from fakes.openai_rules import validate_chat
 from sessions.models import Message, Session
-from tests.fakes.anthropic_server import validate
-from tests.fakes.openai_rules import validate_chat
 from tests.fakes.transcripts import Transcript, windows
 
 pytestmark = pytest.mark.django_db

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.fakes.responses_rules import validate_responses
+from fakes.responses_rules import validate_responses
 
 pytestmark = pytest.mark.django_db
 

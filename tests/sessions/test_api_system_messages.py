@@ -11,10 +11,10 @@ from __future__ import annotations
 import pytest
 
 from contextsvc.engine.build import SYSTEM_REMINDER_HEADER
+from fakes.anthropic_rules import validate
+from fakes.openai_rules import validate_chat
 from sessions.models import Message, ModelProfile
 from tests.conftest import tool_turn
-from tests.fakes.anthropic_server import validate
-from tests.fakes.openai_rules import validate_chat
 
 pytestmark = pytest.mark.django_db
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import pytest
 
+from fakes.anthropic_rules import validate
+from fakes.openai_rules import validate_chat
+from fakes.responses_rules import validate_responses
 from sessions.models import Message, Session
 from tests.conftest import tool_turn
-from tests.fakes.anthropic_server import validate
-from tests.fakes.openai_rules import validate_chat
-from tests.fakes.responses_rules import validate_responses
 
 pytestmark = pytest.mark.django_db
 

@@ -10,7 +10,7 @@ from django.test.utils import CaptureQueriesContext
 from sessions.models import ContextCall
 
 # Outside a test transaction: a caller's transaction keeps its own durability.
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.needs_postgres, pytest.mark.django_db(transaction=True)]
 
 NO_FLUSH = "SET LOCAL synchronous_commit TO OFF"
 
@@ -26,12 +26,6 @@ def _build(alice, make_session, sid: str) -> list[str]:
     assert built.status_code == 200, built.content
     assert ContextCall.objects.filter(session__external_id=sid).count() == 1  # recorded
     return [q["sql"] for q in queries.captured_queries]
-
-
-@pytest.fixture(autouse=True)
-def _postgres_only():
-    if connection.vendor != "postgresql":
-        pytest.skip("synchronous_commit is PostgreSQL's")
 
 
 def test_the_record_waits_for_the_flush_by_default(alice, make_session):

@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable
 
 import pytest
-from django.db import connection, connections
+from django.db import connections
 
 from sessions import hotpath
 from sessions.models import Message, Session, hash_key
@@ -18,13 +18,7 @@ from sessions.services.append import session_append_messages
 from sessions.services.keys import agent_key_create
 from sessions.services.sessions import session_create
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture(autouse=True)
-def _needs_postgres():
-    if connection.vendor != "postgresql":
-        pytest.skip("row-lock concurrency needs PostgreSQL (set DATABASE_URL=postgres://...)")
+pytestmark = [pytest.mark.needs_postgres, pytest.mark.django_db(transaction=True)]
 
 
 def run_together(count: int, work: Callable[[int], None]) -> None:

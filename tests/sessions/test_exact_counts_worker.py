@@ -14,23 +14,22 @@ import pytest
 from django.conf import settings as django_settings
 
 from sessions.models import Message, Session
-from tests.compaction.test_worker_e2e import Worker, _forget_queue, _require_services
+from tests.compaction.test_worker_e2e import Worker, _forget_queue, redis_url
 from tests.live_server import database_url
 from tests.sessions.test_exact_counts import DENSE, WINDOW, exact_of, post, recount
 
-pytestmark = [pytest.mark.redis, pytest.mark.postgres]
+pytestmark = [pytest.mark.needs_worker]
 
 
 @pytest.fixture
 def worker(transactional_db, tmp_path, settings):
-    redis_url = _require_services()
     queue = f"counts-e2e-{uuid.uuid4().hex[:8]}"
     settings.CONTEXTSVC_TOKEN_COUNT_QUEUE = queue
     settings.CONTEXTSVC_EXACT_TOKEN_CHARS = 10_000
     env = {
         **os.environ,
         "DATABASE_URL": database_url(),
-        "REDIS_URL": redis_url,
+        "REDIS_URL": redis_url(),
         "CELERY_BROKER_URL": django_settings.CELERY_BROKER_URL,
         "CONTEXTSVC_VAR_DIR": str(tmp_path / "var"),
         "CONTEXTSVC_TOKEN_COUNT_QUEUE": queue,
@@ -39,7 +38,7 @@ def worker(transactional_db, tmp_path, settings):
     started = Worker(tmp_path, queue, env).start()
     yield started
     started.stop()
-    _forget_queue(redis_url, queue)
+    _forget_queue(redis_url(), queue)
 
 
 def test_worker_replaces_the_estimate_with_the_exact_count(worker, alice, make_session):

@@ -16,11 +16,6 @@ from sessions.services.sessions import session_create, session_set_sections
 pytestmark = pytest.mark.django_db
 
 
-def _postgres_only():
-    if connection.vendor != "postgresql":
-        pytest.skip("xmin row versions are PostgreSQL's (set DATABASE_URL=postgres://...)")
-
-
 @pytest.fixture
 def keyed_session():
     key, raw = agent_key_create(name="hot")
@@ -78,8 +73,8 @@ def test_lock_session_of_a_missing_row_raises_does_not_exist():
         hotpath.lock_session(987654)
 
 
+@pytest.mark.needs_postgres
 def test_relock_keeps_the_row_read_with_the_key_while_nobody_wrote(keyed_session):
-    _postgres_only()
     _, raw, _ = keyed_session
     loaded = hotpath.session_for_key("hot-1", hash_key(raw))
     with transaction.atomic():
@@ -91,8 +86,8 @@ def test_relock_keeps_the_row_read_with_the_key_while_nobody_wrote(keyed_session
     assert again is not loaded and again.last_seq == loaded.last_seq
 
 
+@pytest.mark.needs_postgres
 def test_relock_rereads_a_row_another_writer_changed(keyed_session):
-    _postgres_only()
     _, raw, expected = keyed_session
     loaded = hotpath.session_for_key("hot-1", hash_key(raw))
     Session.objects.filter(pk=expected.pk).update(conversation_tokens=12345)
@@ -123,9 +118,9 @@ def _append_through_the_key_read(raw: str, n: int) -> None:
         )
 
 
+@pytest.mark.needs_postgres
 @pytest.mark.django_db(transaction=True)
 def test_append_statements_are_prepared_once_per_connection(keyed_session):
-    _postgres_only()
     _, raw, _ = keyed_session
     connection.close()  # a new connection: nothing prepared yet
     _append_through_the_key_read(raw, 3)
@@ -141,9 +136,9 @@ def test_append_statements_are_prepared_once_per_connection(keyed_session):
     assert sorted(s for s in _prepared_statements() if "agent_sessions_" in s) == sorted(ours)
 
 
+@pytest.mark.needs_postgres
 @pytest.mark.django_db(transaction=True)
 def test_prepared_statements_can_be_turned_off_for_pgbouncer(keyed_session, settings):
-    _postgres_only()
     settings.DB_PREPARED_STATEMENTS = False
     _, raw, _ = keyed_session
     connection.close()

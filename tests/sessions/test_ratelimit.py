@@ -17,13 +17,12 @@ from contextsvc.ratelimit import KeyLimiter, RateLimited, get_limiter
 
 ROOT = Path(__file__).resolve().parents[2]
 REDIS_URL = os.environ.get("REDIS_URL")
-needs_redis = pytest.mark.skipif(not REDIS_URL, reason="needs Redis (REDIS_URL)")
 
 
 def storages() -> list:
     return [
         "memory://",
-        pytest.param(REDIS_URL, marks=[needs_redis, pytest.mark.redis], id="redis"),
+        pytest.param(REDIS_URL, marks=pytest.mark.needs_redis, id="redis"),
     ]
 
 
@@ -160,8 +159,7 @@ def test_rates_refuse_past_the_limit_with_a_retry_after_within_the_window(storag
     assert limiter.admit(key) is None
 
 
-@needs_redis
-@pytest.mark.redis
+@pytest.mark.needs_redis
 def test_two_workers_share_one_count_through_redis():
     # Two limiters stand for two gunicorn worker processes.
     one = KeyLimiter(REDIS_URL, "3/minute", max_concurrent=1, lease_seconds=60)
@@ -273,8 +271,7 @@ def test_a_key_posting_too_many_megabytes_gets_429(alice, make_session, settings
     assert one_user_message(alice, sid).status_code == 200  # small calls go on
 
 
-@needs_redis
-@pytest.mark.redis
+@pytest.mark.needs_redis
 def test_rate_tokens_come_in_batches_and_the_limit_still_holds_across_workers():
     # 300/minute: each process takes 3 tokens a round trip (1 % of the limit).
     one = KeyLimiter(REDIS_URL, "300/minute", max_concurrent=0, lease_seconds=60)
@@ -318,8 +315,7 @@ def test_a_key_has_one_large_request_in_flight_at_a_time(storage):
         slot.release()
 
 
-@needs_redis
-@pytest.mark.redis
+@pytest.mark.needs_redis
 def test_a_refused_large_request_gives_back_its_global_slot():
     limiter = KeyLimiter(REDIS_URL, "off", max_concurrent=3, lease_seconds=60, max_heavy=1)
     key = uuid.uuid4().hex

@@ -179,8 +179,7 @@ def test_every_thread_share_taken_is_refused_before_any_lookup():
     limiter.refuse_known(key)
 
 
-@pytest.mark.redis
-@pytest.mark.skipif(not REDIS_URL, reason="needs Redis (REDIS_URL)")
+@pytest.mark.needs_redis
 def test_a_big_body_while_another_worker_serves_the_key_s_big_one_is_refused_unread():
     def worker() -> KeyLimiter:
         return KeyLimiter(REDIS_URL, "off", max_concurrent=0, lease_seconds=60, max_heavy=1)

@@ -6,7 +6,7 @@ import hashlib
 
 import pytest
 
-from tests.fakes.anthropic_server import validate
+from fakes.anthropic_rules import validate
 
 pytestmark = pytest.mark.django_db
 

@@ -13,7 +13,7 @@ from django.conf import settings as django_settings
 from sessions.models import RecallSegment, RecallState, Session
 from sessions.recall import index
 from sessions.tasks import recall_index_session
-from tests.compaction.test_worker_e2e import Worker, _forget_queue, _require_services
+from tests.compaction.test_worker_e2e import Worker, _forget_queue, redis_url
 from tests.conftest import tool_turn
 from tests.live_server import database_url
 
@@ -63,12 +63,10 @@ def test_a_broker_outage_does_not_fail_the_append(alice, make_session, settings,
     assert Session.objects.get(external_id=sid).last_seq == 1
 
 
-@pytest.mark.redis
-@pytest.mark.postgres
+@pytest.mark.needs_worker
 def test_a_real_worker_indexes_the_session_after_its_appends(
     transactional_db, tmp_path, settings, alice, make_session, monkeypatch
 ):
-    redis_url = _require_services()
     queue = f"recall-e2e-{uuid.uuid4().hex[:8]}"
     settings.CONTEXTSVC_RECALL_INDEX_DELAY = 1
     settings.CONTEXTSVC_TOKEN_COUNT_QUEUE = queue
@@ -76,7 +74,7 @@ def test_a_real_worker_indexes_the_session_after_its_appends(
     env = {
         **os.environ,
         "DATABASE_URL": database_url(),
-        "REDIS_URL": redis_url,
+        "REDIS_URL": redis_url(),
         "CELERY_BROKER_URL": django_settings.CELERY_BROKER_URL,
         "CONTEXTSVC_VAR_DIR": str(tmp_path / "var"),
         "PYTHONUNBUFFERED": "1",
@@ -97,4 +95,4 @@ def test_a_real_worker_indexes_the_session_after_its_appends(
         assert "sessions.recall_index_session" in worker.log()
     finally:
         worker.stop()
-        _forget_queue(redis_url, queue)
+        _forget_queue(redis_url(), queue)

@@ -162,10 +162,8 @@ def test_the_index_is_written_once_whoever_catches_up(alice, make_session):
     assert set(outputs.values_list("seq", flat=True)) == {2}
 
 
-@pytest.mark.postgres
+@pytest.mark.needs_postgres
 def test_postgres_search_reads_the_trigram_index_not_the_sessions_rows(alice, make_session):
-    if connection.vendor != "postgresql":
-        pytest.skip("needs PostgreSQL (DATABASE_URL=postgres://...)")
     sid = make_session()["id"]
     for step in range(1, 6):  # ~1,000 segments of ordinary lines, one marker
         marker = 3 if step == 2 else None

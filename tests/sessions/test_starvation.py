@@ -16,14 +16,13 @@ import os
 import time
 
 import pytest
-from django.db import connection
 
+from fakes.flood_agent import Client, append_body, flooding
 from sessions.services.keys import agent_key_create
 from sessions.services.sessions import session_create
-from tests.fakes.flood_agent import Client, append_body, flooding
 from tests.live_server import database_url, gunicorn
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.needs_postgres, pytest.mark.django_db(transaction=True)]
 
 # gunicorn.conf.py's threads per worker, and the shipped per-key limits.
 WORKERS, THREADS = 2, 2
@@ -41,12 +40,6 @@ SAMPLES = 300  # the p99 of 120 would be the second-slowest call: too noisy
 # 1.4-1.5x without pacing, 1.4-2.5x without either, 24-62x without any limit
 # (normal p99 6-11 ms).
 FLOOR_MS = 20
-
-
-@pytest.fixture(autouse=True)
-def _needs_postgres():
-    if connection.vendor != "postgresql":
-        pytest.skip("a server sharing the test database needs PostgreSQL (DATABASE_URL)")
 
 
 @pytest.fixture
@@ -111,7 +104,7 @@ def test_one_key_flooding_does_not_starve_another(server):
     normal = timed_appends(port, calm_raw, calm_sid)
 
     # The flooding agent runs in its own process at the lowest CPU priority: in
-    # a real deployment its CPU is not the server's (tests/fakes/flood_agent.py).
+    # a real deployment its CPU is not the server's (fakes/flood_agent.py).
     with flooding(port, flood_raw, big_sids, small_sids, BIG) as outcomes:
         time.sleep(2)  # the big appends are being read and counted
         flooded = timed_appends(port, calm_raw, calm_sid)

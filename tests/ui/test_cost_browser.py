@@ -10,7 +10,7 @@ import pytest
 from sessions.models import ContextCall
 from tests.ui.test_inspector_browser import browser, login, page, shot  # noqa: F401 (fixtures)
 
-pytestmark = [pytest.mark.browser]
+pytestmark = [pytest.mark.needs_chromium]
 
 
 def _session_with_calls(alice) -> tuple[str, float]:

@@ -11,10 +11,10 @@ from compaction.models import CompactionRun, Snapshot
 from compaction.services.execute import compaction_execute
 from compaction.services.requests import compaction_request
 from contextsvc.engine.summarize import SummarizerError
+from fakes.openai_server import FakeOpenAI
 from sessions.dashboard.selectors.detail import budget_view
 from sessions.dashboard.selectors.usage import usage_over_turns
 from sessions.models import Session
-from tests.fakes.openai_server import FakeOpenAI
 from tests.ui.conftest import HX
 
 pytestmark = pytest.mark.django_db

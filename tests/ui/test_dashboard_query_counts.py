@@ -91,6 +91,7 @@ def test_the_inspector_runs_a_constant_number_of_queries_whatever_the_size(
         op.get(reverse("dashboard:session_context", args=[large.pk]), headers=HX)
 
 
+@pytest.mark.needs_postgres
 def test_the_largest_build_per_bar_is_the_one_a_pass_over_every_record_chooses(
     small_and_large, monkeypatch
 ):

@@ -42,11 +42,7 @@ LAUNCH_ARGS = [
     "--disable-quic",
 ]
 
-pytestmark = [pytest.mark.browser]
-if not IN_CI:  # in CI a missing browser is a failure, never a skip
-    pytestmark.append(
-        pytest.mark.skipif(not os.access(CHROMIUM, os.X_OK), reason=f"no Chromium at {CHROMIUM}")
-    )
+pytestmark = [pytest.mark.needs_chromium]
 
 PASSWORD = "operator-pass-1"
 

@@ -41,7 +41,7 @@ def page(browser, live_server, transactional_db):  # noqa: F811
     assert not [e for e in errors if EXPECTED_CONSOLE not in e], errors
 
 
-# ``pytestmark`` (imported): the browser marker, and the skip without Chromium outside CI.
+# ``pytestmark`` (imported): the ``needs_chromium`` marker.
 
 
 def _open_session(pg, sid: str) -> None:

@@ -41,8 +41,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from contextsvc.engine.recall import SEARCH_TOOL_NAME
-from tests.fakes.claude_code import COMPACT_PROMPT
-from tests.fakes.streams import ScriptedReply
+from fakes.claude_code import COMPACT_PROMPT
+from fakes.streams import ScriptedReply
 
 GREP_TOOL = "tool_output_cache_grep"
 TOOL_SEARCH = "tool_search"  # the proxy's, when it defers the client's tools

@@ -3,7 +3,7 @@
 For tests and the bench: the official ``openai`` SDK, the Agents SDK, Codex
 CLI or the proxy are pointed at ``f"{fake.base_url}/v1"``. It
 
-- checks each request with ``tests.fakes.responses_rules`` and answers as the
+- checks each request with ``fakes.responses_rules`` and answers as the
   API does: ``400`` with ``{"error": {"message", "type", "param", "code"}}``,
   ``401`` ``invalid_api_key`` for a wrong ``Authorization: Bearer`` key;
 - refuses an input estimated above ``window`` tokens with
@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from tests.fakes.anthropic_server import RecordedRequest
-from tests.fakes.prompt_cache import PrefixCache
-from tests.fakes.responses_rules import InvalidResponsesRequest, validate_responses
-from tests.fakes.streams import QuietServer, ScriptedReply, send_stream
+from fakes.anthropic_server import RecordedRequest
+from fakes.prompt_cache import PrefixCache
+from fakes.responses_rules import InvalidResponsesRequest, validate_responses
+from fakes.streams import QuietServer, ScriptedReply, send_stream
 
 
 def estimate_tokens(body: dict[str, Any]) -> int:

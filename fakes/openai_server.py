@@ -3,7 +3,7 @@
 For tests and the bench: the official ``openai`` SDK (or the proxy) is pointed
 at it with ``base_url=f"{fake.base_url}/v1"``. It
 
-- checks each request with ``tests.fakes.openai_rules.validate_chat`` and
+- checks each request with ``fakes.openai_rules.validate_chat`` and
   answers what the API answers: ``400`` with the real error shape
   ``{"error": {"message", "type", "param", "code"}}``, ``401`` with
   ``invalid_api_key`` for a wrong ``Authorization: Bearer`` key;
@@ -11,7 +11,7 @@ at it with ``base_url=f"{fake.base_url}/v1"``. It
   ``context_length_exceeded`` (the API's wording);
 - answers scripted replies (``script(ScriptedReply(...))``: text or tool
   calls), else the responder's text; ``stream: true`` sends the chunk stream
-  (``tests.fakes.streams``), with the usage chunk when
+  (``fakes.streams``), with the usage chunk when
   ``stream_options.include_usage`` asks for it, then ``[DONE]``;
 - can be told to fail the next calls (``fail_next(429 | 500 | 503)``, with
   ``retry-after-ms`` so the SDK's retries are quick) or to hang before
@@ -33,10 +33,10 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from tests.fakes.anthropic_server import RecordedRequest
-from tests.fakes.openai_rules import InvalidChatRequest, validate_chat
-from tests.fakes.prompt_cache import PrefixCache
-from tests.fakes.streams import (
+from fakes.anthropic_server import RecordedRequest
+from fakes.openai_rules import InvalidChatRequest, validate_chat
+from fakes.prompt_cache import PrefixCache
+from fakes.streams import (
     QuietServer,
     ScriptedReply,
     openai_chunks,

@@ -25,9 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from tests.fakes.streams import ScriptedReply
+from fakes.streams import ScriptedReply
 
 FINAL_ANSWER = "FINAL: every step ran"
 TASK = "Run the numbered Bash steps the tool asks for, then report."
@@ -36,18 +34,16 @@ STEP_MARK = re.compile(r"STEP-(\d+)-BEGIN")
 COMPACT_PROMPT = "CRITICAL: Respond with TEXT ONLY. Do NOT call any tools."
 
 
-def claude_binary() -> str | None:
-    """The pinned CLI (installed by bin/test); in CI its absence is a failure, never a skip."""
+def claude_binary() -> str:
+    """The pinned CLI (``bin/test --agents`` installs it); the tests that run it carry
+    the ``needs_agents`` mark, so a missing one skips or fails before they start."""
     bin_dir = os.environ.get("CONTEXTSVC_AGENTS_BIN") or str(
-        Path(__file__).resolve().parents[1] / "agents" / "node_modules" / ".bin"
+        Path(__file__).resolve().parents[1] / "tests" / "agents" / "node_modules" / ".bin"
     )
     path = Path(bin_dir) / "claude"
-    if path.exists():
-        return str(path)
-    if os.environ.get("CI"):
-        pytest.fail(f"Claude Code is not installed at {path}: run bin/test (it installs it)")
-    pytest.skip("Claude Code is not installed (run bin/test to install the pinned CLI)")
-    return None
+    if not path.exists():
+        raise FileNotFoundError(f"Claude Code is not installed at {path}: run bin/test --agents")
+    return str(path)
 
 
 def _texts(body: dict[str, Any]) -> list[str]:

@@ -1,4 +1,4 @@
-"""The SDK client of the long run (``tests.fakes.long_run``): an agent loop that runs Bash itself."""
+"""The SDK client of the long run (``fakes.long_run``): an agent loop that runs Bash itself."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import anthropic
 
-from tests.fakes.long_run import TASK, LongTask
+from fakes.long_run import TASK, LongTask
 
 BASH_TOOL = {
     "name": "Bash",

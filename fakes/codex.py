@@ -2,8 +2,8 @@
 
 ``codex exec --json`` with ``HOME`` / ``CODEX_HOME`` in a scratch folder and
 a custom provider (``wire_api = "responses"``: straight to HTTP + SSE) whose
-``http_headers`` carry what contextsvc needs. In CI the binary must be there
-(``bin/test`` installs it); elsewhere its absence skips.
+``http_headers`` carry what contextsvc needs. ``bin/test --agents`` installs
+the binary; the tests that run it carry the ``needs_agents`` mark.
 """
 
 from __future__ import annotations
@@ -16,21 +16,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
+from fakes.streams import ScriptedReply, tool_call
 
-from tests.fakes.streams import ScriptedReply, tool_call
-
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 FINAL = "FINAL ANSWER: every step ran."
 
 
 def codex_binary() -> str:
+    """The pinned CLI (``bin/test --agents`` installs it; see ``claude_binary``)."""
     folder = os.environ.get("CONTEXTSVC_AGENTS_BIN") or str(ROOT / "tests/agents/node_modules/.bin")
     path = Path(folder) / "codex"
     if not path.exists():
-        if os.environ.get("CI", "").lower() in ("1", "true"):
-            raise AssertionError(f"Codex CLI missing at {path} (bin/test installs it)")
-        pytest.skip("Codex CLI not installed (run bin/test)")
+        raise FileNotFoundError(f"Codex CLI is not installed at {path}: run bin/test --agents")
     return str(path)
 
 
