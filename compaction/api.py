@@ -43,7 +43,8 @@ def _session(request: HttpRequest, sid: str) -> Session:
     exclude_unset=True,
 )
 def compact(request: HttpRequest, sid: str, payload: CompactIn) -> Status:
-    """spec 002 §7 ``/compact``: a forced compaction; ``wait`` runs it in the request."""
+    """docs/concepts/compaction.md#forced-runs: a forced compaction; ``wait`` runs it in the
+    request."""
     session = _session(request, sid)
     run, created = compaction_request(
         session=session,
@@ -93,7 +94,7 @@ def list_compactions(request: HttpRequest, sid: str, q: Query[RunListQuery]) -> 
 # Declared, not validated: the handler returns its pre-rendered body as is.
 @router.get("/sessions/{sid}/snapshot", response=ResumeOut)
 def get_snapshot(request: HttpRequest, sid: str) -> HttpResponse:
-    """spec 002 §6 resume: the newest snapshot plus the messages after it."""
+    """docs/concepts/compaction.md#resume: the newest snapshot plus the messages after it."""
     return json_response(selectors.session_resume(_session(request, sid)))
 
 
@@ -130,7 +131,7 @@ class ContextFormat(Schema):
 def overflow(
     request: HttpRequest, sid: str, payload: OverflowIn, q: Query[ContextFormat]
 ) -> HttpResponse:
-    """spec 003 emergency compression: the provider said "context too long".
+    """docs/concepts/compaction.md#emergency: the provider said "context too long".
 
     Drops the oldest turns now (synchronously) and answers with the new context.
     """

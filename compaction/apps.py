@@ -11,9 +11,10 @@ class CompactionConfig(AppConfig):
     def ready(self) -> None:
         # Imported here, not at module level: models are not ready before ready().
         # Compaction plugs into sessions through its registry: the auto-trigger
-        # after appends/usage (spec 000 §2.8), the 80 % note (spec 002 §7), the
-        # budget's compaction block, the tool-budget check, compact_context, and
-        # the dashboard's compaction marks on the usage chart and Compact panel.
+        # after appends/usage (docs/concepts/compaction.md#check-points), the 80 % note
+        # (docs/concepts/guard.md#usage-note), the budget's compaction block, the tool-budget check,
+        # compact_context, and the dashboard's compaction marks on the usage chart and Compact
+        # panel.
         from sessions.extensions import REGISTRY
 
         from . import selectors

@@ -1,4 +1,5 @@
-"""Compaction runs, snapshots (spec 002 §6 dual write) and per-session compaction state.
+"""Compaction runs, snapshots (docs/concepts/compaction.md#snapshots) and per-session compaction
+state.
 
 The transcript (``sessions.Message``) is never deleted or rewritten by a
 compaction: a compaction moves the session's live-window start, replaces its
@@ -45,13 +46,13 @@ class CompactionRun(models.Model):
     # "chain" or one strategy name; ``chain`` is what actually runs, in order.
     strategy = models.CharField(max_length=20, default="chain")
     chain = models.JSONField(default=list)
-    # Manual and tool runs are forced (spec 002 §7 ForceCompact): they run
+    # Manual and tool runs are forced (docs/concepts/compaction.md#forced-runs): they run
     # their strategy fully instead of stopping at the target.
     forced = models.BooleanField(default=False)
     instructions = models.TextField(blank=True, default="")
     retain_last_turns = models.PositiveIntegerField(null=True, blank=True)
 
-    # spec 002 §7 CompactResult, plus the budget's "used" before and after.
+    # docs/concepts/compaction.md#compact-result, plus the budget's "used" before and after.
     strategies_run = models.JSONField(default=list, blank=True)
     reports = models.JSONField(default=list, blank=True)
     before_tokens = models.PositiveIntegerField(null=True, blank=True)
@@ -128,8 +129,8 @@ class CompactionRun(models.Model):
 
 
 class Snapshot(models.Model):
-    """The compacted live window at one point (spec 002 §6): retain, summary and
-    the kept messages as they were sent (views, never blobs), up to ``through_seq``.
+    """The compacted live window at one point (docs/concepts/compaction.md#snapshots): retain,
+    summary and the kept messages as they were sent (views, never blobs), up to ``through_seq``.
 
     Resume reads the newest snapshot plus the transcript after ``through_seq``.
     """
@@ -152,8 +153,8 @@ class Snapshot(models.Model):
     retain = models.TextField(blank=True, default="")
     summary = models.TextField(blank=True, default="")
     window_start_seq = models.PositiveIntegerField()
-    # spec 004 sandwich: the head (seqs up to this) is live before the summary;
-    # its messages lead ``messages``. 0: no head.
+    # docs/concepts/compaction.md#sandwich-head: the head (seqs up to this) is live before the
+    # summary; its messages lead ``messages``. 0: no head.
     head_end_seq = models.PositiveIntegerField(default=0)
     through_seq = models.PositiveIntegerField()
     token_count = models.PositiveIntegerField()
@@ -195,7 +196,7 @@ class ViewChange(models.Model):
 class CompactionState(models.Model):
     """Per-session compaction state that must survive between runs.
 
-    - spec 004 ContextState: the sandwich's cached summary and the
+    - docs/concepts/compaction.md#sandwich-cache: the sandwich's cached summary and the
       ``summary_range`` (message indices, ``[start, end)``) it covers;
     - the circuit breaker: consecutive failed auto runs since the last success.
     """

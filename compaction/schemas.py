@@ -18,7 +18,7 @@ class In(Schema):
 
 class CompactIn(In):
     strategy: StrategyName | None = None
-    # Appended to the summary prompt (spec 000 §2.6.3 style: a directive).
+    # Appended to the summary prompt (docs/concepts/compaction.md#directives style: a directive).
     instructions: str = Field("", max_length=20_000)
     retain_last_turns: int | None = Field(None, ge=0, le=10_000)
     # True: run now, in the request, and answer with the result (200).

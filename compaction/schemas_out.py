@@ -1,4 +1,5 @@
-"""Response schemas of the compaction API (spec 002 §6-7), for OpenAPI and its clients."""
+"""Response schemas of the compaction API (docs/concepts/compaction.md#snapshots), for OpenAPI and
+its clients."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from sessions.schemas_out import ContextOut, Number, Out, SessionOut
 
 
 class CompactResultOut(Out):
-    """spec 002 §7 CompactResult."""
+    """docs/concepts/compaction.md#compact-result."""
 
     before_tokens: int
     after_tokens: int | None
@@ -85,7 +86,7 @@ class SnapshotOut(Out):
     uncompacted: bool
     window_start_seq: int
     head_end_seq: int = Field(
-        0, description="spec 004 sandwich: the head's last seq (its messages lead); 0: none"
+        0, description="The sandwich's head: its last seq (its messages lead); 0: none"
     )
     through_seq: int
     token_count: int
@@ -109,7 +110,8 @@ class RestoreOut(Out):
 
 
 class ResumeOut(Out):
-    """spec 002 §6 resume: the newest snapshot (null: never compacted) and what follows it."""
+    """docs/concepts/compaction.md#resume: the newest snapshot (null: never compacted) and what
+    follows it."""
 
     session_id: str
     snapshot: SnapshotFullOut | None
@@ -119,7 +121,7 @@ class ResumeOut(Out):
     messages: list[dict[str, Any]]
     head_end_seq: int = Field(
         0,
-        description="spec 004 sandwich: messages up to this seq are the head, sent before"
+        description="The sandwich's head: messages up to this seq, sent before"
         " the summary; 0: the summary comes first",
     )
     last_seq: int

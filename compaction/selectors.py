@@ -57,8 +57,8 @@ def window_messages(
 
 
 def head_messages(session: Session) -> list[EngineMessage]:
-    """The sandwich's head (spec 004): seqs up to ``head_end_seq`` when they are
-    apart from the window; [] without one."""
+    """The sandwich's head (docs/concepts/compaction.md#sandwich-head): seqs up to ``head_end_seq``
+    when they are apart from the window; [] without one."""
     if not has_head(session):
         return []
     return window_messages(session, start_seq=1, through_seq=session.head_end_seq)
@@ -89,7 +89,7 @@ def run_list(*, session: Session, limit: int = 20) -> list[CompactionRun]:
 
 
 def compact_result(run: CompactionRun) -> dict[str, Any] | None:
-    """spec 002 §7 CompactResult of a finished run."""
+    """docs/concepts/compaction.md#compact-result of a finished run."""
     if run.before_tokens is None:
         return None
     return {
@@ -185,10 +185,10 @@ def snapshot_list(*, session: Session, limit: int = 50) -> list[dict[str, Any]]:
 
 
 def session_resume(session: Session) -> dict[str, Any]:
-    """spec 002 §6 resume: the newest snapshot plus the messages after it.
+    """docs/concepts/compaction.md#resume: the newest snapshot plus the messages after it.
 
     A never-compacted session has no snapshot: its whole live window comes back
-    (the fallback of spec 002 §6).
+    (the fallback of docs/concepts/compaction.md#resume).
     """
     snapshot = snapshot_latest(session)
     after = snapshot.through_seq + 1 if snapshot is not None else session.window_start_seq

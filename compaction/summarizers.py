@@ -5,7 +5,7 @@ else ``CONTEXTSVC_SUMMARIZER``; ``auto`` picks
 
 - ``AnthropicSummarizer`` when it has a key and the summary model is
   Anthropic's (the policy's ``compaction.model``, else the session's own
-  model — spec 000 §2.6.2 — or a session of provider ``anthropic``);
+  model — docs/concepts/compaction.md#summary-model — or a session of provider ``anthropic``);
 - else ``OpenAISummarizer`` when it is configured (a key or a base URL): any
   OpenAI-compatible server — OpenAI, vLLM, Ollama, LiteLLM;
 - else the deterministic ``OfflineSummarizer`` (DESIGN.md: the default
@@ -15,9 +15,9 @@ The model (``summary_model``): ``policy.compaction.model``, else the
 summariser's own (``CONTEXTSVC_SUMMARIZER_<PROVIDER>_MODEL``, a cheap model of
 its provider), else — ``session`` — the session's model.
 
-Errors become ``SummarizerError`` (→ SERVICE_UNAVAILABLE, spec 004 CX-NT3);
-429, 5xx, 529 (overloaded), timeouts and connection failures are marked
-transient, so the Celery task retries them with backoff. The SDKs retry them
+Errors become ``SummarizerError`` (→ SERVICE_UNAVAILABLE,
+docs/concepts/compaction.md#summarizer-failure); 429, 5xx, 529 (overloaded), timeouts and connection
+failures are marked transient, so the Celery task retries them with backoff. The SDKs retry them
 themselves first (``max_retries``, honouring ``retry-after``). A 400 (a bad
 request, an unknown model, a prompt over the window) or a bad key is not.
 """
@@ -92,7 +92,7 @@ def _call(sdk: ModuleType, create: Callable[[], Any]) -> Any:
 
 @dataclass
 class AnthropicSummarizer:
-    """``messages.create`` without tools (spec 000 §2.6 step 3)."""
+    """``messages.create`` without tools (docs/concepts/compaction.md#summary-request)."""
 
     api_key: str
     base_url: str | None = None
@@ -298,8 +298,9 @@ def for_session(*, model: str, provider: str = "", choice: str | None = None) ->
 
 
 def summary_model(summarizer: Summarizer, *, policy_model: str | None, session_model: str) -> str:
-    """The model a summary is asked of: the policy's ``compaction.model`` (spec
-    000 §2.6.2), else the summariser's configured one, else the session's."""
+    """The model a summary is asked of: the policy's ``compaction.model``
+    (docs/concepts/compaction.md#summary-model), else the summariser's configured one, else the
+    session's."""
     if policy_model:
         return policy_model
     configured = getattr(summarizer, "model", "") or ""

@@ -35,7 +35,8 @@ class Conflict(ServiceError):
 
 
 class CompressionNotNeeded(ServiceError):
-    # spec 004: a conversation too short to compress; a clear error, not a no-op.
+    # docs/concepts/compaction.md#compression-not-needed: a conversation too short to compress; a
+    # clear error, not a no-op.
     code, status = "COMPRESSION_NOT_NEEDED", 409
 
 

@@ -245,13 +245,13 @@ STORAGES = {
 }
 
 # Request bodies: a 5 MB file read is an ordinary tool result, so JSON bodies of
-# 32 MB are accepted (spec 000 §1, the tool output cache); bigger outputs go
-# through the raw upload path.
+# 32 MB are accepted (the tool output cache, docs/concepts/trimming.md#stored-in-full); bigger
+# outputs go through the raw upload path.
 CONTEXTSVC_MAX_JSON_BODY = env_int("CONTEXTSVC_MAX_JSON_BODY")
 CONTEXTSVC_MAX_UPLOAD_BYTES = env_int("CONTEXTSVC_MAX_UPLOAD_BYTES")
 DATA_UPLOAD_MAX_MEMORY_SIZE = CONTEXTSVC_MAX_JSON_BODY
-# Tool output cache (spec 000 §1): unreferenced outputs older than this are
-# collected (manage.py gc_outputs / sessions.tasks.gc_outputs); a grep gives
+# Tool output cache (docs/concepts/trimming.md#stored-in-full): unreferenced outputs older than this
+# are collected (manage.py gc_outputs / sessions.tasks.gc_outputs); a grep gives
 # up (422) after this long.
 CONTEXTSVC_OUTPUT_RETENTION_DAYS = env_int("CONTEXTSVC_OUTPUT_RETENTION_DAYS")
 # A ref read or grep (API or built-in tool) answers at most this many bytes of
@@ -272,7 +272,7 @@ CONTEXTSVC_RECALL_SCAN_SEGMENTS = env_int("CONTEXTSVC_RECALL_SCAN_SEGMENTS")
 
 CONTEXT_DEBUG = env_bool("CONTEXT_DEBUG")
 CONTEXTSVC_FINAL_REPORT_TOOL = env_str("CONTEXTSVC_FINAL_REPORT_TOOL")
-# spec 001's progress tool (agent__task_status): like the final-report tool it
+# The task-status tool (docs/concepts/guard.md#report-tools): like the final-report tool it
 # is the agent's own machinery and not counted in the schema tokens.
 CONTEXTSVC_TASK_STATUS_TOOL = env_str("CONTEXTSVC_TASK_STATUS_TOOL")
 CONTEXTSVC_IDEMPOTENCY_TTL_HOURS = env_int("CONTEXTSVC_IDEMPOTENCY_TTL_HOURS")
@@ -366,7 +366,7 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL")},
     "loggers": {
-        # CONTEXT_DEBUG: each guard evaluation as one JSON line under spec 001's topics.
+        # CONTEXT_DEBUG: each guard evaluation as a JSON line (docs/concepts/guard.md#debug-topics).
         "contextsvc.guard": {"level": "DEBUG" if CONTEXT_DEBUG else "INFO"},
         # its version banner on every start says nothing an operator acts on
         "axes": {"level": "WARNING"},

@@ -78,15 +78,15 @@ CELERY_BEAT_SCHEDULE = {
     },
     # the recall index (history_search) of sessions that appended since it last ran
     "sessions-recall-index": {"task": "sessions.recall_index", "schedule": 60.0},
-    # spec 000 §1.9: tool outputs nothing references any more
+    # docs/concepts/trimming.md#garbage-collection: tool outputs nothing references any more
     "sessions-gc-outputs": {"task": "sessions.gc_outputs", "schedule": 86400.0},
 }
 
 # --- compaction ---------------------------------------------------------------
 
 # Enqueue a compaction from the append/usage hook when the budget says one is
-# due (spec 000 §2.8); false leaves only explicit ones (POST /compact, the
-# compact_context tool, the overflow path).
+# due (docs/concepts/compaction.md#check-points); false leaves only explicit ones (POST /compact,
+# the compact_context tool, the overflow path).
 CONTEXTSVC_AUTO_COMPACT = env_bool("CONTEXTSVC_AUTO_COMPACT")
 # Who writes summaries (docs/compaction.md, "Summarisers"): auto — the Anthropic summariser
 # for a Claude summary model when it has a key, else the openai one when it is
@@ -96,8 +96,8 @@ CONTEXTSVC_AUTO_COMPACT = env_bool("CONTEXTSVC_AUTO_COMPACT")
 CONTEXTSVC_SUMMARIZER = env_choice("CONTEXTSVC_SUMMARIZER")
 # Each summariser's server, key and model. A model is a cheap one of that
 # provider by default, not the agent's; ``session`` summarises with the
-# session's own model (spec 000 §2.6.2); policy.compaction.model wins over both.
-# Anthropic Messages API (official SDK): the key and URL fall back to the SDK's
+# session's own model (docs/concepts/compaction.md#summary-model); policy.compaction.model wins over
+# both. Anthropic Messages API (official SDK): the key and URL fall back to the SDK's
 # own variables; no URL: the SDK's default.
 CONTEXTSVC_SUMMARIZER_ANTHROPIC_API_KEY = env_str(
     "CONTEXTSVC_SUMMARIZER_ANTHROPIC_API_KEY", env_str("ANTHROPIC_API_KEY")

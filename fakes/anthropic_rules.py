@@ -5,7 +5,8 @@ compaction, and raises ``InvalidRequest`` with the real API's wording (where it
 is known; the fake answers it as ``400 invalid_request_error``) when:
 
 - a ``tool_use`` block has no ``tool_result`` for it in the very next message
-  (spec 000 §3.4: summarising with a trailing assistant ``tool_calls``);
+  (docs/concepts/compaction.md#strip-trailing-calls: summarising with a trailing assistant
+  ``tool_calls``);
 - a ``tool_result`` answers no ``tool_use`` of the previous message, answers
   one twice, or follows other content in its user message (results come first);
 - ``tool_use`` ids repeat within the request or do not match ``^[a-zA-Z0-9_-]+$``;

@@ -14,8 +14,8 @@ class PromptingConfig(AppConfig):
     def ready(self) -> None:
         # Imported here, not at module level: models are not ready before ready().
         # Prompting plugs into sessions through its registry: the tool_search
-        # tool, deferral when tools are registered (spec 002 §5), and the
-        # budget's cache, deferral and degraded blocks.
+        # tool, deferral when tools are registered (docs/concepts/deferral.md#deferral-threshold),
+        # and the budget's cache, deferral and degraded blocks.
         from contextsvc.engine import deferral
         from sessions.extensions import REGISTRY
 

@@ -1,4 +1,4 @@
-"""Per-session state of prompt caching and tool deferral (spec 002 §4, §5).
+"""Per-session state of prompt caching and tool deferral (docs/concepts/caching.md#breakpoints).
 
 One row per session, created on first use. The fields are split by writer so
 that concurrent writers never overwrite each other's data with a plain
@@ -50,7 +50,7 @@ class PromptState(models.Model):
     last_build = models.JSONField(default=dict, blank=True)
     # Running sums over builds: {builds, input_tokens, cache_read_tokens, …}.
     cache_totals = models.JSONField(default=dict, blank=True)
-    # spec 002 §8: the last build's failures, and a short history of them.
+    # docs/concepts/caching.md#degradation: the last build's failures, and a short history of them.
     degraded = models.JSONField(default=list, blank=True)
     degraded_log = models.JSONField(default=list, blank=True)
 

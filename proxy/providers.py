@@ -116,7 +116,8 @@ class Dialect:
         return {"error": {"message": message, "type": kind, "param": None, "code": code}}
 
     def is_overflow(self, status: int, body: Any) -> bool:
-        """Upstream said the prompt does not fit the model's window (spec 003 reactive path)."""
+        """Upstream said the prompt does not fit the model's window
+        (docs/concepts/compaction.md#overflow)."""
         if status not in (400, 413) or not isinstance(body, dict):
             return False
         error = body.get("error")

@@ -96,8 +96,8 @@ def final_tool_name(session: Session) -> str:
 
 
 def uncounted_tools(session: Session) -> frozenset[str]:
-    """Tools left out of the schema tokens (spec 001): the final-report and task-status
-    tools, unless ``policy.count_report_tools`` counts them like any other."""
+    """Tools left out of the schema tokens (docs/concepts/guard.md#report-tools): the final-report
+    and task-status tools, unless ``policy.count_report_tools`` counts them like any other."""
     policy = session.policy or {}
     if policy.get("count_report_tools"):
         return frozenset()
@@ -133,8 +133,8 @@ class BudgetState:
     estimated: int
     calibrated: int | None
     reserved: int
-    # spec 001 toolBudgetExceeded / canExecuteTool and spec 000 §1.7's
-    # tool-output budget.
+    # docs/concepts/guard.md#tool-preflight and the tool-output
+    # budget (docs/concepts/trimming.md#tool-output-budget).
     tool_budget_exceeded: bool = False
     can_execute_tool: bool = True
     tool_outputs: dict[str, Any] | None = None
@@ -169,7 +169,8 @@ def compute_budget(session: Session, *, extra: int = 0) -> BudgetState:
     calibrated = None
     if session.reported_total is not None and session.estimated_at_report is not None:
         # The provider's count wins for the prefix it counted; what changed
-        # since is our estimate (spec 000 §2.3 usage calibrates the estimate).
+        # since is our estimate (docs/concepts/context-build.md#calibration usage calibrates the
+        # estimate).
         calibrated = max(0, session.reported_total + estimated - session.estimated_at_report)
     reserved = int(getattr(session, "reserved_tokens", 0) or 0)
     counters = GuardCounters(
@@ -201,7 +202,8 @@ def compute_budget(session: Session, *, extra: int = 0) -> BudgetState:
 
 
 def _tool_outputs(session: Session) -> dict[str, Any]:
-    """spec 000 §1.7: untrimmed tool-output tokens in context against their budget."""
+    """docs/concepts/trimming.md#budget-trim: untrimmed tool-output tokens in context against their
+    budget."""
     config = resolve_view_config((session.policy or {}).get("tool_output_cache"))
     budget = tool_output_budget(config, session.context_window, limits_of(session).limit)
     return {

@@ -1,4 +1,5 @@
-"""Tool output cache API: upload, list, slices, grep, download, tool budget (spec 000 §1.8, spec 001).
+"""Tool output cache API: upload, list, slices, grep, download, tool budget
+(docs/concepts/trimming.md#reading-refs, docs/concepts/guard.md#tool-budget).
 
 Handlers stay thin: parse, call ``sessions.outputs``, return data. Refs are
 looked up through the caller's key, so another key's ref is a 404.
@@ -148,7 +149,8 @@ def list_outputs(request: HttpRequest, sid: str, q: Query[OutputListQuery]):
 
 
 class SliceQuery(Schema):
-    # spec 000 §1.8 / DESIGN: offset is the 1-based first line (0 = from the start).
+    # docs/concepts/trimming.md#reading-refs / DESIGN: offset is the 1-based first line (0 = from
+    # the start).
     offset: int = Field(1, ge=0, le=MAX_SEQ)
     # 0: the default number of lines, as an omitted limit (not an error).
     limit: int = Field(DEFAULT_SLICE_LINES, ge=0, le=MAX_SLICE_LINES)
@@ -208,7 +210,7 @@ def download_ref(request: HttpRequest, ref: str):
     return response
 
 
-# --- tool budget (spec 001) ------------------------------------------------------------------
+# --- tool budget (docs/concepts/guard.md#tool-budget) ---------------------------------------------
 
 
 class ToolCostIn(Schema):
@@ -243,13 +245,14 @@ class ReleaseIn(Schema):
 
 @router.post("/sessions/{sid}/tools/preview", tags=["tools"], response=PreviewOut)
 def preview_tool_output(request: HttpRequest, sid: str, payload: ToolCostIn):
-    """spec 001 previewToolOutput: the in-context cost of an output, reserving nothing."""
+    """docs/concepts/guard.md#tool-budget: the in-context cost of an output, reserving nothing."""
     return tool_output_preview(_session(request, sid), **payload.model_dump(exclude_none=True))
 
 
 @router.post("/sessions/{sid}/tools/reserve", tags=["tools"], response=ReserveOut)
 def reserve_tool_output(request: HttpRequest, sid: str, payload: ToolCostIn):
-    """spec 001 reserveToolOutput: held as the guard's pending tokens until the result arrives."""
+    """docs/concepts/guard.md#tool-budget: held as the guard's pending tokens until the result
+    arrives."""
     return session_reserve_tool_output(
         session=_session(request, sid), **payload.model_dump(exclude_none=True)
     )

@@ -28,7 +28,8 @@ class WindowEvent:
     start_seq: int
     tokens: int | None
     kind: str  # compaction / restore / CLIENT_COMPACTION
-    # spec 004 sandwich: messages 1 … head_end_seq stayed live too (0: none).
+    # docs/concepts/compaction.md#sandwich-head: messages 1 … head_end_seq stayed live too (0:
+    # none).
     head_end_seq: int = 0
 
 
@@ -37,23 +38,25 @@ CLIENT_COMPACTION = "client compaction"
 
 
 # Runs after a committed append or usage report; the last argument is the role
-# of the last appended message, or "usage" (compaction's auto-trigger, spec 000 §2.8).
+# of the last appended message, or "usage" (compaction's auto-trigger,
+# docs/concepts/compaction.md#check-points).
 AfterAppend = Callable[["Session", "BudgetState", str], None]
 # Runs before a context is built at block or final; True when it changed the
-# session (compaction compacts synchronously, spec 002 §8 step 3).
+# session (compaction compacts synchronously, docs/concepts/guard.md#block-compacts-first).
 ContextPreflight = Callable[["Session", "BudgetState"], bool]
-# A note for the built context, or None (compaction's 80 % note, spec 002 §7).
+# A note for the built context, or None (compaction's 80 % note, docs/concepts/guard.md#usage-note).
 ContextNote = Callable[["Session", "BudgetState"], "str | None"]
 # Blocks merged into the budget (compaction: auto, circuit breaker).
 BudgetBlock = Callable[["Session"], dict[str, Any]]
-# Whether compaction can still make room; with none registered, spec 001's
-# tool preflight applies as written (failure view, session final).
+# Whether compaction can still make room; with none registered, the tool
+# preflight (docs/concepts/guard.md#tool-preflight) applies (failure view, session final).
 CompactionCheck = Callable[["Session"], bool]
 # Given candidate outputs, the refs among them still referenced; GC never
 # deletes one (compaction: snapshots).
 ReferenceCheck = Callable[[Sequence["ToolOutput"]], Iterable[str]]
 # Given the tools PUT registers (session row locked), the tool tokens that will
-# be sent, or None to send everything (prompting's deferral, spec 002 §5).
+# be sent, or None to send everything (prompting's deferral,
+# docs/concepts/deferral.md#deferral-threshold).
 ToolDeferral = Callable[["Session", list[ToolDef]], "int | None"]
 # Where the live window restarted, oldest first, for the dashboard's usage
 # chart (compaction: its snapshots).

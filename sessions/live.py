@@ -1,8 +1,8 @@
 """Which seqs are in a session's live window: the sandwich's head and the recent part.
 
 The live window is every seq from ``window_start_seq`` on, plus — after a
-spec 004 sandwich compaction — the conversation's head, seqs up to
-``head_end_seq``, kept as messages while the middle is summarised. Every read
+a sandwich compaction (docs/concepts/compaction.md#sandwich-head) — the conversation's head, seqs up
+to ``head_end_seq``, kept as messages while the middle is summarised. Every read
 of "the live messages" filters with ``live_q`` so the head is never forgotten
 by one of them; without a head it is the plain range filter it always was
 (one index range, no OR on the hot path).

@@ -50,7 +50,8 @@ class AgentKey(models.Model):
 class ModelProfile(models.Model):
     """Limits per provider/model; ``model=""`` is the provider's default row.
 
-    Resolution is model > provider > built-in defaults (spec 001).
+    Resolution is model > provider > built-in defaults
+    (docs/concepts/context-build.md#limit-resolution).
     """
 
     provider = models.CharField(max_length=50)
@@ -100,7 +101,8 @@ class Session(models.Model):
     model = models.CharField(max_length=200)
     provider = models.CharField(max_length=50, blank=True, default="")
 
-    # Resolved limits (spec 001 resolution done once, at create/patch time).
+    # Resolved limits (docs/concepts/context-build.md#limit-resolution done once, at create/patch
+    # time).
     context_window = models.PositiveIntegerField()
     max_output_tokens = models.PositiveIntegerField()
     buffer_tokens = models.PositiveIntegerField()
@@ -115,7 +117,7 @@ class Session(models.Model):
     retain = models.TextField(blank=True, default="")
     # First seq of the live window: messages before it are kept for audit only.
     window_start_seq = models.PositiveIntegerField(default=1)
-    # spec 004 sandwich: the conversation's first messages (seq ≤ this) stay
+    # docs/concepts/compaction.md#sandwich: the conversation's first messages (seq ≤ this) stay
     # live as messages before the summary while the middle is compacted; the
     # live window is [1 … head_end_seq] + [window_start_seq …]. 0: no head.
     head_end_seq = models.PositiveIntegerField(default=0)
@@ -133,7 +135,8 @@ class Session(models.Model):
     # Assistant tool calls still waiting for their result: {call_id: tool name}.
     open_tool_calls = models.JSONField(default=dict, blank=True)
 
-    # Provider-reported usage calibrates the projection (spec 000 §2.3).
+    # Provider-reported usage calibrates the projection
+    # (docs/concepts/context-build.md#usage-total).
     reported_total = models.PositiveIntegerField(null=True, blank=True)
     reported_through_seq = models.PositiveIntegerField(null=True, blank=True)
     # Our estimate of that same prefix at report time: calibrated projection =
@@ -141,20 +144,20 @@ class Session(models.Model):
     # change since (appends, new sections, trims, compaction) without a re-read.
     estimated_at_report = models.PositiveIntegerField(null=True, blank=True)
 
-    # Tool output cache (spec 000 §1). Untrimmed tool-output view tokens in the
-    # live window (spec 000 §1.7's total), so the trim decision never re-reads
-    # history; the seq of the newest trimmed tool message (trimming is oldest
+    # Tool output cache (docs/concepts/trimming.md#stored-in-full). Untrimmed tool-output view
+    # tokens in the live window (docs/concepts/trimming.md#tool-output-budget), so the trim decision
+    # never re-reads history; the seq of the newest trimmed tool message (trimming is oldest
     # first, so everything at or before it is trimmed: candidates start after
     # it); and the window start these were counted for (a compaction that
     # moves the window makes the append path recount once).
     tool_output_tokens = models.PositiveBigIntegerField(default=0)
     tool_trim_seq = models.PositiveIntegerField(default=0)
     tool_count_window_seq = models.PositiveIntegerField(default=1)
-    # spec 001 tool budget: reserved output tokens count as the guard's pending
+    # docs/concepts/guard.md#tool-budget: reserved output tokens count as the guard's pending
     # tokens until the tool result arrives ({tool_call_id or "~n": tokens}).
     reserved_tokens = models.PositiveBigIntegerField(default=0)
     tool_reservations = models.JSONField(default=dict, blank=True)
-    # spec 001 toolBudgetExceeded: once set, canExecuteTool is false.
+    # docs/concepts/guard.md#tool-preflight: once set, canExecuteTool is false.
     tool_budget_exceeded = models.BooleanField(default=False)
 
     # The main conversation this one branched from: a client's side request
@@ -293,7 +296,7 @@ class IdempotencyRecord(models.Model):
 
 
 class ToolOutput(models.Model):
-    """A tool output stored in full (spec 000 §1.5, spec 002 §2's tool_result_blobs).
+    """A tool output stored in full (docs/concepts/trimming.md#stored-in-full).
 
     The bytes live in ``ToolOutputChunk`` rows of whole lines, so a line range
     or a grep reads only the chunks it needs. ``sha256`` is unique per session

@@ -42,8 +42,9 @@ class SessionCreateIn(In):
     agent: str = Field("", max_length=100)
     model: str = Field(..., min_length=1, max_length=200)
     provider: str | None = Field(None, max_length=50)
-    # No gt=0 here: the engine answers spec 004's exact message for <= 0 (the
-    # schema declares the bound all the same).
+    # No gt=0 here: the engine answers the exact message
+    # (docs/concepts/context-build.md#limit-validation) for <= 0 (the schema declares the bound all
+    # the same).
     context_window: int | None = Field(None, le=MAX_TOKENS, json_schema_extra=POSITIVE)
     max_output_tokens: int | None = Field(None, le=MAX_TOKENS, json_schema_extra=NOT_NEGATIVE)
     buffer_tokens: int | None = Field(None, le=MAX_TOKENS, json_schema_extra=NOT_NEGATIVE)
@@ -75,7 +76,8 @@ class SectionIn(In):
     name: str = Field(..., min_length=1, max_length=100)
     content: str
     cacheable: bool = True
-    # spec 002 §4 order: base, rules (AGENT.md), memory, skill, scratchpad, status.
+    # docs/concepts/caching.md#section-order: base, rules (AGENT.md), memory, skill, scratchpad,
+    # status.
     kind: Literal["base", "rules", "memory", "skill", "scratchpad", "status"] = "base"
 
     @model_validator(mode="before")
@@ -92,8 +94,8 @@ class ToolDefIn(In):
         default_factory=lambda: {"type": "object", "properties": {}}
     )
     category: Literal["builtin", "mcp", "skill"] = "mcp"
-    # Keywords tool_search matches (spec 002 §5): what the tool is for in the
-    # words a model would search with; never sent to the model.
+    # Keywords tool_search matches (docs/concepts/deferral.md#tool-search): what the tool is for in
+    # the words a model would search with; never sent to the model.
     search_hint: str = Field("", max_length=MAX_SEARCH_HINT_CHARS)
 
     _shallow_schema = field_validator("input_schema")(check_json)

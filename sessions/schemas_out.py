@@ -20,7 +20,7 @@ class Out(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
-# --- the budget (spec 001) ---------------------------------------------------------
+# --- the budget (docs/concepts/guard.md#tool-budget) ----------------------------------------------
 
 
 class GuardOut(Out):
@@ -110,7 +110,7 @@ class SessionOut(Out):
     window_start_seq: int
     head_end_seq: int = Field(
         0,
-        description="spec 004 sandwich: seqs up to this one (the conversation's start) stay live"
+        description="The sandwich's head: seqs up to this one (the conversation's start) stay live"
         " before the summary; 0: no head",
     )
     created_at: datetime
@@ -141,7 +141,7 @@ class ToolNamesOut(Out):
 
 
 class OutputRefOut(Out):
-    """spec 000 §1.4 ToolOutputRef: where a tool output is stored in full."""
+    """docs/concepts/trimming.md#output-ref: where a tool output is stored in full."""
 
     id: str
     byte_size: int
@@ -226,22 +226,22 @@ class BuiltinToolsOut(Out):
 class BuiltinToolResultOut(Out):
     """What a built-in tool answers; each tool has its own keys (the tool's JSON, as is).
 
-    - ``tool_output_cache`` (spec 000 §1.8): numbered lines of a stored output,
-      as GET /refs/{ref} answers (``text``, ``offset``, ``limit``, ``lines``,
+    - ``tool_output_cache`` (docs/concepts/trimming.md#reading-refs): numbered lines of a stored
+      output, as GET /refs/{ref} answers (``text``, ``offset``, ``limit``, ``lines``,
       ``total_lines``, ``has_more``, ``next_offset``, ``truncated``, ...), with
       ``ref_id`` for ``ref``.
     - ``tool_output_cache_grep``: matching lines with context, as GET
       /refs/{ref}/grep answers, with ``ref_id`` for ``ref``.
-    - ``tool_search`` (spec 002 §5): ``query``, ``matches``, ``loaded`` (tools
-      now sent for the rest of the turn), ``deferred_remaining``, ``message``.
-    - ``compact_context`` (spec 002 §7): ``result`` (for the model), ``run_id``,
-      ``status``, ``compact_result``.
+    - ``tool_search`` (docs/concepts/deferral.md#tool-search): ``query``, ``matches``, ``loaded``
+      (tools now sent for the rest of the turn), ``deferred_remaining``, ``message``.
+    - ``compact_context`` (docs/concepts/compaction.md#forced-runs): ``result`` (for the model),
+      ``run_id``, ``status``, ``compact_result``.
 
     No declared fields: the tool's keys are passed through in its own order.
     """
 
 
-# --- tool outputs (spec 000 §1.8, spec 001) ---------------------------------------------
+# --- tool outputs (docs/concepts/trimming.md#reading-refs, docs/concepts/guard.md#tool-budget) ----
 
 
 class OutputOut(Out):

@@ -75,8 +75,8 @@ class CompactionPolicy(In):
     preserve_top: int = Field(5, ge=0, le=MAX_TURNS)
     preserve_bottom: int = Field(5, ge=0, le=MAX_TURNS)
     sandwich_threshold: float = Field(0.7, gt=0, le=1)
-    # spec 004: the smallest middle worth compressing, the summary's sections,
-    # and where the summary goes (auto: system for the sandwich, else user).
+    # docs/concepts/compaction.md#sandwich: the smallest middle worth compressing, the summary's
+    # sections, and where the summary goes (auto: system for the sandwich, else user).
     sandwich_min_middle: int = Field(1, ge=1, le=MAX_TURNS)
     sandwich_sections: bool = True
     summary_role: Literal["auto", "user", "system"] = "auto"
@@ -84,8 +84,8 @@ class CompactionPolicy(In):
     exclude_tools: list[str] = Field([], max_length=1000)
     clear_at_least: int = Field(0, ge=0, le=MAX_TOKENS)
     clear_tool_inputs: bool = False
-    # spec 002 §6 / Anthropic clear_tool_uses: the size below which a result
-    # stays, the "clear the oldest half" alternative, the adaptive keep count.
+    # docs/concepts/compaction.md#tool-clearing / Anthropic clear_tool_uses: the size below which a
+    # result stays, the "clear the oldest half" alternative, the adaptive keep count.
     clear_min_bytes: int = Field(1024, ge=0, le=MAX_TOKENS)
     clear_mode: Literal["keep_recent", "oldest_half"] = "keep_recent"
     adaptive_keep: bool = False
@@ -131,7 +131,7 @@ class ToolOutputCachePolicy(In):
     max_message_bytes: int = Field(50 * 1024, gt=0, le=16 * 1024 * 1024)
     max_line_length: int = Field(2000, gt=0, le=1_000_000)
     trim_hysteresis: float = Field(0.25, ge=0, lt=1)
-    # false: no total-budget trim (spec 000 §1.7); per-message cuts stay.
+    # false: no total-budget trim (docs/concepts/trimming.md#budget-trim); per-message cuts stay.
     budget_trim: bool = True
     # An output's view at insertion: at most this share of the effective window
     # (its head and tail, the rest by ref). Unset: engine.output_views.DEFAULT_VIEW_SHARE.
@@ -158,7 +158,7 @@ class EstimatePolicy(In):
 
 
 class PromptCachePolicy(In):
-    """Prompt caching (spec 002 §4): where ``cache_control`` markers go."""
+    """Prompt caching (docs/concepts/caching.md#breakpoints): where ``cache_control`` markers go."""
 
     enabled: bool = True
     # Anthropic cache lifetimes: writes cost 1.25× input for 5 min, 2× for 1 h.
@@ -169,8 +169,8 @@ class PromptCachePolicy(In):
     max_breakpoints: int = Field(4, ge=1, le=4)
     # Overrides the model profile's minimum cacheable prefix.
     min_cacheable_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS)
-    # spec 002 §4: within a kind, cacheable sections before the others; false
-    # keeps the agent's order within a kind.
+    # docs/concepts/caching.md#cacheable-first: within a kind, cacheable sections before the others;
+    # false keeps the agent's order within a kind.
     cacheable_first: bool = True
 
 
@@ -207,19 +207,19 @@ class PolicyIn(In):
     tool_output_cache: ToolOutputCachePolicy | None = None
     thresholds: ThresholdsPolicy | None = None
     estimate: EstimatePolicy | None = None
-    # Further provider targets the agent may fall back to (spec 001 ok/skip/final).
+    # Further provider targets the agent may fall back to (docs/concepts/guard.md#targets).
     targets: list[TargetIn] | None = Field(None, max_length=MAX_LIST_ITEMS)
     final_report_tool: str | None = Field(None, pattern=TOOL_NAME_PATTERN)
-    # spec 001: the task-status tool, left out of the schema tokens with the
-    # final-report tool unless count_report_tools.
+    # docs/concepts/guard.md#report-tools: the task-status tool, left out of the schema tokens with
+    # the final-report tool unless count_report_tools.
     task_status_tool: str | None = Field(None, pattern=TOOL_NAME_PATTERN)
     count_report_tools: bool | None = None
-    # spec 001 as written: once an output is refused (toolBudgetExceeded), every
+    # docs/concepts/guard.md#sticky-refusal: once an output is refused (toolBudgetExceeded), every
     # later one is too. Default false: each output is judged on its own size.
     tool_budget_sticky: bool | None = None
     tool_deferral_threshold: float | None = Field(None, gt=0, le=1)
-    # spec 002 §5 note: "list" (the deferred tools under "## Available Tools",
-    # each with its first sentence) or "count" (the one-line note alone).
+    # docs/concepts/deferral.md#available-tools: "list" (the deferred tools under "## Available
+    # Tools", each with its first sentence) or "count" (the one-line note alone).
     tool_deferral_note: Literal["list", "count"] | None = None
     prompt_cache: PromptCachePolicy | None = None
     proxy: ProxyPolicy | None = None

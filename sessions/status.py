@@ -19,7 +19,7 @@ def refresh_guard(session: Session) -> accounting.BudgetState:
 
 
 def session_mark_final(*, session: Session, reason: str) -> Session:
-    """spec 001 enforcement: forcedFinalTurnReason is set once and sticks."""
+    """docs/concepts/guard.md#final-sticks: forcedFinalTurnReason is set once and sticks."""
     updated = Session.objects.filter(pk=session.pk, status=Session.Status.ACTIVE).update(
         status=Session.Status.FINAL, final_reason=reason, updated_at=timezone.now()
     )

@@ -21,7 +21,8 @@ from .services.idempotency import idempotency_prune
     max_retries=3,
 )
 def gc_outputs(older_than_days: int | None = None) -> dict[str, Any]:
-    """spec 000 §1.9: delete tool outputs nothing references (see ``outputs_gc``).
+    """docs/concepts/trimming.md#garbage-collection: delete tool outputs nothing references (see
+    ``outputs_gc``).
 
     Idempotent: a second run finds nothing left to delete. Schedule it daily
     (celery beat), or run ``manage.py gc_outputs`` from cron.

@@ -6,8 +6,8 @@ copy of the window up to seq S (``plan``); the result is applied in one short
 transaction under the session row lock, and only if the window it was computed
 from is still the live one, else it is recomputed (``apply``). Appends that
 arrive meanwhile have seqs > S: they stay live after the new summary. A failure
-anywhere before the apply leaves the session row exactly as it was (spec 004
-CX-NT3).
+anywhere before the apply leaves the session row exactly as it was
+(docs/concepts/compaction.md#summarizer-failure).
 
 Concurrency:
 

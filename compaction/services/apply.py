@@ -90,7 +90,8 @@ def apply_plan(
             original = {m.seq: m for m in (*plan.window.head, *plan.window.messages)}
             kept = new.messages
             start = kept[0].seq if kept else plan.through_seq + 1
-            # spec 004 sandwich: the head stays live, apart from the window, as messages.
+            # docs/concepts/compaction.md#sandwich-head: the head stays live, apart from the window,
+            # as messages.
             head_end = (new.head[-1].seq or 0) if new.head else 0
             live = [*new.head, *kept]
             desired = {
@@ -118,7 +119,7 @@ def apply_plan(
             extra = recount_tool_outputs(session)
             session.save(update_fields=[*WINDOW_FIELDS, *extra])
             after_used = state.budget.used
-            # spec 002 §6 dual write: the transcript is untouched, the snapshot
+            # docs/concepts/compaction.md#snapshots: the transcript is untouched, the snapshot
             # holds the compacted window for resume.
             snapshot = Snapshot.objects.create(
                 session=session,

@@ -1,7 +1,7 @@
 """Ending an attempt without applying it: fail the run, or release it to be retried.
 
-Neither touches the session row (spec 004 CX-NT3), and only the attempt that
-holds the run may end it: a holder that outlived its lease must not fail or
+Neither touches the session row (docs/concepts/compaction.md#summarizer-failure), and only the
+attempt that holds the run may end it: a holder that outlived its lease must not fail or
 release a run that was requeued and claimed again.
 """
 
@@ -40,8 +40,9 @@ def compaction_release(run: CompactionRun, attempt: int, code: str, message: str
 def compaction_mark_failed(
     run: CompactionRun, attempt: int, code: str, message: str, started: float
 ) -> CompactionRun:
-    """Mark the run failed. The session row is not touched (spec 004 CX-NT3);
-    a failed auto run counts toward the circuit breaker."""
+    """Mark the run failed. The session row is not touched
+    (docs/concepts/compaction.md#summarizer-failure); a failed auto run counts toward the circuit
+    breaker."""
     try:
         with transaction.atomic():
             run = CompactionRun.objects.select_for_update().get(pk=run.pk)

@@ -27,7 +27,7 @@ Status = CompactionRun.Status
 
 
 def on_session_activity(session: Session, state: accounting.BudgetState, last_role: str) -> None:
-    """``REGISTRY.after_append``: spec 000 §2.8's check points.
+    """``REGISTRY.after_append``: the check points (docs/concepts/compaction.md#check-points).
 
     Runs after the append/usage transaction committed: after an assistant
     message (an LLM call ended), after tool results, and on reported usage.
@@ -63,9 +63,9 @@ def can_make_room(session: Session) -> bool:
 
 def compact_before_call(session: Session, state: accounting.BudgetState) -> bool:
     """``REGISTRY.context_preflight``: at block or final, compact
-    now, in the request, while compaction can make room (spec 002 §8 step 3).
-    Joins (and runs) an automatic run already queued. Answers within
-    ``CONTEXTSVC_CONTEXT_WAIT_SECONDS`` whatever the run does (a slow summary
+    now, in the request, while compaction can make room
+    (docs/concepts/guard.md#block-compacts-first). Joins (and runs) an automatic run already queued.
+    Answers within ``CONTEXTSVC_CONTEXT_WAIT_SECONDS`` whatever the run does (a slow summary
     goes on in the background), and at once for a run that stopped beating.
     True when the window changed; a failed or unfinished run leaves the
     session as it was and the guard decides."""
@@ -81,7 +81,8 @@ def compact_before_call(session: Session, state: accounting.BudgetState) -> bool
 
 
 def context_note(session: Session, state: accounting.BudgetState) -> str | None:
-    """``REGISTRY.context_notes``: spec 002 §7's non-cacheable note above 80 % usage."""
+    """``REGISTRY.context_notes``: the non-cacheable note (docs/concepts/guard.md#usage-note) above
+    80 % usage."""
     return usage_note(state.budget.used, state.budget.effective_window)
 
 

@@ -113,8 +113,8 @@ def compute_plan(run: CompactionRun, summarizer: Summarizer | None) -> Compactio
     messages = selectors.window_messages(
         session, start_seq=session.window_start_seq, through_seq=through
     )
-    # spec 004 sandwich: the conversation's head stays live before the summary;
-    # every strategy keeps it as it is (only the sandwich sets it).
+    # docs/concepts/compaction.md#sandwich-head: the conversation's head stays live before the
+    # summary; every strategy keeps it as it is (only the sandwich sets it).
     head = selectors.head_messages(session)
     if not messages and not head and not session.retain and not session.summary:
         raise EngineValidationError("Conversation has no messages", field="messages")
@@ -168,8 +168,8 @@ def compute_plan(run: CompactionRun, summarizer: Summarizer | None) -> Compactio
         reason="overflow" if run.trigger == Trigger.EMERGENCY else "budget",
         max_context_tokens=max(1, effective - fixed),
         limit_tokens=limit_tokens(session, state),
-        # spec 004: forcing the sandwich alone on a conversation too short to
-        # compress is an error the caller sees (409), not a silent no-op.
+        # docs/concepts/compaction.md#compression-not-needed: forcing the sandwich alone on a
+        # conversation too short to compress is an error the caller sees (409), not a silent no-op.
         strict=run.forced and chain == ("sandwich",),
         sandwich_state=sandwich_state,
         transcript=(

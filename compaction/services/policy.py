@@ -60,10 +60,10 @@ def _trigger_ratio(
 ) -> float:
     policy = compaction_policy(session)
     if policy.get("threshold_ratio"):
-        # spec 000 §2.2 thresholdRatio (0.8 there): kept as configuration.
+        # docs/concepts/compaction.md#threshold-ratio (0.8 there): kept as configuration.
         return float(policy["threshold_ratio"])
     if chain == ("sandwich",):
-        # spec 004: the sandwich compresses at 70 %.
+        # docs/concepts/compaction.md#sandwich-threshold: the sandwich compresses at 70 %.
         return float(policy.get("sandwich_threshold", 0.7))
     return state.budget.thresholds.compact_ratio
 
@@ -154,7 +154,8 @@ def plan_decision(
 def should_auto_compact(
     session: Session, state: accounting.BudgetState, chain: tuple[str, ...]
 ) -> bool:
-    """Is an automatic compaction due (spec 002 §3 compact tier, or spec 000's ratio)?"""
+    """Is an automatic compaction due (docs/concepts/guard.md#verdicts, or a fixed ratio,
+    docs/concepts/compaction.md#threshold-ratio)?"""
     return auto_action(session, state, chain) is not None
 
 
@@ -165,9 +166,12 @@ def auto_action(
     outputs only, the planner's cheaper move), or None."""
     policy = compaction_policy(session)
     if not policy.get("enabled", True) or not policy.get("auto", True):
-        return None  # spec 000 §2.5: enabled=false / auto=false → no automatic compaction
+        # docs/concepts/compaction.md#triggers: enabled=false / auto=false → no automatic compaction
+        return None
     if session.status != Session.Status.ACTIVE or chain == ("full_history",):
-        return None  # full_history never compresses (spec 004); the guard still protects
+        # full_history never compresses (docs/concepts/compaction.md#full-history); the guard still
+        # protects
+        return None
     if STATUS_RANK[state.guard.status] >= STATUS_RANK["compact"]:
         return "compact"
     decision = plan_decision(session, state, chain)
@@ -184,7 +188,7 @@ def limit_tokens(session: Session, state: accounting.BudgetState) -> int:
     """The hard limit for the window (retain + summary + live messages): what
     the effective window leaves after the fixed parts, the reservations and
     the provider's calibration. Cutting inside the newest turn aims here
-    (spec 003 emergency path), never at the lower ``target_tokens``."""
+    (docs/concepts/compaction.md#emergency), never at the lower ``target_tokens``."""
     return max(0, state.budget.effective_window - _not_history(state))
 
 

@@ -118,7 +118,7 @@ def compaction_request(
     with transaction.atomic():
         locked = hotpath.lock_session(session.pk)
         if locked.live_message_count == 0 and not locked.retain and not locked.summary:
-            # spec 004 validation rules / CX-NT2.
+            # docs/concepts/context-build.md#validation.
             raise ValidationFailed("Conversation has no messages", details={"field": "messages"})
         if trigger != Trigger.EMERGENCY:
             active = (

@@ -43,7 +43,7 @@ def snapshot_restore(*, session: Session, snapshot_id: int | None) -> Snapshot:
         retain, summary, start, head_end = "", "", 1, 0
     else:
         retain, summary, start = target.retain, target.summary, target.window_start_seq
-        # spec 004 sandwich: the snapshot's head comes back live with it.
+        # docs/concepts/compaction.md#sandwich-head: the snapshot's head comes back live with it.
         head_end = target.head_end_seq
         for m in target.messages:
             view = m["content"] if m.get("has_view") else None
@@ -85,7 +85,8 @@ def snapshot_restore(*, session: Session, snapshot_id: int | None) -> Snapshot:
     for change in view_changes:
         change.snapshot = snapshot
     ViewChange.objects.bulk_create(view_changes, batch_size=500)
-    # spec 004: the cached sandwich state no longer describes the summary slot.
+    # docs/concepts/compaction.md#sandwich-cache: the cached sandwich state no longer describes the
+    # summary slot.
     CompactionState.objects.filter(session=locked).update(
         strategy="", summary="", range_start=None, range_end=None, compressed_at=None
     )

@@ -118,7 +118,7 @@ def compaction_overflow(
     detail: str = "",
     reported_tokens: int | None = None,
 ) -> CompactionRun:
-    """spec 003 reactive path: the provider said the context is too long. Drop the
+    """docs/concepts/compaction.md#overflow: the provider said the context is too long. Drop the
     oldest turns now, whatever else is running."""
     logger.warning(
         "context overflow reported for session %s (provider counted %s tokens, we estimate %s): %s",

@@ -1,4 +1,5 @@
-"""The built-in ``compact_context`` tool (spec 002 §7 CompactContextTool): a forced run, now."""
+"""The built-in ``compact_context`` tool (docs/concepts/compaction.md#forced-runs): a forced run,
+now."""
 
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ def describe(run: CompactionRun) -> str:
 
 
 def compact_context_tool(session: Session, arguments: dict[str, Any]) -> dict[str, Any]:
-    """spec 002 §7 CompactContextTool: a forced compaction, run now."""
+    """docs/concepts/compaction.md#forced-runs: a forced compaction, run now."""
     instructions = arguments.get("instructions", "")
     if not isinstance(instructions, str):
         raise ValidationFailed("instructions must be a string", details={"field": "instructions"})

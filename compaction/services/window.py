@@ -57,7 +57,7 @@ def snapshot_message(msg: EngineMessage) -> dict[str, Any]:
 
 
 def recount_tool_outputs(session: Session) -> list[str]:
-    """The cached tool-output counters (spec 001 tool-output budget), after views
+    """The cached tool-output counters (docs/concepts/guard.md#tool-preflight), after views
     changed in place; returns the fields to save."""
     session_recount_tool_outputs(session)
     return TOOL_OUTPUT_FIELDS

@@ -1,8 +1,10 @@
-"""Limits, thresholds, the component budget and the usage note (spec 001, 002 §1-§3 §7, 003).
+"""Limits, thresholds, the component budget and the usage note
+(docs/concepts/guard.md#effective-limit, docs/concepts/guard.md#thresholds,
+docs/concepts/guard.md#component-budget).
 
-One effective window everywhere: ``window - buffer - max_output`` (spec 001's
-limit), which is spec 002's ``EffectiveWindow = Total - MaxOutputTokens`` when
-the buffer is 0 (DESIGN.md, "Defaults where the specs disagree").
+One effective window everywhere: ``window - buffer - max_output`` (the guard's
+limit, docs/concepts/guard.md#effective-limit): every threshold and share is a ratio of it
+(docs/concepts/index.md#defaults).
 """
 
 from __future__ import annotations
@@ -17,15 +19,15 @@ from typing import Any
 from contextsvc.engine.errors import EngineValidationError
 from contextsvc.engine.tokens import DEFAULT_TOKENIZER_SPEC, parse_tokenizer_spec
 
-# spec 001 "Context Window Resolution": DEFAULT_CONTEXT_WINDOW_TOKENS.
+# docs/concepts/context-build.md#limit-resolution: DEFAULT_CONTEXT_WINDOW_TOKENS.
 DEFAULT_CONTEXT_WINDOW = 131_072
-# spec 001 "Buffer Resolution": DEFAULT_CONTEXT_BUFFER_TOKENS.
+# docs/concepts/context-build.md#limit-resolution: DEFAULT_CONTEXT_BUFFER_TOKENS.
 DEFAULT_BUFFER_TOKENS = 8_192
-# spec 002 §3: compact at 95 %, block at 98 % of the effective window.
+# docs/concepts/guard.md#thresholds: compact at 95 %, block at 98 % of the effective window.
 DEFAULT_COMPACT_RATIO = 0.95
 DEFAULT_BLOCK_RATIO = 0.98
 DEFAULT_TOKENIZER = DEFAULT_TOKENIZER_SPEC
-# spec 002 §7: "When usage exceeds 80%, inject a non-cacheable note".
+# docs/concepts/guard.md#usage-note: above 80 % usage, a non-cacheable note.
 USAGE_NOTE_RATIO = 0.8
 USAGE_NOTE = (
     "[Context: {pct}% used. You can call compact_context to free space before continuing"
@@ -60,7 +62,7 @@ def _check_int(value: Any, field: str) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """A model's resolved limits (spec 001 "Limit Calculation").
+    """A model's resolved limits (docs/concepts/guard.md#effective-limit).
 
     Validated on construction, so any ``Limits`` in the system has a positive
     effective window: every later subtraction can rely on it.
@@ -76,7 +78,7 @@ class Limits:
         _check_int(self.max_output_tokens, "max_output_tokens")
         _check_int(self.buffer_tokens, "buffer_tokens")
         if self.context_window <= 0:
-            # spec 004 validation rules / CX-NT1: the message is fixed by the spec.
+            # docs/concepts/context-build.md#limit-validation: the message is fixed.
             raise EngineValidationError(
                 "Context limit must be positive",
                 field="context_window",
@@ -108,14 +110,14 @@ class Limits:
 
     @property
     def limit(self) -> int:
-        # spec 001: limit = contextWindow - bufferTokens - maxOutputTokens.
+        # docs/concepts/guard.md#effective-limit: limit = window - buffer - max_output.
         # Invariants 2 and 3: the buffer is always subtracted and the output
         # space always carved out (reasoning lives inside max_output, invariant 6).
         return self.context_window - self.buffer_tokens - self.max_output_tokens
 
     @property
     def effective_window(self) -> int:
-        # spec 002 §1 EffectiveWindow: the same number (buffer 0 there).
+        # docs/concepts/guard.md#effective-limit: the same number (buffer 0 there).
         return self.limit
 
     def to_dict(self) -> dict[str, Any]:
@@ -154,8 +156,9 @@ def split_model_id(model: str) -> tuple[str, str]:
 
 
 def _first_defined(key: str, sources: tuple[Mapping[str, Any] | None, ...]) -> Any:
-    # spec 001: "first defined wins"; None means "not set here", so an explicit
-    # null in a request falls through to the model profile.
+    # docs/concepts/context-build.md#limit-resolution: the first source that defines a value wins;
+    # None means "not set here", so an explicit null in a request falls through to the model
+    # profile.
     for source in sources:
         if source is not None and source.get(key) is not None:
             return source[key]
@@ -173,7 +176,7 @@ def resolve_limits(
 
     Each value comes from the first source that defines it: explicit (the
     session request) > model profile > provider profile > configured defaults >
-    built-in constants (spec 001 "Context Window Resolution", "Buffer Resolution").
+    built-in constants (docs/concepts/context-build.md#limit-resolution).
     Keys other than the four are ignored, so whole profile rows can be passed.
     """
     sources = (explicit, model, provider, defaults)
@@ -189,13 +192,14 @@ def resolve_limits(
         )
     if window is None:
         if max_output is not None:
-            # spec 003: "default when not explicitly configured: ContextWindow = MaxTokens * 4".
+            # docs/concepts/context-build.md#window-from-max-output: with no window anywhere, window
+            # = 4 × max output.
             window = max_output * 4
         else:
             window = DEFAULT_CONTEXT_WINDOW
     if max_output is None:
-        # spec 001: maxOutputTokens = floor(contextWindow / 4). Checked first so
-        # a bad window reports itself, not a TypeError from the division.
+        # docs/concepts/context-build.md#limit-resolution: max output = floor(window / 4). Checked
+        # first so a bad window reports itself, not a TypeError from the division.
         max_output = _check_int(window, "context_window") // 4
     if buffer is None:
         buffer = DEFAULT_BUFFER_TOKENS
@@ -209,7 +213,7 @@ def resolve_limits(
 
 @dataclass(frozen=True, slots=True)
 class Thresholds:
-    """spec 002 §3 two-tier thresholds, as ratios of the effective window."""
+    """docs/concepts/guard.md#thresholds two-tier thresholds, as ratios of the effective window."""
 
     compact_ratio: float = DEFAULT_COMPACT_RATIO
     block_ratio: float = DEFAULT_BLOCK_RATIO
@@ -229,17 +233,20 @@ class Thresholds:
             )
 
     def compact_at(self, limit: int) -> int:
-        # spec 002 §3: compact_at = 0.95 * effective_window (in tokens, floored).
+        # docs/concepts/guard.md#thresholds: compact_at = 0.95 * effective_window (in tokens,
+        # floored).
         return floor_ratio(self.compact_ratio, limit)
 
     def block_at(self, limit: int) -> int:
-        # spec 002 §3: block_at = 0.98 * effective_window.
+        # docs/concepts/guard.md#thresholds: block_at = 0.98 * effective_window.
         return floor_ratio(self.block_ratio, limit)
 
 
 @dataclass(frozen=True, slots=True)
 class ContextBudget:
-    """spec 002 §1 component budget, with spec 002 §3 thresholds and spec 003's history budget."""
+    """The component budget (docs/concepts/guard.md#component-budget), thresholds
+    (docs/concepts/guard.md#thresholds) and history budget
+    (docs/concepts/context-build.md#history-budget)."""
 
     limits: Limits
     system_prompt: int = 0
@@ -266,7 +273,7 @@ class ContextBudget:
 
     @property
     def used(self) -> int:
-        # spec 002 §1 UsedTokens: sum of all components.
+        # docs/concepts/guard.md#component-budget: sum of all components.
         return (
             self.system_prompt
             + self.skill_prompts
@@ -277,13 +284,13 @@ class ContextBudget:
 
     @property
     def remaining(self) -> int:
-        # spec 002 §1 RemainingTokens; negative when over budget, deliberately
+        # docs/concepts/guard.md#component-budget; negative when over budget, deliberately
         # not clamped: the dashboard shows by how much.
         return self.effective_window - self.used
 
     @property
     def used_ratio(self) -> float:
-        # spec 002 §1 UsedPercentage (a ratio there); effective_window > 0 by Limits.
+        # docs/concepts/guard.md#component-budget (a ratio there); effective_window > 0 by Limits.
         return self.used / self.effective_window
 
     @property
@@ -300,25 +307,26 @@ class ContextBudget:
 
     @property
     def should_compact(self) -> bool:
-        # spec 002 §3 ShouldCompact: 0.95 × EffectiveWindow.
+        # docs/concepts/guard.md#thresholds: 0.95 × EffectiveWindow.
         return self.used >= self.compact_at
 
     @property
     def is_blocked(self) -> bool:
-        # spec 002 §3 IsBlocked: 0.98 × EffectiveWindow.
+        # docs/concepts/guard.md#thresholds: 0.98 × EffectiveWindow.
         return self.used >= self.block_at
 
     @property
     def exceeds(self) -> bool:
-        # spec 002 §3 ExceedsBudget: UsedTokens() > EffectiveWindow() (true overflow).
+        # docs/concepts/guard.md#thresholds: UsedTokens() > EffectiveWindow() (true overflow).
         return self.used > self.effective_window
 
     @property
     def history_budget(self) -> int:
-        # spec 003: history_budget = ContextWindow - system_prompt - summary
+        # docs/concepts/context-build.md#history-budget: history_budget = ContextWindow -
+        # system_prompt - summary
         #           - tool_definitions - MaxTokens
-        # (skill prompts are part of the system prompt there). spec 003 has no
-        # buffer; the guard's limit still subtracts it, so this is the looser figure.
+        # (skill prompts are part of the system prompt there). that formula has
+        # no buffer; the guard's limit still subtracts it, so this is the looser figure.
         return (
             self.limits.context_window
             - self.system_prompt
@@ -355,7 +363,7 @@ class ContextBudget:
 
 
 def usage_note(used: int, effective_window: int, ratio: float = USAGE_NOTE_RATIO) -> str | None:
-    """spec 002 §7 context awareness: the note once usage exceeds 80 %."""
+    """docs/concepts/guard.md#usage-note: the note once usage exceeds 80 %."""
     if effective_window <= 0 or used / effective_window <= ratio:
         return None
     return USAGE_NOTE.format(pct=math.floor(used * 100 / effective_window))

@@ -1,11 +1,11 @@
-"""The one assembler of what is sent to the model (spec 003 ``BuildMessages``).
+"""The one assembler of what is sent to the model (docs/concepts/context-build.md#one-assembler).
 
 System sections, the retain/summary pair, the history views and the tool
 definitions go in; a provider request body comes out. Every format is built
 from the same ``ContextParts`` so the three can never disagree about content.
 
-Order is the cache order (spec 002 §4, ``engine.prompt``): tools, the system
-sections base … scratchpad, the history, and last the *tail* — ``status``
+Order is the cache order (docs/concepts/caching.md#breakpoints, ``engine.prompt``): tools, the
+system sections base … scratchpad, the history, and last the *tail* — ``status``
 sections and the service's notes — which changes on every call and so comes
 after every cache breakpoint. ``anthropic`` and ``openai`` send the history
 through ``engine.wellformed`` first (tool calls paired, a user turn first), so
@@ -58,18 +58,20 @@ class ContextParts:
     # Text that changes from call to call (context status, the 80 % note, the
     # deferral note): sent in the tail, after every cache breakpoint.
     notes: Sequence[str] = ()
-    # Appended as the last user text (the forced-final instruction, spec 001).
+    # Appended as the last user text (the forced-final instruction,
+    # docs/concepts/guard.md#final-turn).
     final_instruction: str | None = None
     # Where the anthropic format puts cache_control markers; None: no markers.
     cache: CachePlan | None = None
-    # spec 002 §8 degradation: the sections as one plain string, in the
+    # docs/concepts/caching.md#degradation: the sections as one plain string, in the
     # agent's order, no tail, no markers.
     plain: bool = False
     # The model takes ``system`` messages inside ``messages`` (module doc).
     mid_system: bool = True
-    # "user" (spec 000 §2.7) or "system" (spec 003/004; ``engine.summary_placement``).
+    # "user" (docs/concepts/context-build.md#summary-placement) or "system"
+    # (docs/concepts/context-build.md#summary-placement; ``engine.summary_placement``).
     summary_role: str = "user"
-    # spec 004 sandwich: the first ``head_count`` of ``messages`` are the
+    # docs/concepts/compaction.md#sandwich-head: the first ``head_count`` of ``messages`` are the
     # conversation's start, sent as messages before the retain/summary (the
     # rest, the recent tail, after it). 0: the preamble comes first.
     head_count: int = 0
@@ -116,8 +118,8 @@ def sent_history(parts: ContextParts, *, inline_summary: bool = False) -> list[M
     """Head, preamble and history as the provider formats send them (``engine.wellformed``).
 
     ``inline_summary``: a system-role summary after a head goes between the
-    head and the tail as a ``system`` message (spec 004's layout; OpenAI
-    takes one anywhere) instead of at the top.
+    head and the tail as a ``system`` message (the sandwich's layout
+    (docs/concepts/context-build.md#head-layout); OpenAI takes one anywhere) instead of at the top.
     """
     history = drop_old_reasoning(parts.messages, parts.keep_thinking_turns)
     head = min(max(parts.head_count, 0), len(history))

@@ -16,7 +16,8 @@ from .output_views import GREP_TOOL, READ_TOOL, View, ViewConfig, utf8_prefix
 # Of a cut result's room, the share its head takes; the tail keeps the rest
 # (a page's continuation — has_more, next_offset — is at its end).
 HEAD_SHARE = 0.75
-# Bytes per token when a view's token cap becomes a byte limit (spec 001's ceil(chars / 4)).
+# Bytes per token when a view's token cap becomes a byte limit (ceil(chars / 4),
+# docs/concepts/context-build.md#token-estimate).
 _BYTES_PER_TOKEN = 4
 
 

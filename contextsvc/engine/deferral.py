@@ -1,4 +1,4 @@
-"""Tool-description deferral and ``tool_search`` (spec 002 §5 DeferralManager).
+"""Tool-description deferral and ``tool_search`` (docs/concepts/deferral.md#tool-search).
 
 When the registered tools' descriptions exceed ``tool_deferral_threshold``
 (default 0.10) of the effective window, the least useful ones are held back:
@@ -17,7 +17,7 @@ each deferred tool's name and the first sentence of its description;
 and the matches are sent again for the rest of the turn.
 
 Token figures are in the budget's unit for tool descriptions: the sum of the
-per-tool estimates scaled ×2.09 (spec 001 schemaCtxTokens), so
+per-tool estimates scaled ×2.09 (docs/concepts/context-build.md#tool-schema-scale), so
 ``tokens_sent`` is exactly what the budget's ``tool_descriptions`` shows.
 """
 
@@ -68,8 +68,8 @@ TOOL_SEARCH = ToolDef(
 )
 
 DEFERRAL_NOTE = "[{n} tools deferred to save context. Use tool_search to find them.]"
-# Discoverability (spec 002 §5, as Claude Code lists its deferred tools): the
-# note names each deferred tool with the first sentence of its description,
+# Discoverability (docs/concepts/deferral.md#available-tools, as Claude Code lists its deferred
+# tools): the note names each deferred tool with the first sentence of its description,
 # under this heading, so the model knows what to search for.
 AVAILABLE_TOOLS_HEADING = "## Available Tools"
 NOTE_STYLES: tuple[str, ...] = ("list", "count")
@@ -93,8 +93,8 @@ def first_sentence(text: str, max_chars: int = FIRST_SENTENCE_MAX_CHARS) -> str:
 def deferral_note(deferred: Sequence[ToolDef], *, style: str = DEFAULT_NOTE_STYLE) -> str | None:
     """The note sent while tools are deferred; None when none are.
 
-    ``count`` is spec 002 §5's one line; ``list`` adds the ``## Available
-    Tools`` listing, one ``- name: first sentence`` line per deferred tool.
+    ``count`` is the one-line note (docs/concepts/deferral.md#deferral-note); ``list`` adds the ``##
+    Available Tools`` listing, one ``- name: first sentence`` line per deferred tool.
     """
     if style not in NOTE_STYLES:
         raise EngineValidationError(
@@ -123,8 +123,8 @@ def _listing_line(name: str, description: str) -> str:
 def listing_tokens(tool: ToolDef | None, style: str) -> int:
     """Tokens the ``list`` note spends on one deferred tool (``None``: the note's head).
 
-    Estimated as spec 001's ``ceil(chars / 4)`` plus one for the line break:
-    the listing replaces the tool's schema, so deferring a tool saves its
+    Estimated as ``ceil(chars / 4)`` (docs/concepts/context-build.md#token-estimate) plus one for
+    the line break: the listing replaces the tool's schema, so deferring a tool saves its
     schema less this.
     """
     if style != "list":
@@ -143,7 +143,8 @@ def scaled(tokens: int, scale: float) -> int:
 
 
 def deferral_limit(effective_window: int, threshold: float) -> int:
-    """spec 002 §5: the tool-description budget, ``threshold × effective window``."""
+    """docs/concepts/deferral.md#deferral-threshold: the tool-description budget, ``threshold ×
+    effective window``."""
     number = isinstance(threshold, int | float) and not isinstance(threshold, bool)
     if not number or not 0 < threshold <= 1:
         raise EngineValidationError(
@@ -154,8 +155,8 @@ def deferral_limit(effective_window: int, threshold: float) -> int:
 
 
 def counted(tool_tokens: Mapping[str, int], uncounted: Collection[str]) -> Mapping[str, int]:
-    """``tool_tokens`` with the uncounted tools at 0 (spec 001: the final-report and
-    task-status tools are the agent's own machinery, not schema tokens)."""
+    """``tool_tokens`` with the uncounted tools at 0 (docs/concepts/guard.md#report-tools: the
+    final-report and task-status tools are the agent's own machinery, not schema tokens)."""
     if not uncounted:
         return tool_tokens
     return {**tool_tokens, **{name: 0 for name in uncounted if name in tool_tokens}}
@@ -179,7 +180,7 @@ def choose_deferred(
     note_style: str = DEFAULT_NOTE_STYLE,
     uncounted: Collection[str] = (),
 ) -> list[str]:
-    """spec 002 §5 SelectForContext: the names to hold back, in deferral order.
+    """docs/concepts/deferral.md#deferral-order: the names to hold back, in deferral order.
 
     Nothing is deferred while all descriptions fit in ``limit_tokens``. Once
     they do not, tools are deferred one by one in priority order until what is

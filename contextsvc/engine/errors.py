@@ -12,7 +12,7 @@ from typing import Any
 
 
 class EngineValidationError(ValueError):
-    """Input the engine cannot work with (spec 004 validation rules → 422)."""
+    """Input the engine cannot work with (docs/concepts/context-build.md#limit-validation → 422)."""
 
     def __init__(self, message: str, *, field: str | None = None, details: Any = None) -> None:
         super().__init__(message)
@@ -31,11 +31,13 @@ class EngineValidationError(ValueError):
 
 
 class CompressionNotNeededError(EngineValidationError):
-    """A forced compression of a conversation too short to compress (spec 004:
-    no middle between the preserved top and bottom) → 409 COMPRESSION_NOT_NEEDED."""
+    """A forced compression of a conversation too short to compress
+    (docs/concepts/compaction.md#compression-not-needed: no middle between the preserved top and
+    bottom) → 409 COMPRESSION_NOT_NEEDED."""
 
     code = "COMPRESSION_NOT_NEEDED"
 
 
 class EngineUnavailableError(RuntimeError):
-    """A dependency the engine needs is not there (spec 004 CX-NT3 → 503)."""
+    """A dependency the engine needs is not there (docs/concepts/compaction.md#summarizer-failure →
+    503)."""

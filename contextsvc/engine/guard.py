@@ -1,14 +1,14 @@
-"""The context guard (spec 001 "Context Guard Algorithm") with spec 002 §3's tiers.
+"""The context guard: targets, verdicts and tiers (docs/concepts/guard.md#verdicts).
 
-Spec 001 decides per provider target whether the projected context fits
-(ok / skip / final); spec 002 §3 adds the compaction tiers below the limit.
-Together they give one session status, ordered ok < compact < block < final
-(DESIGN.md, "Defaults where the specs disagree"):
+Per provider target the guard decides whether the projected context fits
+(ok / skip / final, docs/concepts/guard.md#targets); the compaction tiers sit below the limit
+(docs/concepts/guard.md#thresholds). Together they give one session status, ordered ok < compact <
+block < final (DESIGN.md, "Defaults where the specs disagree"):
 
 - ``ok``      — below compact_at of the preferred target;
 - ``compact`` — at or above compact_at: compact in the background;
 - ``block``   — at or above block_at: compact synchronously before the next call;
-- ``final``   — no target fits: force the final turn (spec 001 enforcement).
+- ``final``   — no target fits: force the final turn (docs/concepts/guard.md#final-turn).
 """
 
 from __future__ import annotations
@@ -27,13 +27,13 @@ GuardLog = Callable[[str, dict[str, Any]], None]
 # Rank used to compare statuses (and by callers that want "at least compact").
 STATUS_RANK: dict[str, int] = {"ok": 0, "compact": 1, "block": 2, "final": 3}
 
-# spec 001 "Enforcement Actions" step 1: forcedFinalTurnReason = 'context'.
+# docs/concepts/guard.md#final-turn: forcedFinalTurnReason = 'context'.
 FINAL_REASON_CONTEXT = "context"
 
 
 @dataclass(frozen=True, slots=True)
 class GuardCounters:
-    """spec 001 "Token Counters" (currentCtxTokens, pendingCtxTokens, …)."""
+    """docs/concepts/guard.md#counters (currentCtxTokens, pendingCtxTokens, …)."""
 
     current: int
     pending: int = 0
@@ -51,8 +51,8 @@ class GuardCounters:
 
     @property
     def projected(self) -> int:
-        # spec 001 "Projection Formula": current + pending + new + extra.
-        # schema is not added: it is already inside current (spec 001 note),
+        # docs/concepts/guard.md#projection: current + pending + new + extra.
+        # schema is not added: it is already inside current (docs/concepts/guard.md#projection),
         # and only used for the schema-only-overflow special case.
         return self.current + self.pending + self.new + self.extra
 
@@ -131,11 +131,11 @@ def evaluate_guard(
     *,
     log: GuardLog | None = None,
 ) -> GuardResult:
-    """spec 001 turn_preflight + spec 002 §3 tiers.
+    """docs/concepts/guard.md#targets + docs/concepts/guard.md#verdicts.
 
     Per target: it fits when ``projected <= limit``; if only the schema tokens
     overflow (``projected - schema <= limit``) it still fits, flagged
-    ``schema_only_overflow`` (spec 001 "Special Case"). A target that does not
+    ``schema_only_overflow`` (docs/concepts/guard.md#schema-only-overflow). A target that does not
     fit is ``skip`` when another one fits, and every target is ``final`` when
     none does.
 
@@ -183,7 +183,7 @@ def evaluate_guard(
             fits.append(True)
             schema_only.append(False)
         elif projected - counters.schema <= limit:
-            # spec 001 special case: the base projection fits, only the schema
+            # docs/concepts/guard.md#schema-only-overflow: the base projection fits, only the schema
             # estimate (already inside current, and scaled ×2.09) overflows.
             fits.append(True)
             schema_only.append(True)
@@ -227,7 +227,7 @@ def evaluate_guard(
     reason: str | None = None
     primary = next((v for v in verdicts if v.status == "ok"), None)
     if primary is None:
-        # spec 001: all providers blocked → force the final turn.
+        # docs/concepts/guard.md#final-turn: all providers blocked → force the final turn.
         status = "final"
         reason = FINAL_REASON_CONTEXT
         if log is not None:

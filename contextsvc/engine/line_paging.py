@@ -1,4 +1,4 @@
-"""Paging by character inside one line of a stored output (spec 000 §1.8 ``tool_output_cache``).
+"""Paging by character inside one line of a stored output (docs/concepts/trimming.md#reading-refs).
 
 A read is line-based, and every line it shows is cut at ``max_line_length``
 characters; a minified bundle or a one-line JSON dump is a single line of

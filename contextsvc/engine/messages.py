@@ -115,7 +115,7 @@ def content_text(content: str | list[dict[str, Any]] | None) -> str:
 
 @dataclass(frozen=True, slots=True)
 class PromptSection:
-    """A named part of the system prompt (spec 002 §4)."""
+    """A named part of the system prompt (docs/concepts/caching.md#breakpoints)."""
 
     name: str
     content: str
@@ -132,5 +132,5 @@ class ToolDef:
     input_schema: dict[str, Any] = field(default_factory=lambda: {"type": "object"})
     category: str = "builtin"  # builtin, mcp, skill
     # Keywords ``tool_search`` matches besides the name and description
-    # (spec 002 §5 Search); never sent to the model.
+    # (docs/concepts/deferral.md#tool-search); never sent to the model.
     search_hint: str = ""

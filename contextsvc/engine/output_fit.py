@@ -1,9 +1,9 @@
 """Fitting tool outputs into the history room: a head-and-tail cut of a view.
 
 An agent doing one task is one long turn: the results it asked for last are
-what it acts on next, and clearing them (or spec 003's one-turn fallback,
-which clears every output of the turn) makes it ask again, in a loop. So
-before anything clears the newest outputs, their views are cut instead: the
+what it acts on next, and clearing them (or the one-turn fallback
+(docs/concepts/compaction.md#single-turn-fallback), which clears every output of the turn) makes it
+ask again, in a loop. So before anything clears the newest outputs, their views are cut instead: the
 first and last lines stay (a command's header and its verdict are usually
 there), and the middle lines that say where something is (a path, a saved
 file, an id, a URL: ``engine.output_keep``); each run left out is replaced by

@@ -1,4 +1,4 @@
-"""What a tool result's view is made from, and when it is not cut (spec 000 §1.5-§1.8).
+"""What a tool result's view is made from, and when it is not cut (docs/concepts/trimming.md#views).
 
 (A built-in tool's result is not a stored output: ``engine.builtin_results``.)
 

@@ -1,4 +1,5 @@
-"""The budget trim of tool outputs in context (spec 000 §1.7): which outputs to trim, and to what.
+"""The budget trim of tool outputs in context (docs/concepts/trimming.md#budget-trim): which outputs
+to trim, and to what.
 
 When the tool outputs in context exceed the budget, the oldest are replaced by
 ``[tool output trimmed; ref=…]``; with hysteresis, one trim frees enough room
@@ -20,7 +21,8 @@ from contextsvc.engine.output_views import DEFAULT_TRIM_HYSTERESIS, ViewConfig
 # output to save ~20 tokens breaks the cached prefix for nothing.
 MIN_TRIM_SAVING = 64
 
-# spec 000 §1.3: budget = clamp(context_window * 0.25, 20_000, 60_000).
+# docs/concepts/trimming.md#tool-output-budget: budget = clamp(context_window * 0.25, 20_000,
+# 60_000).
 BUDGET_RATIO = 0.25
 BUDGET_MIN = 20_000
 BUDGET_MAX = 60_000
@@ -29,12 +31,13 @@ BUDGET_MAX = 60_000
 def tool_output_budget(
     config: ViewConfig, context_window: int, effective_window: int | None = None
 ) -> int:
-    """spec 000 §1.3: the explicit budget, else clamp(window × 0.25, 20 000, 60 000).
+    """docs/concepts/trimming.md#tool-output-budget: the explicit budget, else clamp(window × 0.25,
+    20 000, 60 000).
 
     The clamp's 20,000 floor is sized for large windows: in a 16k-32k window
     it is more than the whole effective window, and trimming would never run.
     So the derived budget is also capped at half the effective window, which
-    leaves every window of 128k and up exactly at the spec's figure.
+    leaves every window of 128k and up exactly at the clamp's figure.
     """
     if config.context_budget_tokens is not None:
         return config.context_budget_tokens
@@ -50,7 +53,7 @@ def trim_target(budget: int, hysteresis: float) -> int:
 
 
 def trimmed_view(ref: str) -> str:
-    """spec 000 §1.7 placeholder."""
+    """docs/concepts/trimming.md#budget-trim placeholder."""
     return f"[tool output trimmed; ref={ref}]"
 
 
@@ -90,7 +93,7 @@ def plan_trim(
     hysteresis: float = DEFAULT_TRIM_HYSTERESIS,
     min_saving: int = 0,
 ) -> TrimPlan:
-    """spec 000 §1.7: which outputs to trim, oldest first.
+    """docs/concepts/trimming.md#budget-trim: which outputs to trim, oldest first.
 
     ``total`` is the tokens of all untrimmed outputs in context; ``candidates``
     lists them oldest → newest (lazily: only as many are read as get trimmed).
@@ -129,14 +132,14 @@ def plan_trim(
 def admit_outputs(
     outputs: Iterable[int], *, room: int, reclaimable: int, sticky: bool = False
 ) -> list[bool]:
-    """spec 001 tool_preflight for a batch of new outputs, decided before any trim.
+    """docs/concepts/guard.md#tool-preflight for a batch of new outputs, decided before any trim.
 
     ``outputs`` are the new outputs' tokens in posting order, ``room`` what is
     left under the limit before them, ``reclaimable`` what trimming every older
     output could free. An output that does not fit even then is refused *now*,
     so no older output is trimmed for it; it takes no room, so a later, smaller
-    output may still fit (``sticky``: spec 001's "once toolBudgetExceeded is
-    set" — every later output is refused too).
+    output may still fit (``sticky``, docs/concepts/guard.md#sticky-refusal:
+    every later output is refused too).
     """
     admitted: list[bool] = []
     refused = False

@@ -1,15 +1,16 @@
-"""In-context views of tool outputs (spec 000 §1.6, spec 002 §2, spec 001) and their config.
+"""In-context views of tool outputs (docs/concepts/trimming.md#views,
+docs/concepts/trimming.md#presets) and their config.
 
 Pure: lines in, a view out. The storage layer (``sessions/outputs/``)
 keeps the full output and feeds this module only the head of it, so a 200 MB
 output costs the same here as a 2 KB one.
 
-- ``make_view``: spec 000 §1.6 — every line cut at ``max_line_length``
+- ``make_view``: docs/concepts/trimming.md#cut-view — every line cut at ``max_line_length``
   characters, the whole view cut at ``max_message_bytes`` bytes, and when
   anything was cut a notice saying how to expand the rest by ref. The
-  ``offload`` preset follows spec 002 §2 instead: above the threshold the view
-  is the replacement text with a 200-character preview.
-- The budget trim of outputs already in context (spec 000 §1.7) is
+  ``offload`` preset follows docs/concepts/trimming.md#offload-view instead: above the threshold the
+  view is the replacement text with a 200-character preview.
+- The budget trim of outputs already in context (docs/concepts/trimming.md#budget-trim) is
   ``engine.output_trim``.
 """
 
@@ -24,15 +25,16 @@ from contextsvc.engine.recall import SEARCH_HINT_SHORT
 
 ViewStyle = Literal["cut", "offload"]
 
-# spec 000 §1.3 defaults.
+# docs/concepts/trimming.md#cut-view defaults.
 DEFAULT_MAX_MESSAGE_BYTES = 50 * 1024
 DEFAULT_MAX_LINE_LENGTH = 2000
-# spec 002 §2: "threshold int // bytes; default 4096", "First 200 chars".
+# docs/concepts/trimming.md#offload-view: offload above 4096 bytes, with the first 200 characters.
 OFFLOAD_THRESHOLD_BYTES = 4096
 OFFLOAD_PREVIEW_CHARS = 200
-# spec 001: toolResponseMaxBytes default 12,288.
+# docs/concepts/trimming.md#presets: toolResponseMaxBytes default 12,288.
 TOOL_RESPONSE_MAX_BYTES = 12_288
-# spec 000 §1.7 trim: one trim brings the outputs down to (1 − this) × budget.
+# docs/concepts/trimming.md#budget-trim trim: one trim brings the outputs down to (1 − this) ×
+# budget.
 DEFAULT_TRIM_HYSTERESIS = 0.25
 
 # An output's view at insertion takes at most this share of the effective window
@@ -49,7 +51,7 @@ SUGGESTED_READ_LINES = 200
 
 @dataclass(frozen=True, slots=True)
 class ViewConfig:
-    """spec 000 ToolOutputCacheConfig, plus the view style and trim hysteresis."""
+    """docs/concepts/trimming.md#stored-in-full, plus the view style and trim hysteresis."""
 
     enabled: bool = True
     style: ViewStyle = "cut"
@@ -58,8 +60,8 @@ class ViewConfig:
     preview_chars: int = OFFLOAD_PREVIEW_CHARS
     context_budget_tokens: int | None = None
     trim_hysteresis: float = DEFAULT_TRIM_HYSTERESIS
-    # spec 000 §1.7's trim of the oldest outputs past the budget; off keeps
-    # every per-message cut (§1.6) and only stops the total-budget trim.
+    # the trim of the oldest outputs past the budget (docs/concepts/trimming.md#budget-trim); off
+    # keeps every per-message cut (§1.6) and only stops the total-budget trim.
     budget_trim: bool = True
     # The most tokens an output's view takes when it is inserted (None: no cap
     # beyond ``max_message_bytes``): its head and tail, the rest by ref
@@ -100,15 +102,15 @@ class ViewConfig:
 # Named presets (DESIGN.md "Defaults where the specs disagree"): explicit policy
 # fields override the preset's.
 PRESETS: dict[str, dict[str, Any]] = {
-    # spec 000 §1.6: lines cut at 2000 chars, 50 KiB per message.
+    # docs/concepts/trimming.md#cut-view: lines cut at 2000 chars, 50 KiB per message.
     "default": {"style": "cut", "max_message_bytes": DEFAULT_MAX_MESSAGE_BYTES},
-    # spec 002 §2: offload above 4096 bytes with a 200-char preview.
+    # docs/concepts/trimming.md#offload-view: offload above 4096 bytes with a 200-char preview.
     "offload": {
         "style": "offload",
         "max_message_bytes": OFFLOAD_THRESHOLD_BYTES,
         "preview_chars": OFFLOAD_PREVIEW_CHARS,
     },
-    # spec 001: toolResponseMaxBytes 12,288, truncated with a marker.
+    # docs/concepts/trimming.md#presets: toolResponseMaxBytes 12,288, truncated with a marker.
     "tool_response": {"style": "cut", "max_message_bytes": TOOL_RESPONSE_MAX_BYTES},
 }
 
@@ -197,7 +199,7 @@ def utf8_prefix(text: str, max_bytes: int) -> str:
 
 @dataclass(frozen=True, slots=True)
 class OutputInfo:
-    """spec 000 §1.4 ToolOutputRef, plus the tool that produced it."""
+    """docs/concepts/trimming.md#output-ref, plus the tool that produced it."""
 
     ref: str
     byte_size: int
@@ -258,7 +260,7 @@ def _cut_notice(info: OutputInfo, config: ViewConfig, *, shown: int, cut: int, o
 
 
 def _offload_notice(info: OutputInfo, preview: str, preview_chars: int, search: bool = True) -> str:
-    # spec 002 §2 "Context replacement format", pointing at our tools.
+    # docs/concepts/trimming.md#offload-view, pointing at our tools.
     return (
         f"[Tool result stored — {_n(info.byte_size)} bytes, {_n(info.line_count)} lines"
         f"{_tool(info)}.\nFirst {preview_chars} chars: {preview}]\n"
@@ -282,7 +284,8 @@ def notice_reserve(info: OutputInfo, config: ViewConfig) -> int:
 
 
 def make_view(lines: Iterable[str], info: OutputInfo, config: ViewConfig) -> View:
-    """spec 000 §1.6 (style ``cut``) or spec 002 §2 (style ``offload``).
+    """docs/concepts/trimming.md#cut-view (style ``cut``) or docs/concepts/trimming.md#offload-view
+    (style ``offload``).
 
     ``lines`` are the output's lines without newlines, lazily; each needs at
     most ``max_line_length + 1`` characters (one more than the cut tells a long
@@ -339,10 +342,11 @@ def make_view(lines: Iterable[str], info: OutputInfo, config: ViewConfig) -> Vie
 
 
 def _offload_view(lines: Iterable[str], info: OutputInfo, config: ViewConfig) -> View:
-    """spec 002 §2: above the byte threshold, the replacement text with a preview.
+    """docs/concepts/trimming.md#offload-view: above the byte threshold, the replacement text with a
+    preview.
 
-    Only the threshold decides (spec 002 has no line rule): an output that
-    fits goes into context as it is.
+    Only the threshold decides (docs/concepts/trimming.md#offload-view has no line rule): an output
+    that fits goes into context as it is.
     """
     if info.byte_size <= config.max_message_bytes:
         return View(text=None, state="full", lines_shown=info.line_count)
@@ -362,7 +366,7 @@ def _offload_view(lines: Iterable[str], info: OutputInfo, config: ViewConfig) ->
 
 
 def failed_view(info: OutputInfo) -> str:
-    """spec 001 tool_preflight: the failure put in context instead of the output."""
+    """docs/concepts/guard.md#tool-preflight: the failure put in context instead of the output."""
     return (
         "[tool output not added: it would exceed the context budget (toolBudgetExceeded); "
         f"ref={info.ref}, {_n(info.byte_size)} bytes, {_n(info.line_count)} lines{_tool(info)}. "

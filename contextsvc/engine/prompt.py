@@ -1,4 +1,4 @@
-"""Prompt sections and cache breakpoints (spec 002 §4 PromptBuilder).
+"""Prompt sections and cache breakpoints (docs/concepts/caching.md#prompt-builder).
 
 The system prompt is assembled static → dynamic so that a provider's prefix
 cache survives from one request to the next:
@@ -44,7 +44,8 @@ from .messages import PromptSection
 
 SECTION_KINDS: tuple[str, ...] = ("base", "rules", "memory", "skill", "scratchpad", "status")
 SECTION_ORDER: dict[str, int] = {kind: i for i, kind in enumerate(SECTION_KINDS)}
-# Sections 1–3 of spec 002 §4: "Cache breakpoints inserted after sections 1–3".
+# Sections 1–3 (base, rules, memory): a breakpoint may follow them
+# (docs/concepts/caching.md#breakpoints).
 STATIC_KINDS: frozenset[str] = frozenset({"base", "rules", "memory"})
 # Sent after every breakpoint (the tail), never inside a cached prefix.
 TAIL_KINDS: frozenset[str] = frozenset({"status"})
@@ -70,7 +71,7 @@ def check_kind(section: PromptSection, index: int | None = None) -> None:
 def order_sections(
     sections: Sequence[PromptSection], *, cacheable_first: bool = True
 ) -> list[PromptSection]:
-    """spec 002 §4 order: base, rules, memory, skill, scratchpad, status.
+    """docs/concepts/caching.md#section-order: base, rules, memory, skill, scratchpad, status.
 
     Within a kind, cacheable sections come before the others whatever order
     they were posted in (the PromptBuilder "places cacheable (static) sections
@@ -174,8 +175,8 @@ def plan_breakpoints(system: Sequence[PromptSection], data: PlanInput) -> CacheP
     cacheable skills follow it, then the tools. Each candidate is kept only if
     its prefix (tools + system up to it [+ history]) reaches ``min_cacheable``.
 
-    spec 002 §4: a breakpoint goes only where a later part changes. The end of
-    the system run and the tools are marked only when something that varies
+    docs/concepts/caching.md#marker-before-change: a breakpoint goes only where a later part
+    changes. The end of the system run and the tools are marked only when something that varies
     follows — a non-cacheable section, the history or the tail; a request
     that is all static (an entirely cacheable system prompt and nothing after
     it) gets no marker there.
@@ -234,7 +235,7 @@ def plan_breakpoints(system: Sequence[PromptSection], data: PlanInput) -> CacheP
 
 @dataclass(frozen=True, slots=True)
 class BuiltPrompt:
-    """spec 002 §4 ``Build() (prompt string, breakpoints []int)``.
+    """docs/concepts/caching.md#prompt-builder ``Build() (prompt string, breakpoints []int)``.
 
     ``breakpoints`` are character offsets into ``prompt`` where a cacheable
     prefix ends (for providers that take a flat string); ``blocks`` are the
@@ -247,7 +248,8 @@ class BuiltPrompt:
 
 
 class PromptBuilder:
-    """spec 002 §4's builder over sections, for callers that want one string."""
+    """The builder of docs/concepts/caching.md#prompt-builder over sections, for callers that want
+    one string."""
 
     separator = "\n\n"
 
@@ -263,8 +265,8 @@ class PromptBuilder:
         ordered = [*system, *tail]
         run = cacheable_run(system)
         static_end = max((i for i in range(run) if system[i].kind in STATIC_KINDS), default=None)
-        # spec 002 §4: a breakpoint only where a later part changes — after the
-        # cacheable run when a non-cacheable section follows, after sections
+        # docs/concepts/caching.md#marker-before-change: a breakpoint only where a later part
+        # changes — after the cacheable run when a non-cacheable section follows, after sections
         # 1–3 when cacheable skills (which come and go) follow; none in a prompt
         # that is cacheable to its end.
         marks = {run - 1} if run and run < len(ordered) else set()
@@ -288,7 +290,7 @@ class PromptBuilder:
 
 
 def plain_concatenation(sections: Sequence[PromptSection], notes: Sequence[str] = ()) -> str:
-    """spec 002 §8 fallback: "PromptBuilder fails → string concatenation".
+    """docs/concepts/caching.md#degradation: when building fails, a plain concatenation.
 
     The agent's order, no sorting, no markers: nothing here can fail on input
     that made the builder fail.

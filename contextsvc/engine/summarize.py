@@ -1,4 +1,5 @@
-"""Summary prompts and summary requests, and what a summariser is (spec 000 §2.6, spec 004).
+"""Summary prompts and summary requests, and what a summariser is
+(docs/concepts/compaction.md#summary-request, docs/concepts/compaction.md#sandwich).
 
 Pure: messages in, a request or a text out. A summariser is anything with
 ``complete(SummaryRequest) -> SummaryResult``; the ones that call the Anthropic
@@ -7,17 +8,17 @@ network), the deterministic one in ``engine.offline_summarizer``.
 
 Two request kinds:
 
-- ``retain_summary`` (spec 000 §2.6): the prepared messages, then the
+- ``retain_summary`` (docs/concepts/compaction.md#summary-request): the prepared messages, then the
   interrupt — a user message asking for ``<retain>`` and ``<summary>`` — sent
   without tools; neither the interrupt nor the raw answer stays in history.
-- ``compress`` (spec 004): one user message, the compression prompt with the
-  excerpt formatted as text.
+- ``compress`` (docs/concepts/compaction.md#compression-prompt): one user message, the compression
+  prompt with the excerpt formatted as text.
 
 What goes to an LLM carries no ``tool_use`` / ``tool_result`` blocks at all:
 the API rejects tool blocks in a request that defines no tools, so calls and
-results are rendered as text (``render_for_llm``). Spec 000 §2.6.1's rule —
-a trailing assistant ``tool_calls`` message becomes content-only, or is
-dropped — is applied first (``strip_trailing_tool_calls``).
+results are rendered as text (``render_for_llm``). The rule of
+docs/concepts/compaction.md#strip-trailing-calls — a trailing assistant ``tool_calls`` message
+becomes content-only, or is dropped — is applied first (``strip_trailing_tool_calls``).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ SummaryKind = Literal["retain_summary", "compress"]
 # ``policy.compaction.summarizer``); ``auto`` picks one per session.
 SUMMARIZERS: tuple[str, ...] = ("auto", "offline", "anthropic", "openai")
 
-# spec 000 §2.2 summaryPrompt: "default: Python版に準拠（<summary>タグ）".
+# docs/concepts/compaction.md#summary-request: the default summary prompt (<summary> tags).
 DEFAULT_SUMMARY_PROMPT = """\
 Your context window is nearly full, so the conversation above will be replaced by a summary. \
 Write that summary now: it is all you will have to continue the work.
@@ -54,13 +55,13 @@ Inside <summary></summary> tags, cover:
 
 Do not call tools. Do not add greetings or filler."""
 
-# spec 000 §2.6.4: the retain section's instruction (<retain> tags).
+# docs/concepts/compaction.md#directives: the retain section's instruction (<retain> tags).
 DEFAULT_RETAIN_PROMPT = """\
 Before the summary, inside <retain></retain> tags, list verbatim as bullets the facts that must \
 survive word for word: the user's explicit requests and constraints, exact file paths, exact error \
 messages, tool output refs (ref=...), and open TODOs."""
 
-# spec 004 "Compression Prompt".
+# docs/concepts/compaction.md#compression-prompt.
 DEFAULT_COMPRESSION_PROMPT = """\
 Summarize this conversation excerpt concisely. Preserve:
 - Key facts and decisions made
@@ -80,7 +81,8 @@ SUMMARY_SYSTEM = (
     "summary alone. Answer with text only; never call tools."
 )
 
-# spec 004: the summary is shown as "[Earlier conversation summary: {summary}]".
+# docs/concepts/context-build.md#summary-placement: the summary is shown as "[Earlier conversation
+# summary: {summary}]".
 SANDWICH_SUMMARY_FORMAT = "[Earlier conversation summary: {summary}]"
 
 # Rendering limits for what an LLM (or the offline summariser) is shown.
@@ -94,7 +96,8 @@ _SUMMARY_RE = re.compile(r"<summary>(.*?)(?:</summary>|$)", re.DOTALL | re.IGNOR
 
 @dataclass(frozen=True, slots=True)
 class PromptConfig:
-    """spec 000 CompactionConfig's prompt fields, plus spec 004's compression prompt.
+    """The prompt settings of docs/concepts/compaction.md#retain-summary, plus the compression
+    prompt (docs/concepts/compaction.md#compression-prompt).
 
     ``retain_prompt``: None means the default, "" disables the retain section.
     ``instructions`` come from a manual request (``POST /compact``) and are
@@ -118,12 +121,13 @@ class PromptConfig:
 
 
 def bullets(items: Sequence[str]) -> str:
-    """spec 000 §2.6.3: directives are appended as a bulleted list."""
+    """docs/concepts/compaction.md#directives: directives are appended as a bulleted list."""
     return "\n".join(f"- {item.strip()}" for item in items if item and item.strip())
 
 
 def build_interrupt(config: PromptConfig, search_hint: bool = False) -> str:
-    """spec 000 §2.6 step 2's interrupt (retain + summary instructions, the search note)."""
+    """The instruction of docs/concepts/compaction.md#summary-request (retain + summary
+    instructions, the search note)."""
     parts: list[str] = []
     retain_prompt = DEFAULT_RETAIN_PROMPT if config.retain_prompt is None else config.retain_prompt
     if retain_prompt.strip():
@@ -137,7 +141,7 @@ def build_interrupt(config: PromptConfig, search_hint: bool = False) -> str:
     if config.instructions.strip():
         extra.append(config.instructions.strip())
     if extra:
-        # spec 000 §2.6.3: appended, never replacing the prompt.
+        # docs/concepts/compaction.md#directives: appended, never replacing the prompt.
         parts.append("Additional instructions:\n" + bullets(extra))
     return "\n\n".join(parts)
 
@@ -148,7 +152,7 @@ def wants_retain(config: PromptConfig) -> bool:
 
 
 def extract_retain_summary(text: str) -> tuple[str, str]:
-    """spec 000 §2.6 step 4: the text of ``<retain>`` and ``<summary>``.
+    """docs/concepts/compaction.md#summary-request: the text of ``<retain>`` and ``<summary>``.
 
     A missing closing tag (an answer cut at max_tokens) takes the rest of the
     text; a missing ``<summary>`` tag takes everything outside ``<retain>``.
@@ -168,8 +172,8 @@ def extract_retain_summary(text: str) -> tuple[str, str]:
 
 
 def strip_trailing_tool_calls(messages: Sequence[Message]) -> list[Message]:
-    """spec 000 §2.6.1: a last assistant message with tool_calls becomes content-only,
-    or is dropped when it has no content (its results are not there: the pair
+    """docs/concepts/compaction.md#strip-trailing-calls: a last assistant message with tool_calls
+    becomes content-only, or is dropped when it has no content (its results are not there: the pair
     would be broken in the summary request)."""
     out = list(messages)
     if out and out[-1].role == "assistant" and out[-1].tool_calls:
@@ -235,7 +239,8 @@ def render_for_llm(messages: Sequence[Message]) -> list[Message]:
 
 
 def format_messages(messages: Sequence[Message]) -> str:
-    """spec 004 {formatted_messages}: one ``role: text`` block per message."""
+    """docs/concepts/compaction.md#compression-prompt {formatted_messages}: one ``role: text`` block
+    per message."""
     blocks = []
     for msg in messages:
         if msg.role == "tool":
@@ -325,7 +330,8 @@ class Summarizer(Protocol):
 
 
 class SummarizerError(EngineUnavailableError):
-    """The summariser could not answer (spec 004 CX-NT3 → SERVICE_UNAVAILABLE).
+    """The summariser could not answer (docs/concepts/compaction.md#summarizer-failure →
+    SERVICE_UNAVAILABLE).
 
     ``transient`` errors (429, 5xx, overloaded, timeouts, connection) are worth
     retrying later; the others (a 400, a bad key) are not.
@@ -348,12 +354,13 @@ def make_retain_summary_request(
     after_memory: bool = False,
     search_hint: bool = True,
 ) -> SummaryRequest:
-    """spec 000 §2.6 steps 1-2: prepare the messages, add the interrupt. With
+    """docs/concepts/compaction.md#summary-request: prepare the messages, add the interrupt. With
     ``prefix`` an LLM re-reads the session's context (``kept``: its newest
     messages, not to summarise) instead of the prepared messages."""
     prepared = strip_trailing_tool_calls(messages)
     if not prepared:
-        # spec 004 CX-NT2: nothing to summarise is a validation error, not an empty summary.
+        # docs/concepts/context-build.md#validation: nothing to summarise is a validation error, not
+        # an empty summary.
         raise EngineValidationError("Conversation has no messages", field="messages")
     return SummaryRequest(
         kind="retain_summary",
@@ -371,7 +378,8 @@ def make_retain_summary_request(
 def make_compress_request(
     messages: Sequence[Message], config: PromptConfig, *, model: str, max_tokens: int
 ) -> SummaryRequest:
-    """spec 004 "Compress Middle": format the messages into the compression prompt."""
+    """docs/concepts/compaction.md#compression-prompt: format the messages into the compression
+    prompt."""
     if not messages:
         raise EngineValidationError("Conversation has no messages", field="messages")
     return SummaryRequest(

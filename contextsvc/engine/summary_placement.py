@@ -1,9 +1,9 @@
 """Where the summary travels in a built context: a user message or the system role.
 
-spec 000 §2.7 sends the summary as a user message after the retain (DESIGN.md's
-chain); spec 003 injects it into the system prompt and spec 004 sends it as a
-system message ``[Earlier conversation summary: …]``. ``engine.build`` places
-it; this module names the roles and resolves the policy's choice.
+By default the summary is a user message after the retain; in the system role
+it is the system prompt's last part or a system message
+(docs/concepts/context-build.md#summary-placement), as in ``[Earlier conversation summary: …]``.
+``engine.build`` places it; this module names the roles and resolves the policy's choice.
 """
 
 from __future__ import annotations
@@ -14,11 +14,13 @@ from typing import Any
 from contextsvc.engine.messages import Message
 from contextsvc.engine.recall import with_search_hint
 
-# spec 000 §2.7: retain and summary travel as user messages at the top.
+# docs/concepts/context-build.md#summary-placement: retain and summary travel as user messages at
+# the top.
 RETAIN_HEADER = "[Retained context from earlier in this session]"
 SUMMARY_HEADER = "[Summary of the earlier conversation]"
 
-# spec 004: a system-role summary reads "[Earlier conversation summary: …]".
+# docs/concepts/context-build.md#summary-placement: a system-role summary reads "[Earlier
+# conversation summary: …]".
 SYSTEM_SUMMARY_FORMAT = "[Earlier conversation summary: {summary}]"
 SUMMARY_ROLES: tuple[str, ...] = ("user", "system")
 
@@ -26,8 +28,9 @@ SUMMARY_ROLES: tuple[str, ...] = ("user", "system")
 def resolve_summary_role(compaction_policy: Mapping[str, Any] | None) -> str:
     """``policy.compaction.summary_role``: ``user``, ``system`` or ``auto``.
 
-    ``auto`` (the default) is ``system`` when the session compacts with spec
-    004's sandwich (its summary is a system message) and ``user`` otherwise.
+    ``auto`` (the default) is ``system`` when the session compacts with the rule of
+    docs/concepts/compaction.md#sandwich sandwich (its summary is a system message) and ``user``
+    otherwise.
     """
     policy = compaction_policy or {}
     role = policy.get("summary_role") or "auto"
@@ -46,8 +49,9 @@ def system_summary_text(role: str, summary: str, search: bool = True) -> str:
 
 
 def preamble(retain: str, summary: str, search_hint: bool = True) -> list[Message]:
-    """Retain then summary as user messages (spec 000 §2.7); the summary with the
-    search hint (``recall.with_search_hint``), so what is counted is what is sent."""
+    """Retain then summary as user messages (docs/concepts/context-build.md#summary-placement); the
+    summary with the search hint (``recall.with_search_hint``), so what is counted is what is
+    sent."""
     out = [Message(role="user", content=f"{RETAIN_HEADER}\n{retain}")] if retain else []
     if summary:
         text = with_search_hint(summary, search_hint)

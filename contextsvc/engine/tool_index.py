@@ -1,6 +1,6 @@
 """Ranking tools for ``tool_search``: a BM25F index over tool names, descriptions and schemas.
 
-spec 002 §5 ``Search``: the deferred tools (``engine.deferral``) are found
+docs/concepts/deferral.md#tool-search: the deferred tools (``engine.deferral``) are found
 again by keywords. The index is built once per tool list and searched many
 times, so building does the text analysis and a search only adds up scores.
 """
@@ -152,7 +152,7 @@ def search(
     limit: int = 5,
     among: Iterable[str] | None = None,
 ) -> list[SearchHit]:
-    """Rank tools for ``query`` (spec 002 §5 ``Search``), best first.
+    """Rank tools for ``query`` (docs/concepts/deferral.md#tool-search), best first.
 
     BM25F over name (×3), search hint (×2), description and schema words; a query word that is
     only part of a name word ("xcode" in "xcodebuild") counts half; an exact

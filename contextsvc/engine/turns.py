@@ -1,10 +1,11 @@
-"""Turns and safe cut points (spec 003 "Turn", parseTurnBoundaries / findSafeBoundary).
+"""Turns and safe cut points (docs/concepts/context-build.md#safe-cuts, parseTurnBoundaries /
+findSafeBoundary).
 
 A Turn starts at a ``user`` message and is the atomic unit of compression:
 cutting inside one can orphan an assistant ``tool_calls`` message from its
-``tool`` results. History never contains a system message (spec 003 "Session
-history"), so nothing here skips or expects one; a history may still start with
-non-user messages (e.g. the kept tail after a compaction), which form a leading
+``tool`` results. History never contains a system message
+(docs/concepts/context-build.md#turns), so nothing here skips or expects one; a history may still
+start with non-user messages (e.g. the kept tail after a compaction), which form a leading
 span that is not a turn.
 
 A cut at ``index`` splits ``history[:index] | history[index:]``.
@@ -20,7 +21,7 @@ from contextsvc.engine.pairing import pair_tool_calls
 
 
 def parse_turn_boundaries(history: Sequence[Message]) -> list[int]:
-    """spec 003 parseTurnBoundaries: the index of each user message (a turn start)."""
+    """docs/concepts/context-build.md#turns: the index of each user message (a turn start)."""
     return [i for i, msg in enumerate(history) if msg.role == "user"]
 
 
@@ -46,7 +47,8 @@ def unsafe_cuts(history: Sequence[Message]) -> list[bool]:
 
 
 def is_safe_boundary(history: Sequence[Message], index: int) -> bool:
-    """spec 003: may history be cut at ``index``? Only at a turn start.
+    """docs/concepts/context-build.md#safe-cuts: may history be cut at ``index``? Only at a turn
+    start.
 
     A turn start is a user message that no call/result pair straddles (an
     interjected user message between a call and its result is not one). A cut
@@ -62,16 +64,18 @@ def is_safe_boundary(history: Sequence[Message], index: int) -> bool:
 
 
 def find_safe_boundary(history: Sequence[Message], target_index: int) -> int:
-    """spec 003 findSafeBoundary: snap ``target_index`` to a turn boundary that is a safe cut.
+    """docs/concepts/context-build.md#safe-cuts: snap ``target_index`` to a turn boundary that is a
+    safe cut.
 
     Targets at or before the start give 0 and at or past the end give
     ``len(history)`` (the ends are boundaries; clamped, never an error).
     Inside, the boundary at or before the target is preferred (cutting less
     keeps more context), else the nearest one after it; 0 when no boundary
     above 0 qualifies — nothing can be cut safely and the caller picks its
-    fallback (spec 003's emergency path keeps only the last user message). A
-    history with no user message has no turns to snap to: the target comes
-    back unchanged (callers that need pairing safety check ``unsafe_cuts``).
+    fallback (the emergency path keeps only the last user message,
+    docs/concepts/compaction.md#single-turn-fallback). A history with no user message has no turns
+    to snap to: the target comes back unchanged (callers that need pairing safety check
+    ``unsafe_cuts``).
     """
     n = len(history)
     if target_index <= 0:

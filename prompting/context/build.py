@@ -1,5 +1,5 @@
-"""The context a session would send next (spec 003 BuildMessages) with its budget,
-assembled from the live messages, the tool plan, the prompt plan and the notes.
+"""The context a session would send next (docs/concepts/context-build.md#one-assembler) with its
+budget, assembled from the live messages, the tool plan, the prompt plan and the notes.
 
 ``context_preview`` is a read: it writes nothing and locks nothing (the
 dashboard shows it; an operator looking is not a build). ``service`` records.
@@ -39,7 +39,8 @@ def check_format(fmt: str) -> None:
 
 
 def final_report_tool(session: Session, tools: Sequence[ToolDef]) -> ToolDef:
-    """spec 001 enforcement: the one tool a final turn offers (the agent's own, if registered)."""
+    """docs/concepts/guard.md#final-turn: the one tool a final turn offers (the agent's own, if
+    registered)."""
     name = accounting.final_tool_name(session)
     for tool in tools:
         if tool.name == name:
@@ -61,7 +62,7 @@ def final_report_tool(session: Session, tools: Sequence[ToolDef]) -> ToolDef:
 
 
 def final_instruction(session: Session, state: accounting.BudgetState) -> str:
-    """spec 001 enforcement: the instruction injected into a final turn."""
+    """docs/concepts/guard.md#final-turn: the instruction injected into a final turn."""
     name = accounting.final_tool_name(session)
     return (
         f"[Context limit reached: the next request would need {state.guard.projected:,} tokens "
@@ -94,10 +95,11 @@ def build_context(
     (and without the other apps' with ``apps_blocks=False``: the proxy reads
     only the guard and the totals).
 
-    The tools come from deferral (spec 002 §5), the sections are ordered and
-    the cache breakpoints placed (spec 002 §4); each degrades rather than fails
-    (spec 002 §8). On a ``final`` verdict the tools shrink to the final-report
-    tool and the instruction is injected (spec 001 enforcement).
+    The tools come from deferral (docs/concepts/deferral.md#deferral-threshold), the sections are
+    ordered and the cache breakpoints placed (docs/concepts/caching.md#breakpoints); each degrades
+    rather than fails (docs/concepts/caching.md#degradation). On a ``final`` verdict the tools
+    shrink to the final-report tool and the instruction is injected
+    (docs/concepts/guard.md#final-turn).
     """
     state = accounting.compute_budget(session, extra=extra)
     final = state.guard.status == "final" or session.status == Session.Status.FINAL
@@ -131,8 +133,8 @@ def build_context(
     except Exception as exc:
         if parts.plain:
             raise
-        # spec 002 §8: the assembler's section/marker handling failed; send the
-        # plain concatenation rather than nothing.
+        # docs/concepts/caching.md#degradation: the assembler's section/marker handling failed; send
+        # the plain concatenation rather than nothing.
         prompt_plan = plain_plan(session, exc)
         parts.sections, parts.cache, parts.plain = prompt_plan.sections, None, True
         body = build_request(fmt, parts)

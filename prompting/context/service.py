@@ -33,9 +33,9 @@ def context_for_call(
 ) -> dict[str, Any]:
     """The body to send next, with its budget; the build is recorded.
 
-    In order: the preflight hooks (spec 002 §8: at block or final, compaction
-    may make room first); the tool selection, saved; the build; on a
-    ``final`` verdict the session is marked final (spec 001 enforcement: the
+    In order: the preflight hooks (docs/concepts/guard.md#block-compacts-first: at block or final,
+    compaction may make room first); the tool selection, saved; the build; on a
+    ``final`` verdict the session is marked final (docs/concepts/guard.md#final-turn: the
     model is told to finish, so the session is); its cache accounting and
     record, saved. ``preflight=False`` when the caller has just compacted (the
     overflow endpoint): a second compaction could not make more room than that

@@ -1,5 +1,5 @@
-"""Cache accounting of a build (spec 002 §4): what a provider could read from
-cache compared with the previous build, its cost, and saving it with the build."""
+"""Cache accounting of a build (docs/concepts/caching.md#breakpoints): what a provider could read
+from cache compared with the previous build, its cost, and saving it with the build."""
 
 from __future__ import annotations
 
@@ -251,7 +251,7 @@ def account_build(
     prompt_plan: PromptPlan,
 ) -> AccountedBuild:
     """Account the build against the previous one, in memory. Never raises:
-    a failure is listed in ``degraded`` (spec 002 §8)."""
+    a failure is listed in ``degraded`` (docs/concepts/caching.md#degradation)."""
     failures = [*tool_plan.degraded, *prompt_plan.degraded]
     state = tool_plan.state
     build_record: dict[str, Any] | None = None

@@ -152,7 +152,7 @@ def context_call_record(
     stats: WindowStats | None = None,
 ) -> None:
     """Insert the build's record (one INSERT). Never raises: a build is not
-    refused because its record could not be written (spec 002 §8)."""
+    refused because its record could not be written (docs/concepts/caching.md#degradation)."""
     try:
         breakdown = call_breakdown(session, parts, tool_plan, prompt_plan, stats)
         components = dict(budget.get("components") or {})

@@ -42,7 +42,8 @@ def deferral_threshold(session: Session) -> float:
 
 
 def deferral_note_style(session: Session) -> str:
-    """``policy.tool_deferral_note``: ``list`` (default) or ``count`` (spec 002 §5's one line)."""
+    """``policy.tool_deferral_note``: ``list`` (default) or ``count`` (the one-line note
+    (docs/concepts/deferral.md#deferral-note))."""
     value = (session.policy or {}).get("tool_deferral_note")
     return deferral.DEFAULT_NOTE_STYLE if value is None else value
 

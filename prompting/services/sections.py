@@ -1,5 +1,5 @@
-"""Prompt sections and cache breakpoints of a build (spec 002 §4), and the token
-counts of texts that are not stored on rows."""
+"""Prompt sections and cache breakpoints of a build (docs/concepts/caching.md#breakpoints), and the
+token counts of texts that are not stored on rows."""
 
 from __future__ import annotations
 
@@ -88,7 +88,8 @@ def plan_prompt(
     tool_plan: ToolPlan,
     messages: Sequence[EngineMessage],
 ) -> PromptPlan:
-    """spec 002 §4: order the sections and place the breakpoints. Never raises."""
+    """docs/concepts/caching.md#section-order: order the sections and place the breakpoints. Never
+    raises."""
     try:
         policy = cache_policy(session)
         ordered = prompt.order_sections(
@@ -126,7 +127,7 @@ def plan_prompt(
 
 
 def plain_plan(session: Session, exc: BaseException) -> PromptPlan:
-    """spec 002 §8: "PromptBuilder fails → string concatenation fallback"."""
+    """docs/concepts/caching.md#degradation: when building fails, the plain concatenation."""
     log.error(
         "prompt assembly failed for session %s; plain concatenation",
         session.external_id,

@@ -1,4 +1,4 @@
-"""Which tools a build sends (spec 002 §5 SelectForContext): the LRU learned from
+"""Which tools a build sends (docs/concepts/deferral.md#deferral-order): the LRU learned from
 the messages, the per-turn deferral choice, promotions, and recording the plan."""
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ def plan_tools(
     *,
     load_state: Callable[[Session], PromptState] = state_read,
 ) -> ToolPlan:
-    """spec 002 §5 SelectForContext, in memory: nothing is written. Never raises.
+    """docs/concepts/deferral.md#deferral-order, in memory: nothing is written. Never raises.
 
     ``load_state`` gives the state to plan with (a recording build passes
     ``state_get_or_create``). The budget counts what is sent: when the
@@ -209,7 +209,8 @@ def plan_tools(
 
 
 def _send_every_tool(session: Session, plan: ToolPlan, exc: BaseException) -> None:
-    """spec 002 §8: deferral failed, so every tool is sent and the budget counts them all."""
+    """docs/concepts/deferral.md#deferral-fallback: deferral failed, so every tool is sent and the
+    budget counts them all."""
     log.exception(
         "tool deferral failed for session %s; sending every tool",
         session.external_id,

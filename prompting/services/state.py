@@ -57,7 +57,8 @@ def locked_state(session: Session, *, defer: Sequence[str] = ()) -> PromptState:
 
 
 def degraded_entry(component: str, exc: BaseException) -> dict[str, str]:
-    """spec 002 §8: what fell back and why, for the budget's ``degraded``."""
+    """docs/concepts/caching.md#degradation: what fell back and why, for the budget's
+    ``degraded``."""
     return {
         "component": component,
         "error": f"{type(exc).__name__}: {exc}"[:500],

@@ -1,4 +1,4 @@
-"""The built-in ``tool_search`` tool (spec 002 §5 ToolSearchTool).
+"""The built-in ``tool_search`` tool (docs/concepts/deferral.md#tool-search).
 
 Called through ``POST /api/v1/sessions/{sid}/tools/tool_search/call`` with the
 arguments the model produced, ``{"query": "xcode build", "limit": 5}``. The

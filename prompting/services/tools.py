@@ -1,5 +1,5 @@
 """The session's registered tools: token counts and digests, the parsed-list cache,
-and what PUT tools records for deferral (spec 002 §5)."""
+and what PUT tools records for deferral (docs/concepts/deferral.md#deferral-threshold)."""
 
 from __future__ import annotations
 
@@ -115,7 +115,7 @@ def record_registered_tools(session: Session, tools: list[ToolDef]) -> int | Non
     Counts each tool once (the build never re-tokenizes schemas), chooses what
     to defer and returns the scaled tokens of what will be sent — the budget's
     ``tool_descriptions``. None when that fails: the caller then counts every
-    tool, as before deferral existed (spec 002 §8).
+    tool, as before deferral existed (docs/concepts/caching.md#degradation).
     """
     try:
         tokenizer, scale, limit, _ = deferral_inputs(session)

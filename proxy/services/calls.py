@@ -272,7 +272,7 @@ def rebuild(*, prepared: Prepared, dialect: Dialect, converted: Converted) -> Pr
 def rebuild_after_overflow(
     *, prepared: Prepared, dialect: Dialect, converted: Converted, error: dict[str, Any]
 ) -> Prepared:
-    """spec 003 reactive path: upstream said too long; compact now and build again.
+    """docs/concepts/compaction.md#overflow: upstream said too long; compact now and build again.
 
     When upstream names its window and it is smaller than the session's, the
     session takes it first (the model served there is not the profile's), so the
@@ -292,8 +292,8 @@ def upstream_body(
 ) -> dict[str, Any]:
     """The client's fields with system, messages and tools replaced by the managed context.
 
-    On a final turn the tools are the final-report tool alone (spec 001
-    enforcement), so the client's ``tool_choice`` is dropped with its tools.
+    On a final turn the tools are the final-report tool alone (docs/concepts/guard.md#final-turn),
+    so the client's ``tool_choice`` is dropped with its tools.
     """
     if dialect.name == "responses":
         return responses_body.upstream_body(converted, built, final=final)

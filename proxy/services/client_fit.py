@@ -2,8 +2,8 @@
 
 **Tool search.** Claude Code defers most of its tools itself: a
 ``ToolSearch`` tool and tools marked ``defer_loading``. Deferring them again
-(spec 002 §5) would hide the client's search tool or the tools it loads, so a
-session whose client does its own tool search gets no deferral from us
+(docs/concepts/deferral.md#tool-search) would hide the client's search tool or the tools it loads,
+so a session whose client does its own tool search gets no deferral from us
 (``policy.proxy.client_tool_search``, set once when such a request is seen):
 its tools travel as sent, ``defer_loading`` and all.
 

@@ -1,6 +1,6 @@
 """The final-report tool on a proxied final turn: the client gets the report as the answer's text.
 
-On a final turn (spec 001 enforcement) the build offers one tool, the final
+On a final turn (docs/concepts/guard.md#final-turn) the build offers one tool, the final
 report. A client that does not define a tool of that name must never receive
 a call to it: the proxy turns the call into text — in what it stores (so the
 transcript has no call left unanswered) and in what the client receives,

@@ -76,7 +76,7 @@ PROFILES = [
         {"input": 1.25, "output": 10, "cache_read": 0.125},
     ),
     ("openai", "o3", 200_000, 100_000, None, 1024, {"input": 2, "output": 8, "cache_read": 0.5}),
-    # spec 004's table
+    # docs/concepts/context-build.md#limit-resolution: well-known windows
     ("google", "gemini-pro", 32_000, None, None, None, {}),
 ]
 

@@ -1,7 +1,7 @@
 """The tool-output rules of an append, under the session lock: budget trim and tool preflight.
 
-spec 000 §1.7 trims the oldest outputs past the tool-output budget; spec 001's
-tool preflight gives an output that would overflow the limit the failure view.
+The trim (docs/concepts/trimming.md#budget-trim) and the tool preflight
+(docs/concepts/guard.md#tool-preflight): an output that would overflow gets the failure view.
 """
 
 from __future__ import annotations
@@ -41,12 +41,12 @@ _FIELDS = ("pk", "seq", "token_count", "output_ref", "tool_call_id", "name")
 
 
 def tool_budget_sticky(session: Session) -> bool:
-    """``policy.tool_budget_sticky``: one refusal refuses every later output (spec 001 as written)."""
+    """``policy.tool_budget_sticky``: docs/concepts/guard.md#sticky-refusal."""
     return bool((session.policy or {}).get("tool_budget_sticky"))
 
 
 def cache_config(session: Session) -> ViewConfig:
-    """The session's tool output cache settings (policy ``tool_output_cache``, spec 000 §1.5)."""
+    """The session's ``policy.tool_output_cache`` (docs/concepts/trimming.md#presets)."""
     config = resolve_view_config(
         (session.policy or {}).get("tool_output_cache"), limit=_effective_window(session)
     )
@@ -158,7 +158,7 @@ def _fitted_view(
 
 
 def _release_reservations(session: Session, prepared: Sequence[PreparedMessage]) -> None:
-    """spec 001: a posted tool result releases its reservation (its own id, else the oldest)."""
+    """Free a result's reservation, else the oldest: docs/concepts/guard.md#tool-budget."""
     reservations = dict(session.tool_reservations or {})
     if not reservations:
         return
@@ -181,12 +181,12 @@ def apply_tool_outputs(
 ) -> ToolEffects:
     """The tool-output rules of one append, run under the session row lock.
 
-    1. Release the reservations of the posted tool results (spec 001).
-    2. spec 000 §1.7 trim: if the untrimmed outputs in context now exceed the
+    1. Release the reservations of the posted tool results (docs/concepts/guard.md#tool-budget).
+    2. The trim (docs/concepts/trimming.md#budget-trim): if the untrimmed outputs now exceed the
        budget, the oldest become placeholders down to (1 − hysteresis) × budget.
        Decided from the cached counter; stored rows are read only when some
        are trimmed, and only those.
-    3. spec 001 tool_preflight: a tool result that would push the projection
+    3. docs/concepts/guard.md#tool-preflight: a tool result that would push the projection
        past the limit gets the failure view instead (stored in full all the
        same) and the session turns final (toolBudgetExceeded).
 
@@ -217,14 +217,14 @@ def apply_tool_outputs(
     )
     batch = [(i, p) for i, p in batch if i not in refused]
 
-    # 3. budget trim (spec 000 §1.7), when the outputs in context exceed theirs
+    # 3. budget trim (docs/concepts/trimming.md#budget-trim), when outputs exceed theirs
     added = sum(p.row["token_count"] for _, p in batch)
     total = session.tool_output_tokens + added
     budget = tool_output_budget(config, session.context_window, _effective_window(session))
     # Each trim breaks the cached prefix and re-writes all after it: with a
     # derived budget and automatic compaction on, old outputs are cleared in
     # one batch by the next compaction instead (engine.planner). An explicit
-    # budget, or no compaction to count on, keeps spec 000 §1.7's trim.
+    # budget, or no compaction to count on: docs/concepts/trimming.md#trim-with-compaction.
     if (
         config.budget_trim
         and total > budget
@@ -314,9 +314,9 @@ def apply_tool_outputs(
                     # result it just asked for, so the output keeps its head and
                     # tail, cut to a share of the history room (engine.output_fit);
                     # only when no cut fits does it become a trimmed placeholder
-                    # (spec 000 §1.7, stored in full, expandable). The caller asks
-                    # for compaction at once when it still does not fit. spec
-                    # 001's final stays for when compaction cannot help.
+                    # (docs/concepts/trimming.md#budget-trim). The caller asks for
+                    # compaction at once when it still does not fit; the final
+                    # turn (docs/concepts/guard.md#final-turn) is for when it cannot help.
                     view, view_state = _fitted_view(session, state, p.message), "cut"
                     if view is None:
                         view, view_state = trimmed_view(row["output_ref"]), "trimmed"
@@ -349,7 +349,7 @@ def apply_tool_outputs(
 
 
 def _refuse(session: Session, p: PreparedMessage) -> int:
-    """spec 001 toolBudgetExceeded: the failure view in context (the output stays stored)."""
+    """docs/concepts/guard.md#tool-preflight: the failure view (the output stays stored)."""
     row = p.row
     info = p.info or OutputInfo(ref=row["output_ref"], byte_size=0, line_count=0)
     view = failed_view(info)

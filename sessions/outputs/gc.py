@@ -1,4 +1,5 @@
-"""Garbage collection of tool outputs nothing references any more (spec 000 §1.9)."""
+"""Garbage collection of tool outputs nothing references any more
+(docs/concepts/trimming.md#garbage-collection)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ def live_message_refs(outputs: Sequence[ToolOutput]) -> Iterable[str]:
 
 
 def retained_text_refs(outputs: Sequence[ToolOutput]) -> Iterable[str]:
-    """Refs named in a session's retain or summary (spec 000 §2.6.4 lists refs to keep)."""
+    """Refs named in a session's retain or summary (docs/concepts/compaction.md#directives lists
+    refs to keep)."""
     by_session: dict[int, list[str]] = {}
     for o in outputs:
         by_session.setdefault(o.session_id, []).append(o.ref)
@@ -56,7 +58,7 @@ def outputs_gc(
     now: datetime | None = None,
     batch_size: int = 200,
 ) -> dict[str, Any]:
-    """spec 000 §1.9: delete outputs nothing references any more.
+    """docs/concepts/trimming.md#garbage-collection: delete outputs nothing references any more.
 
     A candidate is older than the retention (created and last used before the
     cutoff) and no reference check claims it. Each batch is re-checked under

@@ -1,4 +1,5 @@
-"""Grep of a stored output: line-based regex search with context, time-limited (spec 000 §1.8).
+"""Grep of a stored output: line-based regex search with context, time-limited
+(docs/concepts/trimming.md#reading-refs).
 
 Streams the chunks a few MiB at a time, never the whole blob.
 """

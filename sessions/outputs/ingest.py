@@ -1,6 +1,6 @@
 """Tool outputs posted with an append: store them, make their views, insert them under the lock.
 
-spec 000 §1.5: a tool result is stored in full and the message carries a
+docs/concepts/trimming.md#stored-in-full: a tool result is stored in full and the message carries a
 view of it. Small outputs wait for the append's own transaction
 (``save_pending_outputs``); big ones are stored before the session lock.
 """
@@ -53,7 +53,7 @@ class PreparedMessage(Protocol):
 
     message: EngineMessage
     row: dict[str, Any]  # the columns to insert
-    ref: dict[str, Any] | None  # spec 000 §1.4 ToolOutputRef of a tool result
+    ref: dict[str, Any] | None  # docs/concepts/trimming.md#output-ref of a tool result
     info: OutputInfo | None  # for a failure view decided under the lock
     pending: PendingOutput | None  # a small output to insert under the lock
 
@@ -80,7 +80,8 @@ def output_for_message(
     field_name: str = "output_ref",
     pending: dict[str, PendingOutput] | None = None,
 ) -> MessageOutput:
-    """spec 000 §1.5: store the full output (or resolve ``output_ref``), make its view.
+    """docs/concepts/trimming.md#stored-in-full: store the full output (or resolve ``output_ref``),
+    make its view.
 
     With ``pending`` (a dict shared by one batch), an output of at most
     DEFER_BYTES is not written here but handed to ``save_pending_outputs``,

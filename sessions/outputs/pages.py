@@ -104,7 +104,8 @@ def read_page(
             )
         )
     if inside is not None:
-        # spec 000 §1.8 reads by line; a line longer than one read is paged by character.
+        # docs/concepts/trimming.md#line-paging reads by line; a line longer than one read is paged
+        # by character.
         result["message"] = (
             (result.get("message") or "")
             + f" Line {inside['offset']} goes on past character {inside['char_offset']:,}:"

@@ -1,4 +1,5 @@
-"""Reading stored outputs: chunk iteration, raw lines, slices, line heads (spec 000 §1.8).
+"""Reading stored outputs: chunk iteration, raw lines, slices, line heads
+(docs/concepts/trimming.md#reading-refs).
 
 A slice finds its first line with one indexed lookup (every chunk knows the
 number of the line holding its first byte) and reads one or two chunks,
@@ -228,7 +229,8 @@ def output_slice(
     json_bytes: bool = False,
     char_offset: int = 0,
 ) -> dict[str, Any]:
-    """spec 000 §1.8: lines ``offset`` … ``offset + limit - 1``, numbered like a ``read`` tool.
+    """docs/concepts/trimming.md#reading-refs: lines ``offset`` … ``offset + limit - 1``, numbered
+    like a ``read`` tool.
 
     ``offset`` is the 1-based first line (0 reads from the start). Past the end
     the slice is empty, not an error. The text is capped at ``max_bytes``

@@ -1,4 +1,5 @@
-"""Tool budget before a tool runs (spec 001): an output's cost, preview, reserve, release."""
+"""Tool budget before a tool runs (docs/concepts/guard.md#tool-budget): an output's cost, preview,
+reserve, release."""
 
 from __future__ import annotations
 
@@ -36,8 +37,8 @@ def tool_output_cost(
 ) -> dict[str, int]:
     """Tokens a tool output will take in context: its view, not the blob.
 
-    ``text`` is priced as the posted result will be charged (spec 001
-    previewToolOutput = what the result costs): the same view, with the ref it
+    ``text`` is priced as the posted result will be charged (docs/concepts/guard.md#tool-budget:
+    a preview is what the result costs): the same view, with the ref it
     will carry (``store.content_ref``, or the session's stored copy of those
     bytes), counted as the append counts the message — so give the
     ``tool_call_id`` the result will answer. ``bytes`` and ``tokens`` go
@@ -92,7 +93,7 @@ def tool_output_cost(
 def _can_execute(session: Session) -> bool:
     """Whether a tool may still be priced in at all, before its own fit is checked.
 
-    spec 001 as written (``policy.tool_budget_sticky``): not once
+    docs/concepts/guard.md#sticky-refusal (``policy.tool_budget_sticky``): not once
     toolBudgetExceeded is set or the session is final. By default each output
     is judged on its own size: one refusal does not refuse a smaller one.
     """
@@ -102,7 +103,7 @@ def _can_execute(session: Session) -> bool:
 
 
 def tool_output_preview(session: Session, **cost: Any) -> dict[str, Any]:
-    """spec 001 previewToolOutput: the cost and whether it fits, reserving nothing."""
+    """docs/concepts/guard.md#tool-budget: the cost and whether it fits, reserving nothing."""
     tool_call_id = cost.pop("tool_call_id", None)
     price = tool_output_cost(session, tool_call_id=tool_call_id, **cost)
     replaced = int((session.tool_reservations or {}).get(tool_call_id or "", 0))
@@ -123,7 +124,7 @@ def tool_output_preview(session: Session, **cost: Any) -> dict[str, Any]:
 def session_reserve_tool_output(
     *, session: Session, tool_call_id: str | None = None, **cost: Any
 ) -> dict[str, Any]:
-    """spec 001 reserveToolOutput: hold the output's tokens as the guard's pending.
+    """docs/concepts/guard.md#tool-budget: hold the output's tokens as the guard's pending.
 
     A reservation that does not fit is refused and sets toolBudgetExceeded:
     the session turns final and canExecuteTool answers false from then on.

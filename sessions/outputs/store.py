@@ -1,4 +1,5 @@
-"""Chunked blob store of tool outputs: store, upload, dedupe, look up (spec 000 §1.5/§1.9).
+"""Chunked blob store of tool outputs: store, upload, dedupe, look up
+(docs/concepts/trimming.md#stored-in-full).
 
 An output is a ``ToolOutput`` row plus ``ToolOutputChunk`` rows of ~256 KiB,
 each cut after a newline when one is near the end (a longer line spans
@@ -49,8 +50,8 @@ def new_ref() -> str:
 def content_ref(session: Session, sha256: str) -> str:
     """The ref an output posted in a message gets: keyed on the session and its bytes.
 
-    Deterministic so that a tool-budget preview (spec 001) names the very ref
-    the posted result will carry, and so prices its view to the token; keyed
+    Deterministic so that a tool-budget preview (docs/concepts/guard.md#tool-budget) names the very
+    ref the posted result will carry, and so prices its view to the token; keyed
     with the secret key, so still unguessable without the bytes and the key.
     An upload (streamed, its hash known only at the end) keeps ``new_ref``.
     """
@@ -315,5 +316,5 @@ def output_info(output: ToolOutput, tool_name: str | None = None) -> OutputInfo:
 
 
 def ref_dict(output: ToolOutput) -> dict[str, Any]:
-    """spec 000 §1.4 ToolOutputRef."""
+    """docs/concepts/trimming.md#output-ref."""
     return {"id": output.ref, "byte_size": output.byte_size, "line_count": output.line_count}

@@ -1,4 +1,5 @@
-"""The built-in tools ``tool_output_cache`` and ``tool_output_cache_grep`` (spec 000 §1.8).
+"""The built-in tools ``tool_output_cache`` and ``tool_output_cache_grep``
+(docs/concepts/trimming.md#reading-refs).
 
 Their definitions and handlers, registered in ``sessions.extensions.REGISTRY``
 by ``AgentSessionsConfig.ready()``. A ref is looked up through the session's

@@ -175,7 +175,8 @@ def _append(
         session.open_tool_calls = _match_tool_calls(session.open_tool_calls or {}, prepared)
         first = session.last_seq + 1
         save_pending_outputs(session, prepared)
-        # spec 000 §1.7 budget trim and spec 001 tool preflight, from cached counters.
+        # docs/concepts/trimming.md#budget-trim budget trim and
+        # docs/concepts/guard.md#tool-preflight tool preflight, from cached counters.
         tool_effects = apply_tool_outputs(session, prepared, first)
         if tool_effects.budget_exceeded:
             status.session_mark_final(session=session, reason="toolBudgetExceeded")

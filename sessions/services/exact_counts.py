@@ -175,7 +175,8 @@ def _apply(session_id: int, pk: int, counted: EngineMessage, exact: int) -> Outc
 def _move_counters(session: Session, row: dict, delta: int) -> None:
     """The cached counters that hold this live message's count, moved by ``delta``."""
     session.conversation_tokens = max(0, session.conversation_tokens + delta)
-    # spec 000 §1.7's untrimmed tool-output tokens, while counted for this window.
+    # the untrimmed tool-output tokens (docs/concepts/trimming.md#tool-output-budget), while counted
+    # for this window.
     if (
         row["role"] == "tool"
         and row["output_ref"]

@@ -1,4 +1,5 @@
-"""Before an LLM call: let the registry's hooks make room at block or final (spec 002 §8)."""
+"""Before an LLM call: let the registry's hooks make room at block or final
+(docs/concepts/guard.md#block-compacts-first)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from sessions.models import Session
 def session_context_preflight(*, session: Session, extra: int = 0) -> Session:
     """At block or final, give the hooks a chance to make room.
 
-    spec 002 §8: "Check IsBlocked (98%) → ForceCompact", so a session that
-    compaction can save is not ended by spec 001's final turn. Returns the
-    session, re-read when a hook changed it.
+    docs/concepts/guard.md#block-compacts-first: at block, compact first, so a session that
+    compaction can save is not ended by the final turn (docs/concepts/guard.md#final-turn). Returns
+    the session, re-read when a hook changed it.
     """
     if session.status != Session.Status.ACTIVE or not REGISTRY.context_preflight:
         return session

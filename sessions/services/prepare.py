@@ -38,7 +38,7 @@ class Prepared:
 
     message: EngineMessage
     row: dict[str, Any]
-    # Tool results: the stored output (spec 000 §1.4 ToolOutputRef) and its info
+    # Tool results: the stored output (docs/concepts/trimming.md#output-ref) and its info
     # for a failure view decided under the lock.
     ref: dict[str, Any] | None = None
     info: Any = None
@@ -120,7 +120,8 @@ def _builtin_result(
 def prepare_messages_storing_outputs(
     session: Session, messages: Sequence[MessageData]
 ) -> list[Prepared]:
-    """Convert and count each message of a batch; writes its tool outputs (spec 000 §1.5).
+    """Convert and count each message of a batch; writes its tool outputs
+    (docs/concepts/trimming.md#stored-in-full).
 
     Large outputs are stored here, outside the session lock; small ones are
     left pending for the append to insert under the lock.
@@ -156,8 +157,8 @@ def prepare_messages_storing_outputs(
             arguments = batch_arguments.get(msg.tool_call_id or "")
             _builtin_result(session, msg, tool_name, cache, arguments)
         elif msg.role == "tool" and (cache.enabled or msg.output_ref or nul_bytes):
-            # spec 000 §1.5: store the full output, put its view in context.
-            # Only the view is tokenized; the blob is never (DESIGN.md).
+            # docs/concepts/trimming.md#stored-in-full: store the full output, put its view in
+            # context. Only the view is tokenized; the blob is never (DESIGN.md).
             if msg.output_ref and msg.text:
                 raise ValidationFailed(
                     f"messages[{i}]: a tool message carries content or output_ref, not both",

@@ -80,7 +80,7 @@ def session_set_tools(*, session: Session, tools: list[ToolData]) -> Session:
     """Replace the tool definitions.
 
     Validated first, nothing partially applied. ``tool_tokens`` is what will be
-    *sent*: with many tools, deferral (spec 002 §5, the registry's
+    *sent*: with many tools, deferral (docs/concepts/deferral.md#deferral-threshold, the registry's
     ``tool_deferral`` hook) holds some back.
     """
     check_tools(tools)
@@ -105,7 +105,8 @@ def session_set_tools(*, session: Session, tools: list[ToolData]) -> Session:
 
 @transaction.atomic
 def session_set_sent_tool_tokens(*, session: Session, tokens: int) -> Session:
-    """The tool-description tokens actually sent, after deferral (spec 002 §5).
+    """The tool-description tokens actually sent, after deferral
+    (docs/concepts/deferral.md#deferral-threshold).
 
     The budget's ``tool_descriptions`` and the guard count what goes out, not
     what is registered: 300 deferred MCP tools must not push a session to

@@ -1,4 +1,5 @@
-"""Writes of reported LLM usage (spec 000 §2.3), which calibrate the session's estimate."""
+"""Writes of reported LLM usage (docs/concepts/context-build.md#calibration), which calibrate the
+session's estimate."""
 
 from __future__ import annotations
 
@@ -50,7 +51,8 @@ def _record_usage(session: Session, usage: UsageData) -> tuple[UsageReport, acco
             f"through_seq {through} is beyond the last message (seq {session.last_seq})",
             details={"field": "through_seq"},
         )
-    # spec 000 §2.3: total = input + cache_creation + cache_read + output
+    # docs/concepts/context-build.md#usage-total: total = input + cache_creation + cache_read +
+    # output
     total = (
         usage.get("input_tokens", 0)
         + usage.get("cache_creation_tokens", 0)

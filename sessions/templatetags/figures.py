@@ -17,9 +17,9 @@ register = template.Library()
 FIGURES: dict[str, str] = {
     "used": (
         "Our estimate of the context the next call sends: system, skills, tool "
-        "schemas (×2.09, spec 001), summary and the live messages."
+        "schemas (×2.09), summary and the live messages."
     ),
-    "usable": "The effective window: context window − buffer − reserved output (spec 001's limit).",
+    "usable": "The effective window: context window − buffer − reserved output (the guard's limit).",
     "projected": (
         "The guard's projection: used (or the provider-calibrated figure) plus tokens "
         "reserved for pending tool results."
@@ -47,7 +47,7 @@ WHY: dict[frozenset[str], str] = {
         "schemas, which a compaction does not touch."
     ),
     frozenset({"used", "as sent"}): (
-        "Why these differ: used counts tool schemas ×2.09 (spec 001's safety factor); "
+        "Why these differ: used counts tool schemas ×2.09 (a safety factor); "
         "as sent counts them as the provider's prefix holds them."
     ),
     frozenset({"used", "usable"}): (

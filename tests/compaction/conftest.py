@@ -25,9 +25,10 @@ SMALL = {
     "max_output_tokens": 2_000,
     "buffer_tokens": 1_000,
 }
-# These tests are about compaction: keep the tool-output trim (spec 001) out of
-# the way with an explicit budget above what the small window can hold, and the
-# insertion cap of views (view_share, 0.02 of the window by default) off.
+# These tests are about compaction: keep the tool-output trim
+# (docs/concepts/trimming.md#budget-trim) out of the way with an explicit budget above what the
+# small window can hold, and the insertion cap of views (view_share, 0.02 of the window by default)
+# off.
 NO_TRIM = {"tool_output_cache": {"context_budget_tokens": 20_000, "view_share": 1}}
 LOG = "2026-11-22 12:00:00 INFO worker processed /srv/app/jobs/item.py ok\n" * 25
 
@@ -69,7 +70,8 @@ def fake_anthropic(settings):
 
 
 def fake_summary(body: dict[str, Any]) -> str:
-    """A summariser's answer in the shape the prompt asks for (spec 000 §2.6 step 4)."""
+    """A summariser's answer in the shape the prompt asks for
+    (docs/concepts/compaction.md#summary-request)."""
     last = body["messages"][-1]["content"]
     return (
         "<retain>\n- First request: kept verbatim\n</retain>\n"

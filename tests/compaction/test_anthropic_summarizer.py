@@ -1,7 +1,7 @@
 """The Anthropic summariser against a local fake Messages API (the official SDK, ``base_url``).
 
-spec 000 §3.4 checkpoint 4: summarising with a trailing assistant ``tool_calls``
-breaks the call/result pairing and the API answers 400 — reproduced here with
+docs/concepts/compaction.md#strip-trailing-calls: summarising with a trailing assistant
+``tool_calls`` breaks the call/result pairing and the API answers 400 — reproduced here with
 a naive request, while the request contextsvc builds passes.
 """
 
@@ -103,7 +103,8 @@ def test_naive_summary_request_is_rejected_and_ours_passes_spec000_3_4(fake_anth
     with pytest.raises(anthropic.BadRequestError, match="must define tools"):
         client.messages.create(**naive)
 
-    # Ours: spec 000 §2.6.1 strips the trailing calls, tool blocks are rendered as text, no tools.
+    # Ours: docs/concepts/compaction.md#strip-trailing-calls strips the trailing calls, tool blocks
+    # are rendered as text, no tools.
     request = make_retain_summary_request(
         history, prompts, model="claude-haiku-4-5", max_tokens=1024
     )
@@ -136,7 +137,8 @@ def test_service_compaction_through_the_sdk_with_model_override(fake_anthropic, 
                 "model": "claude-haiku-4-5",
                 "summary_directives": DIRECTIVES,
                 "retain_directives": RETAIN_DIRECTIVES,
-                # The summariser's own request and retain (spec 000 §2.6-2.7).
+                # The summariser's own request and retain
+                # (docs/concepts/compaction.md#retain-summary).
                 "summary_reuse_cache": False,
                 "pin_task": False,
             }
@@ -168,10 +170,12 @@ def test_service_compaction_through_the_sdk_with_model_override(fake_anthropic, 
         or sent.headers.get("x-api-key") == "test-key"
     )
     assert sent.headers.get("anthropic-version")
-    assert body["model"] == "claude-haiku-4-5"  # spec 000 §2.6.2: compaction.model wins
+    # docs/concepts/compaction.md#summary-model: compaction.model wins
+    assert body["model"] == "claude-haiku-4-5"
     assert "tools" not in body
     assert "- Keep every file path verbatim" in body["messages"][-1]["content"][-1]["text"]
-    # The span ended with the abandoned call: content kept, call stripped (spec 000 §2.6.1).
+    # The span ended with the abandoned call: content kept, call stripped
+    # (docs/concepts/compaction.md#strip-trailing-calls).
     assert "Reading it." in str(body["messages"]) and "id=gone" not in str(body["messages"])
     session.refresh_from_db()
     assert session.summary.startswith("Fake summary of") and session.retain.startswith(
@@ -181,7 +185,8 @@ def test_service_compaction_through_the_sdk_with_model_override(fake_anthropic, 
 
 
 def test_session_model_is_used_without_override(fake_anthropic, session_factory, settings):
-    settings.CONTEXTSVC_SUMMARIZER_ANTHROPIC_MODEL = "session"  # spec 000 §2.6.2's fallback
+    # the session's own model, docs/concepts/compaction.md#summary-model
+    settings.CONTEXTSVC_SUMMARIZER_ANTHROPIC_MODEL = "session"
     session = session_factory(4)
     run, _ = compaction_request(
         session=session, trigger="manual", strategy="summarize", enqueue=False

@@ -225,7 +225,7 @@ def test_restore_snapshot_and_uncompacted_endpoints(alice, bob, sid):
     assert bob.post(f"sessions/{sid}/snapshots/uncompacted/restore").status_code == 404
 
 
-# --- overflow (spec 003 reactive path) ------------------------------------------------------------
+# --- overflow (docs/concepts/compaction.md#overflow) ----------------------------------------------
 
 
 def test_overflow_drops_oldest_turns_and_returns_the_new_context(alice, sid):

@@ -1,4 +1,4 @@
-"""spec 003 emergency compression through the API (POST /sessions/{sid}/overflow):
+"""docs/concepts/compaction.md#emergency through the API (POST /sessions/{sid}/overflow):
 after the provider reported an overflow the context always shrinks, and ends
 under the limit — down to the newest user message, inside one oversized turn
 at an iteration boundary, the newest output kept."""

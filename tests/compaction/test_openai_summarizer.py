@@ -116,7 +116,7 @@ def test_compress_request_is_one_user_message_after_the_system(fake_openai):
 
 def test_service_compaction_through_the_sdk_with_the_default_model(fake_openai, session_factory):
     # A Claude session, no Anthropic key: openai is the one configured. The
-    # summariser's own request and retain (spec 000 §2.6-2.7).
+    # summariser's own request and retain (docs/concepts/compaction.md#retain-summary).
     legacy = {"compaction": {"summary_reuse_cache": False, "pin_task": False}}
     session = session_factory(4, policy=legacy)
     run = _compact(session)

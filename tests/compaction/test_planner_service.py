@@ -71,7 +71,8 @@ def test_old_outputs_wait_for_a_compaction_instead_of_a_trim_per_append(session_
     # insertion cap is off (view_share 1): it would cut these outputs under the budget.
     cache = {"view_share": 1}
     deferred = session_factory(0, policy={"tool_output_cache": cache})
-    # The same with automatic compaction off: spec 000 §1.7's trim as before.
+    # The same with automatic compaction off: the per-append trim
+    # (docs/concepts/trimming.md#trim-with-compaction).
     trimmed = session_factory(0, policy={"tool_output_cache": cache, "compaction": {"auto": False}})
     for session in (deferred, trimmed):
         # Outputs over the derived budget (6,500), the context well under the limit.

@@ -1,4 +1,4 @@
-"""spec 004 sandwich through the service: after a sandwich compaction the
+"""docs/concepts/compaction.md#sandwich through the service: after a sandwich compaction the
 conversation's first messages (the head) stay live as real messages — the
 context is [system (+ summary)], the head as posted, [the summary], the tail —
 and every reader of the live window agrees: the context build, the cached
@@ -146,7 +146,8 @@ def test_spec004_sandwich_head_messages_survive_as_messages_api(alice, session_f
     ]
     assert "Turn 0: please fix" in msgs[0]["content"]
     assert msgs[1]["tool_calls"][0]["id"] == "t0c0" and msgs[2]["tool_call_id"] == "t0c0"
-    # spec 004's layout: top, the summary as a system message, bottom.
+    # the sandwich's layout (docs/concepts/context-build.md#head-layout): top, the summary as a
+    # system message, bottom.
     assert msgs[6] == {"role": "system", "content": SUMMARY.format(with_search_hint("summary 1"))}
     assert sum("summary 1" in json.dumps(m) for m in msgs) == 1
 

@@ -168,7 +168,7 @@ def test_compaction_shrinks_window_keeps_transcript_and_writes_snapshot(session_
     assert run.status == "succeeded" and run.changed
     assert run.strategies_run == ["summarize"]
     assert run.after_tokens < run.before_tokens and run.after_msg_count < run.before_msg_count
-    # spec 000 §2.7: retain + summary + the last turn.
+    # docs/concepts/compaction.md#retain-summary: retain + summary + the last turn.
     live = live_messages(session)
     assert live[0].role == "user" and live[0].text.startswith("Turn 7:")
     assert session.summary and session.retain
@@ -394,7 +394,7 @@ def test_tool_clearing_persists_views_and_logs_the_old_ones(session_factory):
     assert [t.view_state for t in tools[-2:]] != ["cleared", "cleared"]
     cleared = [t for t in tools if t.view_state == "cleared"]
     assert len(cleared) == len(tools) - 2
-    # spec 002 §6: the note names the original size.
+    # docs/concepts/compaction.md#tool-clearing: the note names the original size.
     assert all(
         re.fullmatch(rf"\[tool output cleared; ref={t.output_ref}; was [\d,]+ bytes\]", t.view)
         for t in cleared

@@ -1,6 +1,7 @@
-"""Tool clearing and the sandwich through the API: tool-result clearing (spec 002 §6 /
-clear_tool_uses) and the sandwich (spec 004: COMPRESSION_NOT_NEEDED, the
-summary in the system role), each with its policy knobs validated."""
+"""Tool clearing and the sandwich through the API: tool-result clearing
+(docs/concepts/compaction.md#tool-clearing / clear_tool_uses) and the sandwich
+(docs/concepts/compaction.md#compression-not-needed: COMPRESSION_NOT_NEEDED, the summary in the
+system role), each with its policy knobs validated."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ def compact(client, sid: str, strategy: str):
     return client.post(f"sessions/{sid}/compact", {"strategy": strategy, "wait": True})
 
 
-# --- spec 002 §6 tool clearing ------------------------------------------------------------------
+# --- docs/concepts/compaction.md#tool-clearing ----------------------------------------------------
 
 
 def test_spec002_6_clearing_api_min_size_and_original_size_in_the_note(alice, session_factory):
@@ -113,7 +114,7 @@ def test_spec_rules_policy_knobs_accepted_and_stored(alice):
     assert {k: stored[k] for k in policy} == policy
 
 
-# --- spec 004 sandwich ------------------------------------------------------------------------------
+# --- docs/concepts/compaction.md#sandwich ---------------------------------------------------------
 
 
 def chat(n: int) -> list[dict]:
@@ -178,7 +179,7 @@ def test_cx_t7_sandwich_summary_in_the_system_role_api(alice, session_factory, p
         assert not in_system and not system_msgs and len(user_summary) == 1
 
 
-# --- spec 003 turn boundaries ---------------------------------------------------------------------
+# --- docs/concepts/context-build.md#safe-cuts -----------------------------------------------------
 
 
 @pytest.mark.parametrize("strategy", ["drop_oldest_turns", "summarize"])

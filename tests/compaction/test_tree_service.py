@@ -1,5 +1,6 @@
-"""spec 004's tree strategy through the service and the API: selectable per session,
-validated knobs, O(new chunk) per compaction, a well-formed context, failures change nothing."""
+"""The tree strategy (docs/concepts/compaction.md#tree) through the service and the API: selectable
+per session, validated knobs, O(new chunk) per compaction, a well-formed context, failures change
+nothing."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Limits, thresholds and the component budget (spec 001, spec 002 §1/§3, spec 003, spec 004)."""
+"""Limits, thresholds and the component budget (docs/concepts/guard.md#effective-limit,
+docs/concepts/guard.md#thresholds, docs/concepts/guard.md#component-budget)."""
 
 from __future__ import annotations
 
@@ -18,14 +19,14 @@ from contextsvc.engine.errors import EngineValidationError
 
 
 def test_limit_formula_spec001():
-    # spec 001 "Example Calculation": 128,000 − 8,192 − 16,384 = 103,424.
+    # docs/concepts/guard.md#worked-example: 128,000 − 8,192 − 16,384 = 103,424.
     limits = Limits(context_window=128_000, max_output_tokens=16_384, buffer_tokens=8_192)
     assert limits.limit == 103_424
     assert limits.effective_window == 103_424
 
 
 def test_effective_window_is_spec002_formula_when_buffer_is_zero():
-    # spec 002 §1: EffectiveWindow = Total − MaxOutputTokens.
+    # docs/concepts/guard.md#effective-limit: EffectiveWindow = Total − MaxOutputTokens.
     assert Limits(context_window=100_000, max_output_tokens=4_096, buffer_tokens=0).limit == 95_904
 
 
@@ -68,7 +69,8 @@ def test_resolution_order_spec001():
 
 
 def test_window_from_max_tokens_spec003():
-    # spec 003: ContextWindow = MaxTokens × 4 when no window is configured anywhere.
+    # docs/concepts/context-build.md#window-from-max-output: ContextWindow = MaxTokens × 4 when no
+    # window is configured anywhere.
     limits = resolve_limits(explicit={"max_output_tokens": 8_192})
     assert limits.context_window == 32_768
     limits = resolve_limits(explicit={}, model={"max_output_tokens": 16_000})
@@ -81,7 +83,8 @@ def test_window_from_max_tokens_spec003():
 
 
 def test_cx_nt1_zero_context_window_is_validation_error():
-    # spec 004: max_context_tokens > 0, VALIDATION_ERROR "Context limit must be positive".
+    # docs/concepts/context-build.md#limit-validation: max_context_tokens > 0, VALIDATION_ERROR
+    # "Context limit must be positive".
     for window in (0, -1):
         with pytest.raises(EngineValidationError) as err:
             resolve_limits(
@@ -207,8 +210,9 @@ def test_should_compact_and_is_blocked_spec002():
 
 
 def test_history_budget_spec003():
-    # spec 003: ContextWindow − system_prompt − summary − tool_definitions − MaxTokens
-    # (skill prompts are part of the system prompt; no buffer in spec 003's formula).
+    # docs/concepts/context-build.md#history-budget: ContextWindow − system_prompt − summary −
+    # tool_definitions − MaxTokens (skill prompts are part of the system prompt; no buffer in its
+    # formula (docs/concepts/context-build.md#history-budget)).
     budget = _budget(
         system_prompt=5_000,
         skill_prompts=1_000,

@@ -1,4 +1,5 @@
-"""Tool-result clearing as spec 002 §6 and Anthropic's ``clear_tool_uses`` define it.
+"""Tool-result clearing as docs/concepts/compaction.md#tool-clearing and Anthropic's
+``clear_tool_uses`` define it.
 
 The minimum size (``clear_min_bytes``), "clear the oldest half"
 (``clear_mode``), the original size in the note, and the adaptive keep count

@@ -1,4 +1,4 @@
-"""Tool-description deferral and tool_search ranking (spec 002 §5)."""
+"""Tool-description deferral and tool_search ranking (docs/concepts/deferral.md#tool-search)."""
 
 from __future__ import annotations
 
@@ -239,7 +239,7 @@ def test_s002_5_search_ranks_name_matches_first(index):
 
 
 def test_s002_5_search_matches_parts_of_name_words(index):
-    # spec 002 §5's example query
+    # the example query of docs/concepts/deferral.md#tool-search
     assert names(search(index, "xcode build"))[0] == "mcp__xcode__xcodebuild_run"
 
 

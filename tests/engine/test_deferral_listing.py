@@ -1,4 +1,5 @@
-"""spec 002 §5: deferred tools stay discoverable — the "## Available Tools" listing and search hints."""
+"""docs/concepts/deferral.md#tool-search: deferred tools stay discoverable — the "## Available
+Tools" listing and search hints."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""spec 003 emergency compression (forceCompression) and spec 000 §2: compaction
-that always makes progress after the provider reported an overflow."""
+"""docs/concepts/compaction.md#emergency (forceCompression) and docs/concepts/compaction.md#chain:
+compaction that always makes progress after the provider reported an overflow."""
 
 from __future__ import annotations
 
@@ -265,7 +265,8 @@ def test_spec003_emergency_path_stops_dropping_once_back_in_the_room_not_at_the_
     after, details = overflow(
         Window(msgs), limit_tokens=total, room_tokens=total * 3 // 4, target_tokens=total // 8
     )
-    assert details["dropped_turns"] == 4  # spec 003's ~half already fits the room
+    # about half already fits the room (docs/concepts/compaction.md#emergency)
+    assert details["dropped_turns"] == 4
     assert after.messages[0].role == "user" and after.tokens(COUNTER) <= total * 3 // 4
 
 

@@ -1,4 +1,4 @@
-"""The context guard (spec 001 "Context Guard Algorithm", spec 002 §3 tiers)."""
+"""The context guard (docs/concepts/guard.md#targets, docs/concepts/guard.md#verdicts)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from contextsvc.engine.guard import (
     evaluate_guard,
 )
 
-# spec 001 worked example: limit 103,424.
+# docs/concepts/guard.md#worked-example: limit 103,424.
 GPT4 = Target(
     "openai", "gpt-4", Limits(context_window=128_000, max_output_tokens=16_384, buffer_tokens=8_192)
 )
@@ -48,7 +48,8 @@ def test_tiers_spec002_and_final_spec001():
     assert _status(compact_at) == "compact"
     assert _status(block_at - 1) == "compact"
     assert _status(block_at) == "block"
-    assert _status(LIMIT) == "block"  # projected == limit still fits (spec 001: > limit triggers)
+    # projected == limit still fits (docs/concepts/guard.md#projection: > limit triggers)
+    assert _status(LIMIT) == "block"
     assert _status(LIMIT + 1) == "final"
     result = evaluate_guard(GuardCounters(current=0), [GPT4], Thresholds())
     assert (result.compact_at, result.block_at) == (compact_at, block_at)
@@ -57,7 +58,8 @@ def test_tiers_spec002_and_final_spec001():
 def test_final_when_no_target_fits_spec001():
     result = evaluate_guard(GuardCounters(current=200_000), [GPT4, SMALL], Thresholds())
     assert result.status == "final"
-    assert result.reason == "context"  # spec 001: forcedFinalTurnReason = 'context'
+    # docs/concepts/guard.md#final-turn: forcedFinalTurnReason = 'context'
+    assert result.reason == "context"
     assert [t.status for t in result.targets] == ["final", "final"]
     assert result.primary is None
 
@@ -261,7 +263,8 @@ def test_status_rank_never_decreases_as_extra_grows(targets, thresholds, current
 def test_verdicts_are_consistent(targets, thresholds, projected):
     result = evaluate_guard(GuardCounters(current=projected), targets, thresholds)
     statuses = {t.status for t in result.targets}
-    # Either every target is final, or none is (spec 001: final means all blocked).
+    # Either every target is final, or none is (docs/concepts/guard.md#targets: final means all
+    # blocked).
     assert ("final" in statuses) == (statuses == {"final"}) == (result.status == "final")
     for verdict in result.targets:
         assert (verdict.status == "ok") == (projected <= verdict.limit)  # no schema here

@@ -1,4 +1,5 @@
-"""spec 000 §1.8 tool_output_cache: paging by character inside one very long line (pure)."""
+"""docs/concepts/trimming.md#line-paging tool_output_cache: paging by character inside one very long
+line (pure)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Model ids with a provider prefix (spec 001 "Context Window Resolution": the model's own row)."""
+"""Model ids with a provider prefix (docs/concepts/context-build.md#limit-resolution: the model's
+own row)."""
 
 from __future__ import annotations
 

@@ -2,9 +2,9 @@
 
 The regression these pin: an agent doing one task is one long turn (Claude
 Code: one user message, then a tool loop). A deep compaction target once
-made every compaction run the chain down to spec 003's one-turn fallback,
-which clears every output of the turn, the newest included: the agent never
-saw its newest result and looped.
+made every compaction run the chain down to the one-turn fallback
+(docs/concepts/compaction.md#single-turn-fallback), which clears every output of the turn, the
+newest included: the agent never saw its newest result and looped.
 """
 
 from __future__ import annotations

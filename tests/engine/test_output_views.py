@@ -1,4 +1,5 @@
-"""In-context views and the budget trim (spec 000 §1.6/§1.7, spec 002 §2, spec 001)."""
+"""In-context views and the budget trim (docs/concepts/trimming.md#views,
+docs/concepts/trimming.md#budget-trim, docs/concepts/trimming.md#presets)."""
 
 from __future__ import annotations
 
@@ -73,7 +74,7 @@ def test_utf8_prefix_never_splits_a_character():
     assert utf8_prefix("abc", 0) == ""
 
 
-# --- the cut view (spec 000 §1.6) -------------------------------------------------------
+# --- the cut view (docs/concepts/trimming.md#cut-view) --------------------------------------------
 
 
 def test_small_output_is_its_own_view():
@@ -87,7 +88,7 @@ def test_long_line_is_cut_at_max_line_length_spec000():
     assert view.state == "cut"
     body = view.text.split("\n")
     assert body[0] == "short"
-    assert body[1] == "y" * 2000  # spec 000: 1 行 maxLineLength (2000) でカット
+    assert body[1] == "y" * 2000  # docs/concepts/trimming.md#cut-view: lines cut at 2000 characters
     assert body[2] == "end"
     assert "1 line longer than 2,000 characters cut" in view.text
     # Every line was shown, so the notice points at the cut line.
@@ -98,7 +99,8 @@ def test_total_is_cut_at_max_message_bytes_with_an_expansion_notice_spec000():
     text = "".join(f"line {i:05d} " + "z" * 80 + "\n" for i in range(2000))  # ~180 KB
     view = view_of(text, ViewConfig())
     assert view.state == "cut"
-    assert len(view.text.encode()) <= 50 * 1024  # spec 000: 合計 maxMessageBytes (50 KiB)
+    # docs/concepts/trimming.md#cut-view: 50 KiB per output
+    assert len(view.text.encode()) <= 50 * 1024
     shown = view.lines_shown
     assert 0 < shown < 2000
     assert view.text.startswith("line 00000 ")
@@ -133,7 +135,7 @@ def test_replacement_characters_pass_through():
     assert view_of(text, ViewConfig()).is_full
 
 
-# --- presets (spec 002 §2, spec 001) ----------------------------------------------------
+# --- presets (docs/concepts/trimming.md#presets) --------------------------------------------------
 
 
 def test_offload_preset_replaces_output_with_spec002_text():
@@ -151,7 +153,8 @@ def test_offload_preset_replaces_output_with_spec002_text():
 
 def test_offload_preset_keeps_outputs_under_4096_bytes():
     config = resolve_view_config({"preset": "offload"})
-    # spec 002: only the byte threshold decides (a 4096-char line still fits).
+    # docs/concepts/trimming.md#offload-view: only the byte threshold decides (a 4096-char line
+    # still fits).
     assert view_of("x" * 4096, config).is_full
     assert view_of("x" * 4097, config).state == "offloaded"
 
@@ -300,7 +303,7 @@ def test_checkpoint2_trimmed_message_serializes_as_placeholder_in_every_format_s
         assert "huge output" not in str(body)
 
 
-# --- the budget trim (spec 000 §1.7) ----------------------------------------------------
+# --- the budget trim (docs/concepts/trimming.md#budget-trim) --------------------------------------
 
 
 def cands(*tokens: int) -> list[TrimCandidate]:
@@ -415,8 +418,9 @@ def test_hysteresis_moves_the_prefix_less_often():
 
 
 def test_derived_trim_budget_is_capped_at_half_the_effective_window():
-    """spec 000's clamp floor (20,000) exceeds a 16k window's effective window;
-    capped at half of it, trimming can run. Large windows keep the spec figure."""
+    """The clamp's floor (docs/concepts/trimming.md#tool-output-budget) (20,000) exceeds a 16k
+    window's effective window; capped at half of it, trimming can run. Large windows keep the
+    clamp's figure."""
     assert tool_output_budget(ViewConfig(), 16_000, 13_000) == 6_500
     assert tool_output_budget(ViewConfig(), 200_000, 200_000 - 64_000 - 8_192) == 50_000
     assert tool_output_budget(ViewConfig(), 128_000, 128_000 - 32_000 - 8_192) == 32_000

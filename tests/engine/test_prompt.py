@@ -1,4 +1,5 @@
-"""Prompt sections, cache breakpoints and their provider formats (spec 002 §4, §8).
+"""Prompt sections, cache breakpoints and their provider formats
+(docs/concepts/caching.md#breakpoints).
 
 Pure engine tests: ``contextsvc.engine.prompt`` (order, split, breakpoint plan,
 PromptBuilder) and how ``contextsvc.engine.build`` renders a plan for the
@@ -103,7 +104,7 @@ def test_s002_4_breakpoint_after_the_last_cacheable_section_and_on_history():
 
 
 def test_s002_4_breakpoints_after_sections_1_to_3_when_cacheable_skills_follow():
-    # spec 002 §4: "Cache breakpoints inserted after sections 1–3"; skills
+    # docs/concepts/caching.md#breakpoints: a breakpoint after sections 1–3; skills
     # change on activation, so base … memory keep their own entry.
     system = [S("base", "base"), S("rules", "rules"), S("mem", "memory"), S("skill", "skill")]
     p = plan(system, has_history=True, history_tokens=10, mark_tools=False)
@@ -191,7 +192,7 @@ def test_s002_4_never_more_than_4_and_never_below_the_minimum(
     assert all(i < run for i in p.system)  # never after a non-cacheable section
 
 
-# --- PromptBuilder (spec 002 §4 signature) ----------------------------------------------------
+# --- PromptBuilder (docs/concepts/caching.md#prompt-builder signature) ----------------------------
 
 
 def test_s002_4_prompt_builder_returns_prompt_and_breakpoint_offsets():

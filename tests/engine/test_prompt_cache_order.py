@@ -1,4 +1,5 @@
-"""spec 002 §4 prompt-cache order: cacheable first within a kind; breakpoints only before change."""
+"""docs/concepts/caching.md#cacheable-first prompt-cache order: cacheable first within a kind;
+breakpoints only before change."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Reasoning sent back as the provider requires (spec 000 §2.6.1 pairing, Anthropic thinking rules).
+"""Reasoning sent back as the provider requires (docs/concepts/compaction.md#strip-trailing-calls
+pairing, Anthropic thinking rules).
 
 The fake Messages server enforces the real API's extended-thinking rules; the
 engine's anthropic build must pass them, and may drop older turns' thinking.

@@ -1,4 +1,4 @@
-"""spec 004 sandwich (Default Strategy: Sandwich, CX-T3 / CX-T4 / CX-T7): the
+"""The sandwich (docs/concepts/compaction.md#sandwich; CX-T3 / CX-T4 / CX-T7): the
 top messages survive as real messages — roles, tool calls and results intact —
 before the summary, not quoted inside a retained block; the summary goes in
 the system role where the provider allows it; the layout passes the fake
@@ -100,7 +100,8 @@ def test_spec004_sandwich_head_messages_survive_as_messages_at_a_turn_boundary()
     msgs = numbered(agent_chat(6))
     window = compacted(msgs, Numbered())
     # preserve_top 5 falls inside turn 2 (after its tool result): the head grows
-    # to the turn's end, so no call is parted from its result (spec 003).
+    # to the turn's end, so no call is parted from its result
+    # (docs/concepts/context-build.md#turns).
     assert window.head == msgs[:8]
     assert msgs[len(window.head)].role == "user"
     assert window.retain == "" and window.summary == "summary 1"
@@ -166,7 +167,8 @@ def test_spec004_sandwich_head_messages_survive_as_messages_openai():
         "tool_call_id": "toolu_001",
         "content": "contents of f1.py",
     } or (head[2]["role"] == "tool" and head[2]["tool_call_id"] == "toolu_001")
-    # spec 004's layout: top, the summary as a system message, bottom.
+    # the sandwich's layout (docs/concepts/context-build.md#head-layout): top, the summary as a
+    # system message, bottom.
     assert sent[1 + len(window.head)] == {
         "role": "system",
         "content": SUMMARY.format(with_search_hint("summary 1")),
@@ -286,7 +288,7 @@ def test_spec004_sandwich_layout_is_well_formed_for_any_transcript(
         )
 
 
-# --- the emergency path (spec 003) with a head ---------------------------------------------------
+# --- the emergency path (docs/concepts/compaction.md#emergency) with a head -----------------------
 
 
 def test_spec004_sandwich_overflow_drops_a_head_that_cannot_fit():

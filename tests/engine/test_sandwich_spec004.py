@@ -1,5 +1,5 @@
-"""spec 004 sandwich: "not enough to compress" as a clear error when forced, the
-minimum middle, the structured summary sections of its prompt, and the
+"""docs/concepts/compaction.md#compression-not-needed: "not enough to compress" as a clear error
+when forced, the minimum middle, the structured summary sections of its prompt, and the
 summary sent in the system role (Anthropic: the system prompt; OpenAI: a
 system message) where the session compacts with the sandwich."""
 
@@ -69,7 +69,8 @@ def test_spec004_compression_not_needed_forced_is_an_error(n):
 
 
 def test_spec004_compression_not_needed_build_context_returns_the_full_history():
-    # The spec's algorithm: building a context for a short conversation sends it whole.
+    # The sandwich (docs/concepts/compaction.md#sandwich): building a context for a short
+    # conversation sends it whole.
     result = strategy().build_context(chat(10), None, 1, force=True, summarizer=Recorder())
     assert not result.summary_used and len(result.messages) == 10
 
@@ -133,7 +134,8 @@ def test_spec004_compression_prompt_asks_for_structured_sections():
     ]
     positions = [prompt.index(h) for h in headings]
     assert positions == sorted(positions)
-    # The spec's own prompt is kept, the instruction comes before the conversation.
+    # The compression prompt (docs/concepts/compaction.md#compression-prompt) is kept, the
+    # instruction comes before the conversation.
     assert prompt.startswith("Summarize this conversation excerpt concisely.")
     assert prompt.index(SECTIONS_INSTRUCTION) < prompt.index("Conversation:\n---")
 

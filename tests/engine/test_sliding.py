@@ -1,4 +1,5 @@
-"""spec 004's sliding_window and full_history strategies."""
+"""The sliding_window and full_history strategies (docs/concepts/compaction.md#sliding-window,
+docs/concepts/compaction.md#full-history)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Compaction strategies (spec 000 §2, spec 002 chain, spec 003 emergency, spec 004 sandwich).
+"""Compaction strategies (docs/concepts/compaction.md#chain).
 
-Pure engine tests: no database. Spec 004's test ids are in the names
+Pure engine tests: no database. The sandwich's test ids are in the names
 (CX-T1..T8, CX-NT1..NT3); the property tests at the end check the invariants
 every strategy keeps over random conversations.
 """
@@ -248,13 +248,14 @@ def test_tool_clearing_skips_trimmed_and_cleared_outputs():
     assert out.window.messages[4].view_state == "cleared"
 
 
-# --- retain + summary (spec 000) ------------------------------------------------------------
+# --- retain + summary (docs/concepts/compaction.md#retain-summary) --------------------------------
 
 
 def test_summarize_keeps_last_turn_and_sets_retain_and_summary_spec000_2_7():
     msgs = agent_session(turns=3)
     fake = FakeSummarizer()
-    # The summariser's retain (spec 000 §2.7), with the task not pinned in the retain slot.
+    # The summariser's retain (docs/concepts/compaction.md#retain-summary), with the task not pinned
+    # in the retain slot.
     cfg = CompactionConfig(pin_task=False)
     out = summarize(Window(msgs), ctx(summarizer=fake, force=True, config=cfg))
     last_turn = msgs[-8:]  # user + 3 × (call, result) + say
@@ -410,7 +411,7 @@ def test_summary_input_is_capped():
     assert out.report.details.get("omitted_outputs")
 
 
-# --- drop oldest turns (spec 003) -------------------------------------------------------
+# --- drop oldest turns (docs/concepts/context-build.md#turns) -------------------------------------
 
 
 def test_drop_oldest_turns_drops_half_at_a_turn_boundary_spec003():
@@ -443,7 +444,7 @@ def test_drop_oldest_turns_truncates_a_single_huge_user_message():
     assert out.report.after_tokens < 2000
 
 
-# --- sandwich (spec 004) ----------------------------------------------------------------------
+# --- sandwich (docs/concepts/compaction.md#sandwich) ----------------------------------------------
 
 
 def chat(n: int, size: int = 40) -> list[Message]:
@@ -549,8 +550,9 @@ def test_cx_t7_summary_placed_after_top_as_earlier_conversation_summary():
     msgs = chat(20)
     res = strategy().build_context(msgs, None, 1000, summarizer=FakeSummarizer())
     summary_msg = res.messages[6]  # after the top (5, grown to the turn start)
-    # spec 004's system message; histories carry no system role (spec 003), so
-    # it travels in the summary slot, rendered as a user message.
+    # the sandwich's system message (docs/concepts/context-build.md#summary-placement); histories
+    # carry no system role (docs/concepts/context-build.md#turns), so it travels in the summary
+    # slot, rendered as a user message.
     assert summary_msg.text == "[Earlier conversation summary: Middle summary.]"
     assert len(res.messages) == 12
 
@@ -562,7 +564,8 @@ def test_cx_t8_token_estimation_reasonable_accuracy():
     estimate = strategy().estimate(msgs)
     exact = sum(tokenizer.count(m.text) for m in msgs)
     assert exact <= estimate <= exact * 1.3 + 20
-    assert estimate >= sum(approx_tokens(m.text) for m in msgs)  # spec 004: ~4 chars per token
+    # docs/concepts/context-build.md#token-estimate: ~4 chars per token
+    assert estimate >= sum(approx_tokens(m.text) for m in msgs)
 
 
 def test_cx_nt1_zero_max_context_tokens_is_validation_error():

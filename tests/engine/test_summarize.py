@@ -1,6 +1,7 @@
 """Summary prompts, request preparation, tag extraction, the offline summariser.
 
-spec 000 §2.6 (interrupt, directives, <retain>/<summary>), spec 004 (compression prompt).
+docs/concepts/compaction.md#summary-request (interrupt, directives, <retain>/<summary>),
+docs/concepts/compaction.md#compression-prompt (compression prompt).
 """
 
 from __future__ import annotations
@@ -99,7 +100,8 @@ def test_empty_input_is_validation_error_cx_nt2():
         make_retain_summary_request([], PromptConfig(), model="m", max_tokens=10)
     with pytest.raises(EngineValidationError):
         make_compress_request([], PromptConfig(), model="m", max_tokens=10)
-    # A lone tool-calling message is stripped (spec 000 §2.6.1): nothing is left either.
+    # A lone tool-calling message is stripped (docs/concepts/compaction.md#strip-trailing-calls):
+    # nothing is left either.
     only_call = [Message(role="assistant", tool_calls=(ToolCall("c", "t"),))]
     with pytest.raises(EngineValidationError):
         make_retain_summary_request(only_call, PromptConfig(), model="m", max_tokens=10)

@@ -1,4 +1,5 @@
-"""Token counting and estimation (spec 001 "Token Estimation", spec 003 "Token estimation")."""
+"""Token counting and estimation (docs/concepts/context-build.md#token-estimate,
+docs/concepts/context-build.md#message-estimate)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ CL100K = get_tokenizer("tiktoken:cl100k_base")
 # Realistic agent text: prose, a code block and a tool-output-like listing.
 AGENT_TEXT = """I'll start by looking at how the request handler validates the payload before
 it reaches the database layer. The failing test suggests that an empty list of
-messages is accepted, which contradicts the validation rules in the spec.
+messages is accepted, which contradicts the validation rules
+(docs/concepts/context-build.md#validation).
 
 ```python
 def append_messages(session_id: str, messages: list[dict]) -> list[int]:
@@ -170,7 +172,8 @@ def test_estimate_of_empty_text_is_zero():
 
 
 def test_cx_t8_token_estimation_reasonable_accuracy():
-    # spec 004 CX-T8: the estimate must track the real count on agent text.
+    # docs/concepts/context-build.md#token-estimate: the estimate must track the real count on agent
+    # text.
     actual = CL100K.count(AGENT_TEXT)
     assert actual > 200
     estimate = estimate_text(AGENT_TEXT, get_tokenizer("anthropic"))
@@ -178,7 +181,8 @@ def test_cx_t8_token_estimation_reasonable_accuracy():
     # The character heuristic alone (the "approximate" setting) is in range too.
     approx = estimate_text(AGENT_TEXT, get_tokenizer("approximate"))
     assert 0.6 * actual <= approx <= 1.5 * actual
-    # spec 003's 2.5 chars/token is deliberately conservative: above, not absurd.
+    # ``ratio:2.5`` (docs/concepts/context-build.md#tokenizers) is deliberately conservative: above,
+    # not absurd.
     ratio = estimate_text(AGENT_TEXT, get_tokenizer("ratio:2.5"))
     assert actual < ratio <= 2 * actual
 

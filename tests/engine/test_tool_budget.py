@@ -1,4 +1,4 @@
-"""spec 001 tool budget, pure: admission before the trim, uncounted report tools."""
+"""docs/concepts/guard.md#tool-budget, pure: admission before the trim, uncounted report tools."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""spec 004's tree strategy: each chunk summarised once, summaries of summaries above them."""
+"""The tree strategy (docs/concepts/compaction.md#tree): each chunk summarised once, summaries of
+summaries above them."""
 
 from __future__ import annotations
 

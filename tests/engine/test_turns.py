@@ -1,4 +1,5 @@
-"""Turns and safe cuts (spec 003 "Turn", parseTurnBoundaries / findSafeBoundary)."""
+"""Turns and safe cuts (docs/concepts/context-build.md#safe-cuts, parseTurnBoundaries /
+findSafeBoundary)."""
 
 from __future__ import annotations
 
@@ -163,7 +164,8 @@ def test_spec003_turn_boundaries_interjected_user_message_is_not_a_safe_boundary
 
 
 def test_find_safe_boundary_returns_zero_when_nothing_can_be_cut_spec003():
-    # spec 003's single-turn case: one user message and a massive tool response.
+    # The single-turn case (docs/concepts/compaction.md#single-turn-fallback): one user message and
+    # a massive tool response.
     single = [user(), call("big"), result("big"), say()]
     assert find_safe_boundary(single, 2) == 0
 

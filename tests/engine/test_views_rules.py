@@ -1,4 +1,5 @@
-"""spec 000 §1.6-§1.8 / spec 001 views, pure: whole views, image placeholders, trim switch."""
+"""Views (docs/concepts/trimming.md#views, docs/concepts/guard.md#tool-preflight), pure: whole
+views, image placeholders, trim switch."""
 
 from __future__ import annotations
 

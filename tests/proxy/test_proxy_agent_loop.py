@@ -126,7 +126,7 @@ def test_two_hundred_calls_stay_inside_the_window_and_the_transcript_is_the_hist
     direct = {"system": None, "messages": history, "tools": TOOLS}
     assert estimate_tokens(direct) > 3 * WINDOW
     # Through the proxy every request fitted: older outputs went out as trimmed
-    # views (spec 000 §1.7) or were compacted away.
+    # views (docs/concepts/trimming.md#budget-trim) or were compacted away.
     assert max(estimate_tokens(r.body) for r in sent) <= WINDOW
     views = Message.objects.filter(session__external_id="ses_loop", role="tool")
     trimmed = views.exclude(view_state="full").count()

@@ -1,4 +1,4 @@
-"""spec 004 sandwich behind the proxy: a proxied session keeps working after a
+"""docs/concepts/compaction.md#sandwich behind the proxy: a proxied session keeps working after a
 sandwich compaction — the client still sends its whole history, the sync
 appends only what is new (no divergence), and upstream gets the head as
 messages, the summary in the system prompt and the tail, a request the fake

@@ -133,7 +133,8 @@ def test_tool_breakdown_counts_placeholders_and_tools_per_server(alice, make_ses
 
 @pytest.mark.django_db(False)
 def test_breakpoint_labels_follow_the_cache_order_of_their_prefixes():
-    """spec 002 §4: prefix_tokens run tools → system… → history; labels must too."""
+    """docs/concepts/caching.md#breakpoints: prefix_tokens run tools → system… → history; labels
+    must too."""
     parts = ContextParts(
         model="m",
         max_output_tokens=10,

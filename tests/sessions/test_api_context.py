@@ -66,7 +66,8 @@ def conversation(alice, make_session):
 def test_anthropic_format(alice, conversation):
     body = alice.get(f"sessions/{conversation}/context", format="anthropic").json()
     assert body["model"] == "claude-sonnet-4-5" and body["max_tokens"] == 4096
-    # spec 002 §4: sections static → dynamic whatever order they were posted in
+    # docs/concepts/caching.md#section-order: sections static → dynamic whatever order they were
+    # posted in
     assert [b["text"] for b in body["system"]] == ["You are a coding agent.", "notes: none yet"]
     roles = [m["role"] for m in body["messages"]]
     assert roles == ["user", "assistant", "user", "assistant"]  # strict alternation
@@ -142,7 +143,8 @@ def test_guard_tiers_ok_compact_block_final(alice, make_session):
     assert statuses == ["ok", "compact", "block", "final"]
 
 
-# spec 001's final turn is for when compaction cannot make room (here: auto off).
+# the final turn (docs/concepts/guard.md#final-turn) is for when compaction cannot make room (here:
+# auto off).
 NO_AUTO = {"compaction": {"auto": False}}
 
 
@@ -258,8 +260,8 @@ def test_context_debug_logs_guard_topics_spec001(alice, make_session, settings, 
 def test_context_at_block_or_final_compacts_first_when_compaction_can_help_spec002(
     alice, make_session, settings
 ):
-    """spec 002 §8 step 3: blocked → compact before the LLM call. A session that
-    compaction can save is not ended by the final turn."""
+    """docs/concepts/guard.md#block-compacts-first: blocked → compact before the LLM call. A session
+    that compaction can save is not ended by the final turn."""
     from compaction.models import CompactionRun
 
     settings.CONTEXTSVC_SUMMARIZER = "offline"

@@ -1,4 +1,5 @@
-"""A model id with a provider prefix resolves to that model's limits (spec 001 resolution)."""
+"""A model id with a provider prefix resolves to that model's limits
+(docs/concepts/context-build.md#limit-resolution)."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ def test_create_session_resolves_limits_from_model_profile_spec001(alice):
     assert body["provider"] == "anthropic"
     assert body["context_window"] == 200_000
     assert body["max_output_tokens"] == 64_000
-    assert body["buffer_tokens"] == 8_192  # spec 001 DEFAULT_CONTEXT_BUFFER_TOKENS
+    assert body["buffer_tokens"] == 8_192  # docs/concepts/context-build.md#limit-resolution
     assert body["budget"]["effective_window"] == 200_000 - 64_000 - 8_192
 
 

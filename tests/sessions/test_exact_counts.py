@@ -196,8 +196,8 @@ def test_cost_does_not_grow_with_the_session(alice, make_session):
 
 
 def test_a_preview_prices_a_huge_result_as_its_append_counts_it(alice, make_session):
-    # spec 001's price of a tool result, asked before it is posted: bounded like
-    # the append (no tokenizing without limit on any request), and the same figure.
+    # The price of a tool result (docs/concepts/guard.md#tool-budget), asked before it is posted:
+    # bounded like the append (no tokenizing without limit on any request), and the same figure.
     sid = make_session(id="preview", **WINDOW, policy={"tool_output_cache": {"enabled": False}})[
         "id"
     ]

@@ -54,7 +54,8 @@ def test_a_huge_output_is_cut_from_its_ends_with_the_stored_line_numbers():
 def test_an_output_under_the_cap_or_without_one_is_unchanged():
     short = log(10)
     assert view_of(short, ViewConfig(view_tokens=300)).state == "full"
-    assert view_of(log(2_000), ViewConfig()).text.startswith("line 00000")  # spec 000's head cut
+    # the head cut (docs/concepts/trimming.md#cut-view)
+    assert view_of(log(2_000), ViewConfig()).text.startswith("line 00000")
     assert view_of(log(2_000), ViewConfig()).text.endswith("FAILED x") is False
     # A page of the expansion tools posted back is never cut again.
     assert whole_view_config(ViewConfig(view_tokens=300), short).view_tokens is None
@@ -89,7 +90,8 @@ def test_a_posted_output_is_capped_and_stays_readable_by_ref(alice, make_session
 @pytest.mark.django_db
 def test_view_share_one_turns_the_cap_off_and_bounds_are_checked(alice, make_session):
     sid = make_session(**WINDOW, policy={"tool_output_cache": {"view_share": 1}})["id"]
-    text = log(200)  # ~2k tokens: over 0.02 of the window, under spec 000's 50 KiB
+    # ~2k tokens: over 0.02 of the window, under the 50 KiB cap (docs/concepts/trimming.md#cut-view)
+    text = log(200)
     body = alice.post(f"sessions/{sid}/messages", {"messages": tool_turn("c1", text)}).json()
     assert body["messages"][-1]["view"] == "full"
     for bad in (0, 1.5):

@@ -14,10 +14,11 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture(autouse=True)
 def _no_insertion_cap(monkeypatch):
-    """These tests exercise spec 000 §1.6-1.7 views and trims and spec 001's refusals
-    on outputs far over the insertion cap (``tool_output_cache.view_share``, 0.02 of the
-    window by default), which would cut them small first: the cap is off here (the
-    whole window), as with ``view_share: 1``; it is tested in test_output_view_cap.py."""
+    """These tests exercise the views and trims of docs/concepts/trimming.md#views and the refusals
+    of docs/concepts/guard.md#tool-preflight on outputs far over the insertion cap
+    (``tool_output_cache.view_share``, 0.02 of the window by default), which would cut them small
+    first: the cap is off here (the whole window), as with ``view_share: 1``; it is tested in
+    test_output_view_cap.py."""
     monkeypatch.setattr("contextsvc.engine.output_views.DEFAULT_VIEW_SHARE", 1.0)
 
 
@@ -46,7 +47,7 @@ def test_tool_result_is_stored_in_full_with_a_ref_and_a_view_spec000(alice, make
     body = post(alice, sid, [{"role": "user", "content": "list"}, *tool_turn("c1", text)])
     result = body["messages"][-1]
     output = ToolOutput.objects.get(ref=result["output_ref"])
-    # spec 000 §1.4 ToolOutputRef
+    # docs/concepts/trimming.md#output-ref
     assert result["ref"] == {"id": output.ref, "byte_size": len(text.encode()), "line_count": 5000}
     assert result["view"] == "cut"
     assert output.tool_name == "bash"  # from the assistant's call
@@ -166,7 +167,7 @@ def test_disabled_cache_keeps_results_as_posted(alice, make_session):
     assert context(alice, sid)["messages"][-1]["content"] == text
 
 
-# --- budget trim (spec 000 §1.7) ---------------------------------------------------------------
+# --- budget trim (docs/concepts/trimming.md#budget-trim) ------------------------------------------
 
 BUDGET = 3_000  # tokens; each output below is ~1,000
 
@@ -543,7 +544,7 @@ def test_session_outputs_are_listed(alice, make_session):
     assert [i["source"] for i in items] == ["message", "upload"]
 
 
-# --- tool budget (spec 001) -----------------------------------------------------------------------
+# --- tool budget (docs/concepts/guard.md#tool-budget) ---------------------------------------------
 
 SMALL = {"context_window": 8_000, "max_output_tokens": 1_000, "buffer_tokens": 0}  # limit 7,000
 
@@ -595,7 +596,7 @@ def test_release_drops_reservations(alice, make_session):
 
 
 def test_reservation_that_does_not_fit_sets_tool_budget_exceeded(alice, make_session):
-    # spec 001 as written: once set, every later reservation is refused.
+    # docs/concepts/guard.md#sticky-refusal: once set, every later reservation is refused.
     sid = make_session(**SMALL, policy={"tool_budget_sticky": True})["id"]
     body = alice.post(f"sessions/{sid}/tools/reserve", {"tokens": 7_500}).json()
     assert body["ok"] is False and body["reason"] == "toolBudgetExceeded"
@@ -610,7 +611,8 @@ def test_reservation_that_does_not_fit_sets_tool_budget_exceeded(alice, make_ses
 def test_output_over_the_limit_is_stored_but_replaced_by_a_failure_view_spec001(
     alice, make_session
 ):
-    # spec 001 as written applies when compaction cannot make room.
+    # the guard's final turn applies when compaction cannot make room
+    # (docs/concepts/guard.md#final-turn).
     policy = {"compaction": {"auto": False}, "tool_budget_sticky": True}
     sid = make_session(**SMALL, policy=policy)["id"]
     post(alice, sid, [{"role": "user", "content": "read the log"}])

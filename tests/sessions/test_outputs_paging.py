@@ -1,4 +1,5 @@
-"""spec 000 §1.8 tool_output_cache reads: paging inside a very long line, ``limit: 0``.
+"""docs/concepts/trimming.md#line-paging tool_output_cache reads: paging inside a very long line,
+``limit: 0``.
 
 Through ``GET /refs/{ref}`` and the built-in ``tool_output_cache``.
 """

@@ -1,7 +1,7 @@
 """Prompt sections, cache breakpoints and cache accounting over the API.
 
-spec 002 §4 (PromptBuilder, breakpoints), §8 (graceful degradation), spec 000
-§2.7.1 (the provider history is rebuilt after compaction), and the bad-input
+docs/concepts/caching.md#breakpoints, docs/concepts/caching.md#degradation, and the provider
+history rebuilt after compaction (docs/concepts/proxy-rules.md#rebuilt-request), and the bad-input
 rules.
 """
 
@@ -70,7 +70,7 @@ def sid(alice, make_session):
     return sid
 
 
-# --- spec 002 §4: order and breakpoints -------------------------------------------------------
+# --- docs/concepts/caching.md#section-order: order and breakpoints --------------------------------
 
 
 def test_s002_4_anthropic_sections_ordered_with_breakpoints(alice, sid):
@@ -265,7 +265,7 @@ def test_s000_2_7_1_history_rebuilt_after_compaction(alice, sid):
     assert Message.objects.filter(session__external_id=sid).count() == 6
 
 
-# --- spec 002 §8: graceful degradation --------------------------------------------------------
+# --- docs/concepts/caching.md#degradation: graceful degradation -----------------------------------
 
 
 def test_s002_8_section_assembly_failure_falls_back_to_plain_concatenation(

@@ -1,4 +1,5 @@
-"""spec 002 §4 over the API: cacheable sections first within a kind, breakpoints only before change."""
+"""docs/concepts/caching.md#cacheable-first over the API: cacheable sections first within a kind,
+breakpoints only before change."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""spec 001 tool budget over the API: uncounted report tools, preview = charge, refusals."""
+"""docs/concepts/guard.md#tool-budget over the API: uncounted report tools, preview = charge,
+refusals."""
 
 from __future__ import annotations
 
@@ -12,12 +13,12 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture(autouse=True)
 def _no_insertion_cap(monkeypatch):
-    """These tests exercise spec 000 §1.6-1.7 views and trims and spec 001's refusals
-    on outputs far over the insertion cap (``tool_output_cache.view_share``, 0.02 of the
-    window by default), which would cut them small first: the cap is off here (the
-    window times ten: a cap of the window itself still cut an 11k-token output to a view
-    a few tokens either side of the limit, and whether it was refused hung on the size of
-    its notice); it is tested in test_output_view_cap.py."""
+    """These tests exercise the views and trims of docs/concepts/trimming.md#views and the refusals
+    of docs/concepts/guard.md#tool-preflight on outputs far over the insertion cap
+    (``tool_output_cache.view_share``, 0.02 of the window by default), which would cut them small
+    first: the cap is off here (the window times ten: a cap of the window itself still cut an
+    11k-token output to a view a few tokens either side of the limit, and whether it was refused
+    hung on the size of its notice); it is tested in test_output_view_cap.py."""
     monkeypatch.setattr("contextsvc.engine.output_views.DEFAULT_VIEW_SHARE", 10.0)
 
 

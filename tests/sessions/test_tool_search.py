@@ -1,4 +1,5 @@
-"""Tool-description deferral behind tool_search over the API (spec 002 §5).
+"""Tool-description deferral behind tool_search over the API
+(docs/concepts/deferral.md#tool-search).
 
 Sessions from ``make_session`` have an effective window of 32,000 − 4,096 −
 2,048 = 25,856 tokens, so the default threshold (0.10) leaves 2,585 tokens

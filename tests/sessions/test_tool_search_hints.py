@@ -1,4 +1,5 @@
-"""spec 002 §5 over the API: the "## Available Tools" listing, ``search_hint`` on PUT /tools."""
+"""docs/concepts/deferral.md#tool-search over the API: the "## Available Tools" listing,
+``search_hint`` on PUT /tools."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Views over the API (spec 000 §1.5-§1.8, spec 001): cache reads posted back, images, trim switch."""
+"""Views over the API (docs/concepts/trimming.md#views, docs/concepts/guard.md#tool-preflight):
+cache reads posted back, images, trim switch."""
 
 from __future__ import annotations
 

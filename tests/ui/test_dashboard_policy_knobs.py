@@ -1,4 +1,5 @@
-"""The inspector shows every compaction knob and offers spec 004's strategies."""
+"""The inspector shows every compaction knob and offers every strategy
+(docs/concepts/compaction.md#chain)."""
 
 from __future__ import annotations
 
@@ -28,8 +29,8 @@ def test_inspector_shows_the_compaction_knobs_with_defaults_and_overrides(op, ma
 
 
 def test_the_policy_page_selects_the_tree_strategy_and_its_knobs(op, make_dash_session):
-    """spec 004's tree is offered in the policy page's strategy select; the knobs
-    are checked by the API's schema (bounds), and a valid choice is stored."""
+    """the tree strategy (docs/concepts/compaction.md#tree) is offered in the policy page's strategy
+    select; the knobs are checked by the API's schema (bounds), and a valid choice is stored."""
     from tests.ui.test_dashboard_policy import _form
 
     session = make_dash_session(turns=1)

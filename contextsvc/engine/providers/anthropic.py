@@ -6,7 +6,7 @@ Rules (see ``common`` for the meta carried on a text part):
   sections ``system.0`` … in order. A block is cacheable when it or a later
   block carries ``cache_control`` (it lies in the prefix the client caches);
   with no marker at all every section is cacheable and the service plans the
-  breakpoints (spec 002 §4).
+  breakpoints (docs/concepts/caching.md#breakpoints).
 - ``cache_control`` is the client's caching hint, not content: it is dropped
   from every block on the way in, because the service places its own
   breakpoints (at most 4 per request).

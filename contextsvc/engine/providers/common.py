@@ -55,9 +55,9 @@ class ConversionError(ValueError):
 class Usage:
     """Provider-reported usage in the service's terms (``POST /usage``).
 
-    ``input_tokens`` excludes cached input, as Anthropic reports it (spec 000
-    §2.3: total = input + cache creation + cache read + output); an OpenAI
-    ``prompt_tokens`` is split into its cached part and the rest.
+    ``input_tokens`` excludes cached input, as Anthropic reports it
+    (docs/concepts/context-build.md#usage-total: total = input + cache creation + cache read +
+    output); an OpenAI ``prompt_tokens`` is split into its cached part and the rest.
     """
 
     input_tokens: int = 0

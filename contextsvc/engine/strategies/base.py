@@ -54,8 +54,8 @@ class TokenCounter:
 
 @dataclass(slots=True)
 class Window:
-    """The live context a compaction works on: the head (spec 004 sandwich: the
-    conversation's first messages, kept as messages before the summary), retain
+    """The live context a compaction works on: the head (docs/concepts/compaction.md#sandwich-head:
+    the conversation's first messages, kept as messages before the summary), retain
     and summary (sent as user messages, or the summary in the system role) and
     the live messages, oldest first.
 
@@ -114,15 +114,16 @@ def check_nonneg_int(value: Any, name: str) -> int:
 
 @dataclass(frozen=True, slots=True)
 class CompactionConfig:
-    """spec 000 CompactionConfig + spec 004 sandwich + context-editing knobs."""
+    """The settings of docs/concepts/compaction.md#retain-summary,
+    docs/concepts/compaction.md#sandwich and docs/concepts/compaction.md#tool-clearing."""
 
     retain_last_turns: int = 1
     keep_tool_uses: int = 3
     exclude_tools: frozenset[str] = frozenset()
     clear_at_least: int = 0
     clear_tool_inputs: bool = False
-    # spec 002 §6 / clear_tool_uses: results under this many bytes are not
-    # worth clearing (the note and the broken cache prefix cost more).
+    # docs/concepts/compaction.md#tool-clearing / clear_tool_uses: results under this many bytes are
+    # not worth clearing (the note and the broken cache prefix cost more).
     clear_min_bytes: int = 1024
     # "keep_recent" (keep the ``keep_tool_uses`` newest) or "oldest_half".
     clear_mode: str = "keep_recent"
@@ -133,9 +134,11 @@ class CompactionConfig:
     preserve_top: int = 5
     preserve_bottom: int = 5
     sandwich_threshold: float = 0.7
-    # spec 004: the middle must hold at least this many messages to be compressed.
+    # docs/concepts/compaction.md#sandwich: the middle must hold at least this many messages to be
+    # compressed.
     sandwich_min_middle: int = 1
-    # spec 004's prompt asks to preserve four kinds of content: ask for them as sections.
+    # the compression prompt (docs/concepts/compaction.md#compression-prompt) asks to preserve four
+    # kinds of content: ask for them as sections.
     sandwich_sections: bool = True
     summary_max_tokens: int = 4096
     # Cap on what is sent to the summariser (None: no cap).
@@ -145,9 +148,9 @@ class CompactionConfig:
     # A later compaction summarises only what left the window since the last
     # one and merges (``engine.summary_merge``); False: re-summarise it all.
     incremental_summary: bool = True
-    # sliding_window: the newest messages kept (spec 004).
+    # sliding_window: the newest messages kept (docs/concepts/compaction.md#sliding-window).
     keep_last_n: int = 20
-    # tree (spec 004 TreeSummaryStrategy): messages per leaf summary, and how many
+    # tree (docs/concepts/compaction.md#tree): messages per leaf summary, and how many
     # levels of summaries of summaries stand above the leaves (1: leaves only).
     chunk_size: int = 20
     levels: int = 3
@@ -228,7 +231,8 @@ class CompactionConfig:
             keep_last_n=p.get("keep_last_n", 20),
             chunk_size=p.get("chunk_size", 20),
             levels=p.get("levels", 3),
-            # spec 000 §2.6.2: compaction.model wins over the caller's model.
+            # docs/concepts/compaction.md#summary-model: compaction.model wins over the caller's
+            # model.
             model=p.get("model") or model,
             prompts=prompts,
         )
@@ -236,7 +240,8 @@ class CompactionConfig:
 
 @dataclass(frozen=True, slots=True)
 class ContextState:
-    """spec 004 ContextState: the cached sandwich summary and the range it covers."""
+    """docs/concepts/compaction.md#sandwich-cache: the cached sandwich summary and the range it
+    covers."""
 
     strategy: str
     summary: str
@@ -269,7 +274,8 @@ class StrategyContext:
     force: bool = False
     # "budget" (the chain's last link) or "overflow" (the provider said too long).
     reason: str = "budget"
-    # spec 004 max_context_tokens for the sandwich threshold (None: the target).
+    # docs/concepts/compaction.md#sandwich-threshold max_context_tokens for the sandwich threshold
+    # (None: the target).
     max_context_tokens: int | None = None
     # The hard limit for the window (what the provider accepts, by our count):
     # cutting inside the newest turn only aims here, never at the lower target.

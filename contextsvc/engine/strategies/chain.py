@@ -1,4 +1,5 @@
-"""The strategy chain: names, validation and ``run_chain`` (spec 002 chain, spec 004 state)."""
+"""The strategy chain: names, validation and ``run_chain`` (docs/concepts/compaction.md#chain,
+docs/concepts/compaction.md#sandwich)."""
 
 from __future__ import annotations
 
@@ -60,7 +61,7 @@ def validate_chain(names: Sequence[str]) -> tuple[str, ...]:
 
 @dataclass(slots=True)
 class CompactResult:
-    """spec 002 §7 CompactResult (plus the per-strategy reports)."""
+    """docs/concepts/compaction.md#compact-result (plus the per-strategy reports)."""
 
     before_tokens: int
     after_tokens: int
@@ -159,8 +160,8 @@ def run_chain(window: Window, names: Sequence[str], ctx: StrategyContext) -> Cha
                 if outcome.state_changed:
                     state, state_changed = outcome.sandwich_state, True
             elif state is not None:
-                # spec 004: the cached state is cleared when the strategy changes
-                # (the summary slot now holds another strategy's text).
+                # docs/concepts/compaction.md#sandwich-cache: the cached state is cleared when the
+                # strategy changes (the summary slot now holds another strategy's text).
                 state, state_changed = None, True
     if window is not original:
         # The newest mid-conversation system instructions survive compaction.

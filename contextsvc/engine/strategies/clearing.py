@@ -1,8 +1,9 @@
-"""Tool clearing: old tool results replaced by their ref (spec 002 chain link 1).
+"""Tool clearing: old tool results replaced by their ref
+(docs/concepts/compaction.md#tool-clearing).
 
-The knobs follow Anthropic's ``clear_tool_uses`` context edit and spec 002 §6:
-keep the N newest results (``keep_tool_uses``) or clear the oldest half
-(``clear_mode="oldest_half"``); leave results under ``clear_min_bytes``
+The knobs follow Anthropic's ``clear_tool_uses`` context edit and
+docs/concepts/compaction.md#tool-clearing: keep the N newest results (``keep_tool_uses``) or clear
+the oldest half (``clear_mode="oldest_half"``); leave results under ``clear_min_bytes``
 alone; with ``adaptive_keep`` keep more in error-heavy or tool-dense
 stretches and keep error results longer; the note names the original size.
 """
@@ -93,7 +94,8 @@ def clear_inputs(msg: Message, counter: TokenCounter) -> Message:
 
 
 def tool_clearing(window: Window, ctx: StrategyContext) -> StrategyOutcome:
-    """Replace old tool results by their ref (spec 002 chain link 1; context editing).
+    """Replace old tool results by their ref (docs/concepts/compaction.md#tool-clearing; context
+    editing).
 
     The results ``kept_results`` names stay; results of ``exclude_tools`` and
     results under ``clear_min_bytes`` are never cleared; unless forced, clearing goes oldest

@@ -1,4 +1,5 @@
-"""Where a compaction may cut: safe turn boundaries below the open-call floor (spec 003)."""
+"""Where a compaction may cut: safe turn boundaries below the open-call floor
+(docs/concepts/context-build.md#turns)."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ def open_call_floor(messages: Sequence[Message]) -> int:
 
 
 def snap_cut(messages: Sequence[Message], target: int, *, ceiling: int | None = None) -> int:
-    """A safe turn-boundary cut at or before ``target`` (spec 003 findSafeBoundary),
+    """A safe turn-boundary cut at or before ``target`` (docs/concepts/context-build.md#safe-cuts),
     never past ``ceiling``; a cut at the very end is always safe. 0: no cut."""
     n = len(messages)
     ceiling = n if ceiling is None else min(ceiling, n)
@@ -60,8 +61,8 @@ def iteration_cut(
 
     An agent that works through one task is one long turn (one user message,
     hundreds of tool iterations): keeping "the last turn" keeps everything, and
-    a summary could never free anything. spec 003 allows breaking turn
-    atomicity as the last resort; here it is broken at an iteration boundary
+    a summary could never free anything. docs/concepts/compaction.md#single-turn-fallback allows
+    breaking turn atomicity as the last resort; here it is broken at an iteration boundary
     (an assistant message where no call is separated from its results, never
     past a call still waiting), keeping as many recent iterations as fit.
     ``start`` when no such cut exists.
@@ -91,9 +92,9 @@ def leaving_cut(
     """Where a summarising compaction cuts: before the last ``retain_last_turns``
     turns, and (True) whether it had to cut inside the newest turn.
 
-    spec 003's last resort, for a history with no whole turn to summarise (one
-    agent task of many iterations): the kept turns get at most half the target;
-    the rest is for the summary and what arrives next. With an earlier turn
+    the last resort (docs/concepts/compaction.md#single-turn-fallback), for a history with no whole
+    turn to summarise (one agent task of many iterations): the kept turns get at most half the
+    target; the rest is for the summary and what arrives next. With an earlier turn
     start to cut at, the cut stays there even when the kept turns exceed the
     target: it is a goal, and the emergency link fits a newest turn that
     overflows the room.

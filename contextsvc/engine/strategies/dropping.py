@@ -1,11 +1,12 @@
-"""Dropping the oldest turns: spec 003's emergency compression and its single-turn fallback.
+"""Dropping the oldest turns: the emergency path and its single-turn fallback
+(docs/concepts/compaction.md#emergency).
 
-spec 003 forceCompression drops the oldest ~50 % of the turns. After the
-provider reported an overflow (``reason == "overflow"``, spec 000 §2 "before
-the model's window is exceeded") the path must also *make progress*: it keeps
+docs/concepts/compaction.md#emergency drops the oldest ~50 % of the turns. After the
+provider reported an overflow (``reason == "overflow"``, docs/concepts/compaction.md#overflow)
+the path must also *make progress*: it keeps
 dropping turns down to the newest user message until the window fits, and
-when one turn alone is too big it breaks turn atomicity as spec 003's last
-resort — never between a call and its results:
+when one turn alone is too big it breaks turn atomicity as the last
+resort (docs/concepts/compaction.md#single-turn-fallback) — never between a call and its results:
 
 1. drop the middle iterations of the newest turn (its user message and the
    newest iterations that fit stay; ``cuts.iteration_cut``);
@@ -128,8 +129,8 @@ def truncate_user(msg: Message, keep_tokens: int, counter: TokenCounter) -> Mess
 
 
 def _turn_cut(msgs: list[Message], goal: int | None, spare: int, ctx: StrategyContext) -> int:
-    """spec 003: drop the oldest ~half of the turns; after an overflow, keep going
-    (whole turns, down to the newest user message) until the rest fits ``goal``."""
+    """docs/concepts/compaction.md#emergency: drop the oldest ~half of the turns; after an overflow,
+    keep going (whole turns, down to the newest user message) until the rest fits ``goal``."""
     spans = turn_spans(msgs)
     if len(spans) < 2:
         return 0
@@ -202,7 +203,7 @@ def is_inner_cut_ok(kept: list[Message], inner: int) -> bool:
 
 
 def drop_oldest_turns(window: Window, ctx: StrategyContext) -> StrategyOutcome:
-    """spec 003 forceCompression: drop the oldest ~50 % of turns at a safe boundary,
+    """docs/concepts/compaction.md#emergency: drop the oldest ~50 % of turns at a safe boundary,
     and after an overflow as much more as the window needs (module doc)."""
     msgs = list(window.messages)
     counter = ctx.counter
@@ -231,8 +232,8 @@ def drop_oldest_turns(window: Window, ctx: StrategyContext) -> StrategyOutcome:
             [], lifted, f"{window.summary}\n\n{draft}", search_hint=window.search_hint
         ).preamble()
     )
-    # A sandwich's head (spec 004) stays and costs its tokens, like the preamble;
-    # after an overflow, one that takes over half the limit cannot stay: its
+    # A sandwich's head (docs/concepts/compaction.md#sandwich-head) stays and costs its tokens, like
+    # the preamble; after an overflow, one that takes over half the limit cannot stay: its
     # messages become the oldest turns, dropped first.
     head = list(window.head)
     head_tokens = counter.messages(head)
@@ -260,11 +261,13 @@ def drop_oldest_turns(window: Window, ctx: StrategyContext) -> StrategyOutcome:
         and (hard is None or counter.messages(kept) + spare <= hard)
     ):
         # The provider said too long while our count says it fits: we undershoot.
-        # Halve what is left (spec 003's ~50 %) rather than resend the same request.
+        # Halve what is left (about half, docs/concepts/compaction.md#emergency) rather than resend
+        # the same request.
         soft = hard = (counter.messages(kept) + spare) // 2
     inner = 0
-    # Breaking turn atomicity is for one turn alone (spec 003's last resort):
-    # with whole turns still kept, the cut stays at a turn start.
+    # Breaking turn atomicity is for one turn alone (the last resort
+    # (docs/concepts/compaction.md#single-turn-fallback)): with whole turns still kept, the cut
+    # stays at a turn start.
     if hard is not None and len(turn_spans(kept)) <= 1:
         soft = hard if soft is None else min(soft, hard)
         kept, inner = _shrink_turn(kept, max(0, soft), max(0, hard), spare, ctx)

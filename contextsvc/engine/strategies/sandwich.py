@@ -1,4 +1,5 @@
-"""The sandwich strategy: top and bottom kept, the middle compressed and cached (spec 004)."""
+"""The sandwich strategy: top and bottom kept, the middle compressed and cached
+(docs/concepts/compaction.md#sandwich)."""
 
 from __future__ import annotations
 
@@ -31,8 +32,8 @@ from contextsvc.engine.summarize import (
 from contextsvc.engine.turns import unsafe_cuts
 
 DEFAULT_PROMPTS = PromptConfig()
-# spec 004's compression prompt names four things to preserve; asked for as
-# sections, a later compression (and the agent) finds each kind in one place.
+# The compression prompt (docs/concepts/compaction.md#compression-prompt) names four things to
+# preserve; asked for as sections, a later compression (and the agent) finds each kind in one place.
 SECTIONS_INSTRUCTION = """Structure the summary under these headings, in this order (write "none" under an empty one):
 ## Key facts and decisions
 ## Context needed to continue
@@ -46,7 +47,7 @@ def _check_limit(max_context_tokens: int) -> None:
         or not isinstance(max_context_tokens, int)
         or max_context_tokens <= 0
     ):
-        # spec 004 validation rules / CX-NT1.
+        # docs/concepts/context-build.md#limit-validation.
         raise EngineValidationError(
             "Context limit must be positive",
             field="max_context_tokens",
@@ -56,7 +57,7 @@ def _check_limit(max_context_tokens: int) -> None:
 
 @dataclass(slots=True)
 class ContextResult:
-    """spec 004 ContextResult, plus where the kept top ends and the bottom starts."""
+    """docs/concepts/compaction.md#sandwich, plus where the kept top ends and the bottom starts."""
 
     messages: list[Message]
     summary_used: bool
@@ -68,7 +69,8 @@ class ContextResult:
 
 
 class SandwichStrategy:
-    """spec 004's default strategy: keep the beginning and the end, compress the middle.
+    """The sandwich (docs/concepts/compaction.md#sandwich): keep the beginning and the end, compress
+    the middle.
 
     Message counts are snapped to safe cuts: the top grows (to a near next
     turn start where the middle allows) and the bottom grows until no call is
@@ -121,7 +123,7 @@ class SandwichStrategy:
         return self.estimate(messages) > threshold and not self.too_short(messages)
 
     def too_short(self, messages: Sequence[Message]) -> bool:
-        """spec 004 "not enough to compress": no middle of at least ``min_middle``
+        """docs/concepts/compaction.md#compression-not-needed: no middle of at least ``min_middle``
         messages between the preserved top and bottom (snapped to safe cuts)."""
         if len(messages) <= self.preserve_top + self.preserve_bottom:
             return True
@@ -138,9 +140,9 @@ class SandwichStrategy:
         bottom_start = min(max(n - self.preserve_bottom, 0), open_call_floor(messages))
         while bottom_start > 0 and unsafe[bottom_start]:
             bottom_start -= 1
-        # The head, sent as messages, ends at a turn start where it can (spec
-        # 003: a user message no call / result pair straddles): whole turns,
-        # no question whose answer is in the summary. Only a near one: within
+        # The head, sent as messages, ends at a turn start where it can
+        # (docs/concepts/context-build.md#turns: a user message no call / result pair straddles):
+        # whole turns, no question whose answer is in the summary. Only a near one: within
         # ``preserve_top`` more messages (an agent's first turn can be hundreds
         # of tool calls long, and the head is never compressed) and leaving a
         # middle worth compressing; otherwise the call/result-safe cut stands.
@@ -153,13 +155,14 @@ class SandwichStrategy:
         return top_end, bottom_start
 
     def is_valid(self, state: ContextState | None, messages: Sequence[Message]) -> bool:
-        """spec 004 cache validity: the range starts after the top and ends before the bottom."""
+        """docs/concepts/compaction.md#sandwich-cache: the range starts after the top and ends
+        before the bottom."""
         if state is None or state.strategy != self.name:
             return False
         return tuple(state.summary_range) == self.ranges(messages)
 
     def compress(self, messages: Sequence[Message], summarizer: Summarizer | None) -> str:
-        """spec 004 "Compress Middle" (CX-NT2: empty input is a validation error)."""
+        """docs/concepts/context-build.md#validation (CX-NT2: empty input is a validation error)."""
         source, _ = fit_summary_input(messages, self.summary_input_tokens, self.counter)
         request = make_compress_request(
             source, self.prompts, model=self.model, max_tokens=self.max_tokens
@@ -176,8 +179,9 @@ class SandwichStrategy:
         return text
 
     def summary_message(self, summary: str) -> Message:
-        # spec 004 puts it in a system message; a history never carries one
-        # (spec 003), so it travels as the summary slot: a user message.
+        # The sandwich's summary is a system message
+        # (docs/concepts/context-build.md#summary-placement); a history never carries one
+        # (docs/concepts/context-build.md#turns), so it travels as the summary slot: a user message.
         return Message(role="user", content=SANDWICH_SUMMARY_FORMAT.format(summary=summary))
 
     def build_context(
@@ -190,7 +194,7 @@ class SandwichStrategy:
         force: bool = False,
         strict: bool = False,
     ) -> ContextResult:
-        """spec 004 Build Context. ``strict`` (a forced compression of the sandwich
+        """docs/concepts/compaction.md#sandwich. ``strict`` (a forced compression of the sandwich
         alone): a conversation too short to compress raises
         ``CompressionNotNeededError`` instead of coming back whole."""
         _check_limit(max_context_tokens)
@@ -268,7 +272,7 @@ def with_sections(prompt: str) -> str:
 
 
 def sandwich(window: Window, ctx: StrategyContext) -> StrategyOutcome:
-    """spec 004 sandwich on the whole conversation, written back as a window:
+    """docs/concepts/compaction.md#sandwich on the whole conversation, written back as a window:
     the top as the window's head (real messages, sent before the summary as
     they were posted), the middle's summary as summary, the bottom live."""
     cfg = ctx.config

@@ -1,4 +1,5 @@
-"""spec 004's simple strategies: ``sliding_window`` and ``full_history``.
+"""The simple strategies: ``sliding_window`` and ``full_history``
+(docs/concepts/compaction.md#sliding-window).
 
 ``sliding_window`` keeps the last ``keep_last_n`` messages and drops the rest
 (no summary call: nothing to pay for but the prefix it re-writes), cutting
@@ -67,7 +68,7 @@ def sliding_window(window: Window, ctx: StrategyContext) -> StrategyOutcome:
 
 
 def full_history(window: Window, ctx: StrategyContext) -> StrategyOutcome:
-    """Never compresses (spec 004): the window stays as it is."""
+    """Never compresses (docs/concepts/compaction.md#sandwich): the window stays as it is."""
     return make_outcome(
         "full_history", window, None, ctx, {"skipped": "full_history never compresses"}
     )

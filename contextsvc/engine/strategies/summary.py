@@ -1,4 +1,5 @@
-"""Retain + summary of all but the last turns (spec 000 §2.6-2.7), and fitting its input."""
+"""Retain + summary of all but the last turns (docs/concepts/compaction.md#retain-summary), and
+fitting its input."""
 
 from __future__ import annotations
 
@@ -116,7 +117,8 @@ def _call_summarizer(ctx: StrategyContext, request: Any) -> SummaryResult:
 
 
 def summarize(window: Window, ctx: StrategyContext) -> StrategyOutcome:
-    """spec 000 §2.6-2.7: retain + summary + the last ``retain_last_turns`` turns.
+    """docs/concepts/compaction.md#retain-summary: retain + summary + the last ``retain_last_turns``
+    turns.
 
     The earlier retain and summary are part of what is summarised, so a second
     compaction folds the first one in rather than losing it.
@@ -168,8 +170,9 @@ def summarize(window: Window, ctx: StrategyContext) -> StrategyOutcome:
             # to the retain slot verbatim, with no summary call. Skipping here
             # would leave the emergency link to drop the task with its turn.
             return _pin_only(window, ctx, cut, pinned, pins, details)
-        # Only a tool-calling assistant message with nothing to say: spec 000
-        # §2.6.1 drops it, which leaves nothing to summarise.
+        # Only a tool-calling assistant message with nothing to say:
+        # docs/concepts/compaction.md#strip-trailing-calls drops it, which leaves nothing to
+        # summarise.
         return make_outcome(
             "summarize", window, None, ctx, {**details, "skipped": "nothing to summarise"}
         )

@@ -1,11 +1,12 @@
-"""spec 004's ``tree`` strategy: hierarchical summaries, each chunk summarised once.
+"""The ``tree`` strategy (docs/concepts/compaction.md#tree): hierarchical summaries, each chunk
+summarised once.
 
 What leaves the window is cut into chunks of ``chunk_size`` messages (a chunk
 never starts with a tool result, so a call and its results stay together);
-each chunk is summarised once, alone — spec 004's compression prompt with
-that chunk as its only input — into a level-1 node. When a level holds more
-than ``FAN_IN`` nodes, its oldest ``FAN_IN`` are summarised together into one
-node of the level above (a summary of summaries); at the top level
+each chunk is summarised once, alone — the compression prompt
+(docs/concepts/compaction.md#compression-prompt) with that chunk as its only input — into a level-1
+node. When a level holds more than ``FAN_IN`` nodes, its oldest ``FAN_IN`` are summarised together
+into one node of the level above (a summary of summaries); at the top level
 (``levels``) they merge into one top node. A compaction therefore reads the
 new chunks and, now and then, ``FAN_IN`` short summaries: never the whole
 history, however long the session (O(new chunk) per compaction). The memory

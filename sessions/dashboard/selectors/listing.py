@@ -76,7 +76,7 @@ def session_agents() -> list[str]:
 
 
 def usable_tokens(session: Session) -> int:
-    """The effective window: window − buffer − reserved output (spec 001's limit)."""
+    """The effective window: window − buffer − reserved output (the guard's limit)."""
     return max(1, session.context_window - session.buffer_tokens - session.max_output_tokens)
 
 

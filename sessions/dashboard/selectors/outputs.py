@@ -22,7 +22,8 @@ from sessions.outputs.grep import output_grep
 from sessions.outputs.read import CUT_MARK, output_slice
 
 OUTPUT_PAGE_LINES = 200
-OUTPUT_LINE_CHARS = 2000  # a line longer than this is cut in the viewer (spec 000 §1.3's default)
+# a line longer than this is cut in the viewer (docs/concepts/trimming.md#cut-view)
+OUTPUT_LINE_CHARS = 2000
 GREP_MAX_MATCHES = 200
 HIGHLIGHT_TIMEOUT = 0.5  # seconds for all highlighting of one grep answer
 
@@ -172,7 +173,8 @@ class PlaceholderInfo:
 
 
 def seen_lines(view: str | None, line_count: int) -> int | None:
-    """How many leading lines a cut view showed (from its notice, spec 000 §1.6)."""
+    """How many leading lines a cut view showed (from its notice,
+    docs/concepts/trimming.md#cut-view)."""
     if not view:
         return None
     if m := _SHOWING.search(view):

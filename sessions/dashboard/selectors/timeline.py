@@ -44,7 +44,9 @@ class TimelineMessage:
     compacted: bool  # before the live window: summarised away
     has_parts: bool
     retracted: bool = False  # taken out of the window by the agent (kept for the record)
-    head: bool = False  # the conversation's start a sandwich compaction kept live (spec 004)
+    # the conversation's start a sandwich compaction kept live
+    # (docs/concepts/compaction.md#sandwich-head)
+    head: bool = False
 
     @property
     def badges(self) -> list[str]:

@@ -125,7 +125,7 @@ def usage_over_turns(session: Session, *, max_bars: int = MAX_BARS) -> UsageSeri
     )
     # An agent working through one task is one user turn of hundreds of LLM
     # calls: one bar would say nothing. Below PER_CALL_BELOW user turns, a bar
-    # is one LLM call (spec 001's "turn": each request), starting at its
+    # is one LLM call (a guard evaluation: each request), starting at its
     # assistant message.
     by_call = sum(1 for row in rows if row[1] == "user") < PER_CALL_BELOW
     called = False  # by_call: the current bar already holds an answer
@@ -151,7 +151,8 @@ def usage_over_turns(session: Session, *, max_bars: int = MAX_BARS) -> UsageSeri
         conv = conv_at.get(event.after_seq, totals[0]) - conv_at.get(before, 0)
         outs = outs_at.get(event.after_seq, totals[1]) - outs_at.get(before, 0)
         if 0 < event.head_end_seq < event.start_seq:
-            # A sandwich's head stayed live before the gap (spec 004).
+            # A sandwich's head stayed live before the gap
+            # (docs/concepts/compaction.md#sandwich-head).
             conv += conv_at.get(event.head_end_seq, 0)
             outs += outs_at.get(event.head_end_seq, 0)
         if last:

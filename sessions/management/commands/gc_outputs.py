@@ -1,4 +1,5 @@
-"""manage.py gc_outputs [--dry-run] [--older-than-days N] (spec 000 §1.9)."""
+"""manage.py gc_outputs [--dry-run] [--older-than-days N]
+(docs/concepts/trimming.md#garbage-collection)."""
 
 from __future__ import annotations
 
