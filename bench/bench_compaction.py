@@ -5,9 +5,8 @@
 
 Uses its own database (<name>_compaction_bench, created, migrated, dropped)
 and real ``celery worker`` processes. Without REDIS_URL the embedded
-filesystem broker is used (it polls its folder about once a second, which
-shows in the end-to-end figure). Conversation text replays the recorded agent
-trajectories of the workloads folder (``CONTEXTSVC_SHARED``) when present (synthetic otherwise).
+filesystem broker is used (it polls its folder about once a second). Text replays
+the recorded runs of the workloads folder (``CONTEXTSVC_SHARED``), else synthetic.
 
 1. Offline-summariser compaction of a ~200k-token session, end to end through
    the worker: from the request (enqueue on commit) to the run's row saying
@@ -16,8 +15,7 @@ trajectories of the workloads folder (``CONTEXTSVC_SHARED``) when present (synth
    Messages API answering in 0 ms: the service's own time around the model
    call (run total minus time inside the SDK call). Target ≤ 150 ms.
 3. Worker peak RSS (VmHWM) while compacting a session holding 200 MB of tool
-   outputs (stored in ToolOutput; compaction reads views only).
-   Target ≤ 300 MB.
+   outputs (compaction reads views only). Target ≤ 300 MB.
 """
 
 from __future__ import annotations

@@ -215,6 +215,15 @@ VARIABLES = (
         "the team's shared folder (specs, recorded workloads)",
     ),
     Variable(
+        "CONTEXTSVC_AGENTS", "development", "bool", Derived("true in CI, else false"),
+        "`bin/test` installs the agent CLIs (Claude Code, Codex; ~800 MB from npm) and runs "
+        "their tests (`bin/test --agents`)",
+    ),
+    Variable(
+        "CONTEXTSVC_TEST_WORKERS", "development", "str", "auto",
+        "pytest-xdist workers of `bin/test` (`auto`: one per core; `1`: one process)",
+    ),
+    Variable(
         "CONTEXTSVC_DOCS_SCREENSHOTS", "development", "bool", False,
         "the browser tests save the dashboard's pictures to docs/img (`bin/docs screenshots`)",
     ),
