@@ -8,10 +8,25 @@ them and load contextsvc.settings itself (whatever their working directory).
 """
 
 import os
+import re
 
 os.environ.setdefault("SECRET_KEY", "contextsvc-test-suite-key-" + "k7Qp2xVb9LmZ3rTw8NcY5hJd4" * 2)
 os.environ.setdefault("CONTEXTSVC_PLAIN_HTTP", "true")
 os.environ["DJANGO_SETTINGS_MODULE"] = "contextsvc.settings"
+
+
+def _redis_of_this_worker() -> None:
+    """Each pytest-xdist worker its own Redis database, as it has its own test
+    database: the limits count per agent key id, and two workers' first keys
+    share an id; the Celery tests' queues must not be drained by the other."""
+    url, worker = os.environ.get("REDIS_URL", ""), os.environ.get("PYTEST_XDIST_WORKER", "")
+    match = re.fullmatch(r"(redis://[^/]+)/(\d+)", url)
+    if match and worker.startswith("gw"):
+        db = (int(match[2]) + 1 + int(worker[2:])) % 16
+        os.environ["REDIS_URL"] = f"{match[1]}/{db}"
+
+
+_redis_of_this_worker()
 
 from contextsvc.settings import *  # noqa: E402,F403
 

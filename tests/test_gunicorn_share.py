@@ -16,7 +16,7 @@ from sessions.services.keys import agent_key_create
 from sessions.services.sessions import session_create
 from tests.live_server import database_url, gunicorn
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.needs_postgres, pytest.mark.django_db(transaction=True)]
 
 # New connections, then as many over one kept-alive connection. Before the
 # share was given back ahead of the response, 2-9 % of the new connections'

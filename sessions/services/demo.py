@@ -171,10 +171,10 @@ def demo_banner(demo: Demo) -> str:
         [
             f"contextsvc is ready on {base}/  (API docs: {base}/api/v1/docs)",
             f"  proxy       {proxy}/anthropic  and  {proxy}/openai/v1",
+            "  the docs' examples read the key from your shell:",
+            f"  export CONTEXTSVC_KEY={demo.key}",
             f"  agent key   {demo.key}",
             f"  dashboard   {base}/  login: {demo.username} / {demo.password}",
             f"  try         {curl}",
-            "  the docs' examples read the key from your shell:",
-            f"  export CONTEXTSVC_KEY={demo.key}",
         ]
     )

@@ -151,7 +151,7 @@ class _Output:
 
 def _wait_started(run: subprocess.Popen, output: _Output, ports: tuple[int, int], log: Path):
     deadline = time.monotonic() + START_TIMEOUT
-    while not (output.find(r"run: proxy started") and all(_accepts(p) for p in ports)):
+    while not (output.find(r"^\s*try\s+curl ") and all(_accepts(p) for p in ports)):
         if run.poll() is not None:
             raise AssertionError(f"bin/run exited ({run.returncode}):\n{log.read_text()}")
         if time.monotonic() > deadline:
@@ -221,7 +221,7 @@ def bin_run(tmp: Path, page_names: list[str]) -> Iterator[Service]:
         output = _Output(run.stdout, log)
         _wait_started(run, output, (port, proxy_port), log)
         exported = output.find(r"^\s*export CONTEXTSVC_KEY=(cx_\S+)$")
-        login = output.find(r"login: (\S+) / (\S+)\)")
+        login = output.find(r"login: (\S+) / (\S+)$")
         assert exported and login, (
             f"bin/run did not print the key and the login:\n{log.read_text()}"
         )
