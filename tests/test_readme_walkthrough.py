@@ -63,6 +63,7 @@ def server_env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
+@pytest.mark.slow
 def test_the_readme_walkthrough_runs_verbatim_against_a_live_server(server_env, tmp_path):
     block = readme_block(SECTION)
     with gunicorn(server_env, tmp_path / "gunicorn.log") as port:
