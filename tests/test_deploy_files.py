@@ -341,6 +341,7 @@ def test_gunicorn_serves_many_requests_over_one_keep_alive_connection(tmp_path):
 # --- bin/run: the quick start, for real ---------------------------------------------
 
 
+@pytest.mark.slow
 def test_quick_start_is_one_command_with_a_generated_key_over_plain_http(tmp_path):
     """bin/run with no SECRET_KEY: it makes one in var/secret_key (kept, mode 600),
     and serves the dashboard over plain HTTP (no redirect to https)."""

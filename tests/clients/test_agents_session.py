@@ -80,6 +80,7 @@ def test_contextsvc_session_is_the_sdks_session_protocol():
     assert callable(call_model_input_filter(session))
 
 
+@pytest.mark.slow
 def test_a_hundred_turns_in_a_small_window_stay_inside_it(live_service, fake_responses):
     agent = _agent(fake_responses)
 

@@ -525,6 +525,7 @@ def _jsonable(value):
     number=SCALARS,
     path_id=EVIL_TEXT,
 )
+@pytest.mark.slow
 def test_no_input_gives_a_5xx_and_the_session_keeps_working(
     alice, make_session, field, value, usage, text, number, path_id
 ):
