@@ -119,25 +119,39 @@ class Http:
         return response.status, payload, (time.perf_counter() - start) * 1000
 
 
+# The benchmarks drive one agent key from several clients as fast as they can:
+# per-key limits would refuse them. Rates stay on (their cost is measured), far
+# out of reach; the concurrency limit is off (bench_ratelimit.py times it).
+BENCH_LIMITS = {
+    "CONTEXTSVC_RATE_LIMIT": "1000000/second",
+    "CONTEXTSVC_RATE_LIMIT_MB": "1000000/second",
+    "CONTEXTSVC_RATE_PACE": "1000000/second",
+    "CONTEXTSVC_MAX_CONCURRENT_PER_KEY": "0",
+    "CONTEXTSVC_KEEP_THREAD_FREE": "false",
+    "CONTEXTSVC_MAX_HEAVY_PER_KEY": "0",
+}
+
+
 @contextmanager
 def gunicorn(
-    db_url: str, *, workers: int, timeout: int = 30
+    db_url: str,
+    *,
+    workers: int | None,
+    timeout: int = 30,
+    limits: dict[str, str] | None = None,
 ) -> Iterator[tuple[int, subprocess.Popen]]:
-    """A real gunicorn serving the project on a free loopback port: (port, process)."""
+    """A real gunicorn serving the project on a free loopback port: (port, process).
+
+    ``workers`` None: gunicorn.conf.py's. ``limits``: the per-key limit variables
+    to serve with, every other one at its shipped default (None: out of reach,
+    ``BENCH_LIMITS``)."""
     port = free_port()
     env = {**os.environ, "DATABASE_URL": db_url, "DEBUG": "false", "LOG_LEVEL": "WARNING"}
-    # The benchmarks drive one agent key from several clients as fast as they can:
-    # per-key limits would refuse them. Rates stay on (their cost is measured),
-    # far out of reach; the concurrency limit is off (bench_ratelimit.py times it).
-    for name, value in (
-        ("CONTEXTSVC_RATE_LIMIT", "1000000/second"),
-        ("CONTEXTSVC_RATE_LIMIT_MB", "1000000/second"),
-        ("CONTEXTSVC_RATE_PACE", "1000000/second"),
-        ("CONTEXTSVC_MAX_CONCURRENT_PER_KEY", "0"),
-        ("CONTEXTSVC_KEEP_THREAD_FREE", "false"),
-        ("CONTEXTSVC_MAX_HEAVY_PER_KEY", "0"),
-    ):
-        env.setdefault(name, value)
+    if limits is None:
+        for name, value in BENCH_LIMITS.items():
+            env.setdefault(name, value)
+    else:
+        env = {k: v for k, v in env.items() if not k.startswith("CONTEXTSVC_")} | limits
     server = subprocess.Popen(
         [
             sys.executable,
@@ -146,8 +160,7 @@ def gunicorn(
             "contextsvc.wsgi:application",
             "-b",
             f"127.0.0.1:{port}",
-            "-w",
-            str(workers),
+            *(["-w", str(workers)] if workers is not None else []),
             "--timeout",
             str(timeout),
             "--log-level",
