@@ -58,6 +58,14 @@ def text(value: Any, field: str, *, optional: bool = True) -> None:
         _refuse("expected a string", field)
 
 
+def tool_type(tool: dict[str, Any], where: str, default: str) -> str:
+    """A tool's ``type``: absent means ``default``; present, it is a name like any other."""
+    if "type" not in tool:
+        return default
+    name(tool["type"], f"{where}.type")
+    return tool["type"]
+
+
 def count(value: Any, field: str) -> None:
     if value is None:
         return
@@ -132,9 +140,10 @@ def anthropic_tools(tools: Any) -> None:
         where = f"tools.{i}"
         if type(tool) is not dict:
             _refuse("expected an object", where)
+        kind = tool_type(tool, where, "custom")
         name(tool.get("name"), f"{where}.name")
         text(tool.get("description"), f"{where}.description")
-        if "input_schema" in tool and tool.get("type", "custom") == "custom":
+        if "input_schema" in tool and kind == "custom":
             if type(tool["input_schema"]) is not dict:
                 _refuse("expected an object", f"{where}.input_schema")
         free_json(tool, where)
@@ -204,7 +213,7 @@ def chat_tools(tools: Any) -> None:
         where = f"tools.{i}"
         if type(tool) is not dict:
             _refuse("expected an object", where)
-        if tool.get("type", "function") == "function":
+        if tool_type(tool, where, "function") == "function":
             function_tool(tool.get("function"), f"{where}.function")
         free_json(tool, where)
 
@@ -249,7 +258,7 @@ def responses_tools(tools: Any) -> None:
         where = f"tools.{i}"
         if type(tool) is not dict:
             _refuse("expected an object", where)
-        if tool.get("type") == "function":
+        if tool_type(tool, where, "") == "function":
             function_tool(tool, where)
         free_json(tool, where)
 

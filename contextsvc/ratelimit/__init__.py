@@ -9,7 +9,6 @@ from functools import lru_cache
 from typing import Any
 
 from django.conf import settings
-from django.core.signals import setting_changed
 from django.http import HttpRequest, HttpResponse
 
 from .hold import hold
@@ -30,52 +29,54 @@ __all__ = [
 
 _build_lock = threading.Lock()
 
+# What the limiter is built from. The cache is keyed on their values, so the
+# limiter in use is always the one of the settings in force: no signal to miss,
+# no build finished on another thread after the settings changed.
+_BUILT_FROM = (
+    "CONTEXTSVC_RATE_LIMIT_STORAGE",
+    "CONTEXTSVC_RATE_LIMIT",
+    "CONTEXTSVC_MAX_CONCURRENT_PER_KEY",
+    "CONTEXTSVC_CONCURRENCY_LEASE_SECONDS",
+    "CONTEXTSVC_RATE_LIMIT_MB",
+    "CONTEXTSVC_WEB_THREADS",
+    "CONTEXTSVC_KEEP_THREAD_FREE",
+    "CONTEXTSVC_WEB_KEEPALIVE",
+    "CONTEXTSVC_MAX_HEAVY_PER_KEY",
+    "CONTEXTSVC_RATE_PACE",
+    "CONTEXTSVC_RATE_BURST",
+)
+
 
 def get_limiter() -> KeyLimiter | None:
     """The process's limiter from settings (None when both limits are off)."""
+    values = tuple(getattr(settings, name) for name in _BUILT_FROM)
     # Built once under a lock: the first requests arrive on several threads at
     # once, and limits' lazy dependency check is not safe to run concurrently
     # (it reported redis as version 0.0.0 to one of them).
     with _build_lock:
-        return _build_limiter()
+        return _build_limiter(values)
 
 
 @lru_cache(maxsize=1)
-def _build_limiter() -> KeyLimiter | None:
+def _build_limiter(values: tuple[Any, ...]) -> KeyLimiter | None:
+    (storage, rates, concurrent, lease, body_rates, threads, keep_free, keepalive, heavy,
+     pace, burst) = values  # fmt: skip
     limiter = KeyLimiter(
-        settings.CONTEXTSVC_RATE_LIMIT_STORAGE,
-        settings.CONTEXTSVC_RATE_LIMIT,
-        settings.CONTEXTSVC_MAX_CONCURRENT_PER_KEY,
-        settings.CONTEXTSVC_CONCURRENCY_LEASE_SECONDS,
-        body_rates=settings.CONTEXTSVC_RATE_LIMIT_MB,
-        web_threads=settings.CONTEXTSVC_WEB_THREADS,
-        keep_thread_free=settings.CONTEXTSVC_KEEP_THREAD_FREE,
-        recent_seconds=settings.CONTEXTSVC_WEB_KEEPALIVE,
-        max_heavy=settings.CONTEXTSVC_MAX_HEAVY_PER_KEY,
-        pace=settings.CONTEXTSVC_RATE_PACE,
-        burst=settings.CONTEXTSVC_RATE_BURST,
+        storage,
+        rates,
+        concurrent,
+        lease,
+        body_rates=body_rates,
+        web_threads=threads,
+        keep_thread_free=keep_free,
+        recent_seconds=keepalive,
+        max_heavy=heavy,
+        pace=pace,
+        burst=burst,
     )
     if not (limiter.rates or limiter.body_rates or limiter.pacer or limiter.holds_slots):
         return None
     return limiter
-
-
-def _settings_changed(*, setting: str, **kwargs: Any) -> None:
-    if setting.startswith(
-        (
-            "CONTEXTSVC_RATE_",
-            "CONTEXTSVC_MAX_CONCURRENT",
-            "CONTEXTSVC_CONC",
-            "CONTEXTSVC_MAX_HEAVY",
-            "CONTEXTSVC_HEAVY",
-            "CONTEXTSVC_KEEP_THREAD",
-            "CONTEXTSVC_WEB_",
-        )
-    ):
-        _build_limiter.cache_clear()
-
-
-setting_changed.connect(_settings_changed)
 
 
 def _body_size(request: HttpRequest) -> int:

@@ -231,6 +231,8 @@ WRONG_TYPES = [
     ("count", ("messages", 0), [], "messages.0"),
     ("chat", ("tools", 0, "function"), "read_file", "tools.0.function"),
     ("chat", ("tools", 0, "function", "parameters"), [], "tools.0.function.parameters"),
+    ("chat", ("tools", 0, "type"), None, "tools.0.type"),
+    ("chat", ("tools", 0, "type"), 3, "tools.0.type"),
     ("chat", ("messages", 1, "content"), 4, "messages.1.content"),
     ("chat", ("messages", 1, "content", 0), "text", "messages.1.content.0"),
     ("chat", ("messages", 2, "tool_calls"), {"id": "c"}, "messages.2.tool_calls"),
@@ -246,6 +248,8 @@ WRONG_TYPES = [
     ("responses", ("input", 1, "arguments"), 7, "input.1.arguments"),
     ("responses", ("input", 2, "output"), {"x": 1}, "input.2.output"),
     ("responses", ("tools", 0, "parameters"), "object", "tools.0.parameters"),
+    ("responses", ("tools", 0, "type"), None, "tools.0.type"),
+    ("anthropic", ("tools", 0, "type"), None, "tools.0.type"),
     ("responses", ("max_output_tokens",), -1, "max_output_tokens"),
 ]  # fmt: skip
 

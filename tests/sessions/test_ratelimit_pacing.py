@@ -13,6 +13,8 @@ from pathlib import Path
 
 import limits
 import pytest
+from django.test.signals import setting_changed
+from django.test.utils import override_settings
 
 from contextsvc.ratelimit import KeyLimiter, RateLimited, get_limiter
 from contextsvc.ratelimit.pacing import Pacer
@@ -135,3 +137,16 @@ def test_a_bad_pacing_or_hold_setting_stops_the_start(name, value, says):
     assert result.returncode != 0
     assert "ImproperlyConfigured" in result.stderr and f"{name}=" in result.stderr
     assert says in result.stderr
+
+
+def test_the_limiter_in_use_is_always_the_one_of_the_settings_in_force(monkeypatch):
+    # A limiter cached under other settings (a test's, or one built on another
+    # thread while they held) must never outlive them: no signal to depend on.
+    monkeypatch.setattr(setting_changed, "receivers", [])
+    monkeypatch.setattr(setting_changed, "sender_receivers_cache", {})
+    with override_settings(CONTEXTSVC_RATE_PACE="25/second", CONTEXTSVC_RATE_BURST=50):
+        paced = get_limiter()
+        assert paced is not None and paced.pacer is not None
+        assert get_limiter() is paced  # built once for these settings
+    after = get_limiter()
+    assert after is not paced and (after is None or after.pacer is None)
