@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from django.apps import apps
+from django.db.models.signals import post_migrate
 from django.test import Client
 
 from tests import parts
@@ -158,9 +159,25 @@ def tool_turn(call_id: str, output: str, *, name: str = "bash", command: str = "
     ]
 
 
-@pytest.fixture
-def model_profiles(transactional_db):
-    """The model profiles the migrations seed, seeded again: a transactional
-    test's flush empties them, and limits and prices come from them."""
+def _seed_model_profiles(**kwargs: Any) -> None:
+    """The model profiles the migrations seed, seeded again: limits and prices
+    come from them, and a transactional test's flush empties them."""
     for name in ("0002_seed_model_profiles", "0011_seed_claude_sonnet_4_6"):
         importlib.import_module(f"sessions.migrations.{name}").seed(apps, None)
+
+
+def _reseed_after_flush(sender: Any, using: str = "default", **kwargs: Any) -> None:
+    # A transactional test ends with a flush, and the flush sends post_migrate
+    # (as Django recreates content types after it). Under xdist a worker may be
+    # handed ordinary tests after a transactional one: they would find no
+    # profiles, so no prices (cost None) and fallback limits.
+    if sender.name == "sessions":
+        _seed_model_profiles()
+
+
+post_migrate.connect(_reseed_after_flush, dispatch_uid="tests.reseed_model_profiles")
+
+
+@pytest.fixture
+def model_profiles(transactional_db):
+    _seed_model_profiles()

@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
+from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from contextsvc import settings_env
@@ -280,3 +281,11 @@ def test_values_are_parsed_to_their_type(monkeypatch, tmp_path):
     assert env_choice("CONTEXTSVC_SUMMARIZER") == "offline"
     assert env_str("CONTEXTSVC_FINAL_REPORT_TOOL") == "final_report"
     assert env_str("CONTEXTSVC_UPSTREAM_OPENAI_API_KEY") == "from-a-file"
+
+
+def test_the_suite_runs_on_its_own_settings_in_every_worker():
+    # xdist's workers inherit the environment tests/settings.py points at
+    # contextsvc.settings (for the servers tests start); were a worker to load
+    # that module, the shipped pacing would refuse the in-process clients.
+    assert settings.SETTINGS_MODULE == "tests.settings"
+    assert settings.CONTEXTSVC_RATE_PACE == "off"

@@ -75,6 +75,7 @@ def test_a_bad_key_is_never_counted_as_another_key():
         slot.release()
 
 
+@pytest.mark.django_db  # closing a response sends request_finished, which checks the connection
 def test_the_share_is_given_back_before_the_response_leaves_the_application():
     # The client's next request may reach another thread the moment the
     # response is sent: it must not find the finished request still counted.
