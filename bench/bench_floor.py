@@ -4,8 +4,10 @@
         python bench/bench_floor.py
 
 The floor (``floor_app.py``) is a one-file Django application doing the same
-durable, counted append — the messages INSERTed and a session counter updated
-in one PostgreSQL transaction — served the same way (gunicorn, the project's
+durable, counted append — the key checked by its hash, each message's tokens
+counted with contextsvc's tokenizer and rule, the messages INSERTed with their
+counts and the session's counters updated, in one PostgreSQL transaction, in
+one statement per table — served the same way (gunicorn, the project's
 gunicorn.conf.py and worker class). Beside it, contextsvc's real append
 endpoint twice: with the per-key limits as shipped (rates, body megabytes and
 pace on but out of the clients' reach, the thread share, one big body at a
@@ -37,11 +39,12 @@ WORKERS = int(os.environ.get("BENCH_WORKERS", "2"))
 
 CREATE_TABLES = """
 CREATE TABLE IF NOT EXISTS floor_session (
-    id text PRIMARY KEY, message_count integer NOT NULL DEFAULT 0);
+    id text PRIMARY KEY, key_hash char(64) NOT NULL,
+    message_count integer NOT NULL DEFAULT 0, tokens bigint NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS floor_message (
     id bigserial PRIMARY KEY,
     session_id text NOT NULL REFERENCES floor_session(id),
-    seq integer NOT NULL, role text NOT NULL, content text NOT NULL,
+    seq integer NOT NULL, role text NOT NULL, content text NOT NULL, tokens integer NOT NULL,
     created_at timestamptz NOT NULL DEFAULT now(),
     UNIQUE (session_id, seq));
 """
@@ -144,6 +147,7 @@ def main() -> None:
     db_url = django_on_scratch_database("_floor")
     from django.db import connection
 
+    from sessions.models import hash_key
     from sessions.services.keys import agent_key_create
     from sessions.services.sessions import session_create
 
@@ -156,8 +160,10 @@ def main() -> None:
         sids.append(f"c{n}")
     with connection.cursor() as cursor:
         cursor.execute(CREATE_TABLES)
-        for sid in sids:
-            cursor.execute("INSERT INTO floor_session (id) VALUES (%s)", [sid])
+        for sid, raw in zip(sids, keys, strict=True):
+            cursor.execute(
+                "INSERT INTO floor_session (id, key_hash) VALUES (%s, %s)", [sid, hash_key(raw)]
+            )
     connection.close()
 
     figures: dict[str, list[float]] = {"floor": [], "limits on": [], "limits off": []}

@@ -1,13 +1,17 @@
 """The floor for bench_floor.py: a one-file Django application doing the least a
-durable, counted append can do — the posted messages INSERTed and the session's
-message counter updated, in one PostgreSQL transaction — served by the same
-gunicorn (the project's gunicorn.conf.py and worker class).
+durable, counted append can do — the bearer key looked up by its SHA-256, each
+message's tokens counted with the same tokenizer and rule as contextsvc
+(``estimate_text`` + the per-message overhead), the messages INSERTed with
+their counts and the session's message and token counters updated, in one
+PostgreSQL transaction, the session checked to belong to the key — served by
+the same gunicorn (the project's gunicorn.conf.py and worker class).
 
     gunicorn floor_app:application   (DATABASE_URL set; tables made by bench_floor.py)
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from urllib.parse import urlparse
@@ -41,25 +45,37 @@ from django.http import HttpRequest, HttpResponse, JsonResponse  # noqa: E402
 from django.urls import path  # noqa: E402
 from django.views.decorators.csrf import csrf_exempt  # noqa: E402
 
+from contextsvc.engine.tokens import estimate_text, get_tokenizer  # noqa: E402
+
+TOKENIZER = get_tokenizer("tiktoken:cl100k_base")  # the seeded models' tokenizer
+PER_MESSAGE = 4  # the per-message overhead of the estimate
+
 
 @csrf_exempt
 def append(request: HttpRequest, sid: str) -> HttpResponse:
+    token = request.headers.get("Authorization", "").removeprefix("Bearer ")
+    digest = hashlib.sha256(token.encode()).hexdigest()
     messages = json.loads(request.body)["messages"]
+    counts = [estimate_text(m["content"], TOKENIZER) + PER_MESSAGE for m in messages]
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
-            "UPDATE floor_session SET message_count = message_count + %s WHERE id = %s "
-            "RETURNING message_count",
-            [len(messages), sid],
+            "UPDATE floor_session SET message_count = message_count + %s, tokens = tokens + %s "
+            "WHERE id = %s AND key_hash = %s RETURNING message_count, tokens",
+            [len(messages), sum(counts), sid, digest],
         )
         row = cursor.fetchone()
         if row is None:
-            return JsonResponse({"error": "no such session"}, status=404)
+            return JsonResponse({"error": "no such session for this key"}, status=404)
         first = row[0] - len(messages)
         cursor.executemany(
-            "INSERT INTO floor_message (session_id, seq, role, content) VALUES (%s, %s, %s, %s)",
-            [(sid, first + i, m["role"], m["content"]) for i, m in enumerate(messages)],
+            "INSERT INTO floor_message (session_id, seq, role, content, tokens) "
+            "VALUES (%s, %s, %s, %s, %s)",
+            [
+                (sid, first + i, m["role"], m["content"], n)
+                for i, (m, n) in enumerate(zip(messages, counts, strict=True))
+            ],
         )
-    return JsonResponse({"message_count": row[0], "appended": len(messages)})
+    return JsonResponse({"message_count": row[0], "tokens": row[1], "appended": len(messages)})
 
 
 urlpatterns = [path("api/v1/sessions/<str:sid>/messages", append)]
