@@ -163,6 +163,9 @@ class FakeAnthropic:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Headers and body leave in two writes: without TCP_NODELAY the second waits
+            # for the client's delayed ACK (40 ms a call on a kept-alive connection).
+            disable_nagle_algorithm = True
 
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib name
                 return
