@@ -108,6 +108,25 @@ def _cursor() -> Iterator[Any]:
             yield _HotCursor(cursor)
 
 
+@contextmanager
+def pipelined() -> Iterator[None]:
+    """Statements inside go to PostgreSQL together and are waited for once, at
+    the end (psycopg's pipeline mode): the append's INSERT and UPDATE cost one
+    round trip instead of two. Only for statements whose results nothing inside
+    reads (a read inside still works: it waits for what was sent before it).
+    An error of a statement inside is raised on leaving, still inside the
+    caller's transaction, which it rolls back as any error does. SQLite: as is.
+    """
+    conn = connections[DEFAULT_DB_ALIAS]
+    if conn.vendor != "postgresql":
+        yield
+        return
+    with conn.wrap_database_errors:
+        conn.ensure_connection()
+        with conn.connection.pipeline():
+            yield
+
+
 @cache
 def _psycopg() -> Any:
     # Django's PostgreSQL backend has loaded it by now; on SQLite (the quick

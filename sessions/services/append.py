@@ -185,15 +185,16 @@ def _append(
             Message(session=session, seq=first + i, created_at=now, **p.row)
             for i, p in enumerate(prepared)
         ]
-        hotpath.insert_messages(rows)
-        added = sum(p.row["token_count"] for p in prepared)
-        session.last_seq = first + len(rows) - 1
-        session.message_count += len(rows)
-        session.live_message_count += len(rows)
-        session.conversation_tokens += added
-        session.updated_at = now
-        state = status.refresh_guard(session)
-        hotpath.save_fields(session, APPEND_FIELDS)
+        with hotpath.pipelined():  # the INSERT and the UPDATE in one round trip
+            hotpath.insert_messages(rows)
+            added = sum(p.row["token_count"] for p in prepared)
+            session.last_seq = first + len(rows) - 1
+            session.message_count += len(rows)
+            session.live_message_count += len(rows)
+            session.conversation_tokens += added
+            session.updated_at = now
+            state = status.refresh_guard(session)
+            hotpath.save_fields(session, APPEND_FIELDS)
         response = {
             "session_id": session.external_id,
             "messages": [
