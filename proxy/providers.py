@@ -6,7 +6,6 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 from django.conf import settings
 
@@ -56,9 +55,6 @@ _FORWARDED_PREFIXES = ("anthropic-", "x-claude-code-")
 # "prompt is too long: 210000 tokens > 200000 maximum" / "maximum context length is 8192 tokens"
 _ANTHROPIC_WINDOW = re.compile(r"tokens? > (\d+) maximum")
 _OPENAI_WINDOW = re.compile(r"maximum context length is (\d+) tokens")
-# The providers' public APIs: they refuse every call without a key, so the proxy does not
-# forward one there without a key (a local vLLM or Ollama server may take calls without).
-_KEYED_HOSTS = frozenset({"api.anthropic.com", "api.openai.com"})
 # Upstream response headers relayed to the client (rate-limit figures, request ids).
 _RELAYED_PREFIXES = (
     "anthropic-",
@@ -92,18 +88,20 @@ class Dialect:
             return f"{settings.CONTEXTSVC_UPSTREAM_ANTHROPIC_URL}/v1/{path}"
         return f"{settings.CONTEXTSVC_UPSTREAM_OPENAI_URL}/{path}"
 
+    def upstream_setting(self) -> str:
+        """The setting that names upstream (error messages name it with the host)."""
+        return f"CONTEXTSVC_UPSTREAM_{self._vendor()}_URL"
+
     def managed_key(self) -> str | None:
         if self.name == "anthropic":
             return settings.CONTEXTSVC_UPSTREAM_ANTHROPIC_API_KEY
         return settings.CONTEXTSVC_UPSTREAM_OPENAI_API_KEY
 
     def managed_key_setting(self) -> str:
-        vendor = "ANTHROPIC" if self.name == "anthropic" else "OPENAI"
-        return f"CONTEXTSVC_UPSTREAM_{vendor}_API_KEY"
+        return f"CONTEXTSVC_UPSTREAM_{self._vendor()}_API_KEY"
 
-    def needs_key(self) -> bool:
-        """Upstream is a provider's public API, which answers nothing without a key."""
-        return urlsplit(self.upstream_url("")).hostname in _KEYED_HOSTS
+    def _vendor(self) -> str:
+        return "ANTHROPIC" if self.name == "anthropic" else "OPENAI"
 
     def error_body(self, status: int, message: str, kind: str | None = None) -> dict[str, Any]:
         """The provider's own error shape, so its SDK raises its usual exception."""

@@ -24,6 +24,7 @@ from contextsvc.engine.providers.common import ConversionError, Reply
 from contextsvc.engine.providers.sse import SseParser
 from sessions.models import Session
 
+from .calllog import log_call, logged, upstream_error
 from .pooled import release_connections
 from .providers import Dialect, relayed_headers
 from .services.builtins import max_rounds, without_builtins
@@ -51,6 +52,12 @@ class Call:
     converted: Any  # the client's request, converted (for a rebuild after an overflow)
     strip_usage: bool = False  # the usage chunk was the proxy's ask, not the client's
     started_ns: int = 0  # when the current upstream round began (the call's span starts there)
+    record_id: int | None = None  # the last build's record (``ContextCall``), once written
+
+    def log(self, status: int, upstream: int | None, detail: str = "", level: int = 20) -> None:
+        """The call's log line (``calllog``; ``level`` 20 is INFO, 30 WARNING)."""
+        session = self.prepared.session.external_id
+        log_call(self.dialect.name, session, self.record_id, status, upstream, detail, level)
 
 
 def json_or_none(raw: bytes) -> Any:
@@ -65,11 +72,12 @@ def _ours(response: HttpResponse | StreamingHttpResponse, prepared: Prepared) ->
     response[GUARD_HEADER] = prepared.guard
 
 
-def _write_record(record: Callable[[], None], session_pk: int) -> None:
+def _write_record(record: Callable[[], int | None], session: str) -> int | None:
     try:
-        record()
+        return record()
     except Exception:
-        logger.exception("proxy: could not record the build of session %s", session_pk)
+        logger.exception("proxy: could not record the build of session %s", session)
+        return None
     finally:
         release_connections()
 
@@ -83,7 +91,8 @@ async def record_build(call: Call) -> None:
     """
     record, call.prepared.record = call.prepared.record, None
     if record is not None:
-        await sync_to_async(_write_record)(record, call.prepared.session.pk)
+        session = call.prepared.session.external_id
+        call.record_id = await sync_to_async(_write_record)(record, session)
 
 
 def _record_closing(
@@ -92,12 +101,12 @@ def _record_closing(
     reply: Reply,
     final_tool: str | None,
     started_ns: int,
-    record: Callable[[], None] | None = None,
+    record: Callable[[], int | None] | None = None,
 ) -> None:
     """Store a reply from outside the request's thread (the build's record first, if
     not written yet), then close that thread's connections."""
     if record is not None:
-        _write_record(record, session.pk)
+        _write_record(record, session.external_id)
     try:
         session_record_reply(
             session=session,
@@ -108,7 +117,7 @@ def _record_closing(
             started_ns=started_ns,
         )
     except Exception:
-        logger.exception("proxy: could not store the reply of session %s", session.pk)
+        logger.exception("proxy: could not store the reply of session %s", session.external_id)
     finally:
         release_connections()
 
@@ -122,18 +131,18 @@ async def forward(call: Call) -> HttpResponse | StreamingHttpResponse:
     rounds in all; the last is sent without the built-in tools.
     """
     dialect = call.dialect
-    url = dialect.upstream_url(call.path)
+    url, setting = dialect.upstream_url(call.path), dialect.upstream_setting()
     streaming = bool(call.prepared.body.get("stream"))
     overflowed, rounds = False, 0
     limit = max_rounds(call.prepared.session)
     while True:
         body = _upstream_body(call, streaming, last=rounds + 1 >= limit)
         call.started_ns = time.time_ns()
-        response = await open_call("POST", url, headers=call.headers, json=body)
+        response = await open_call("POST", url, headers=call.headers, json=body, setting=setting)
         if not streaming or response.status_code >= 300:
             await record_build(call)  # a stream's: once its first chunk is relayed
         if response.status_code >= 300:
-            raw = await read_body(response)
+            raw = await read_body(response, setting=setting)
             payload = json_or_none(raw)
             if not overflowed and dialect.is_overflow(response.status_code, payload):
                 overflowed = True
@@ -141,17 +150,18 @@ async def forward(call: Call) -> HttpResponse | StreamingHttpResponse:
                     prepared=call.prepared, dialect=dialect, converted=call.converted, error=payload
                 )
                 continue
-            return _relay_error(response, raw, call.prepared)
+            status = response.status_code
+            call.log(status, status, upstream_error(status, payload, raw), logging.WARNING)
+            return logged(_relay_error(response, raw, call.prepared))
         if streaming:
             return _stream_response(response, call)
-        raw = await read_body(response)
+        raw = await read_body(response, setting=setting)
         payload = json_or_none(raw)
         try:
             reply = dialect.reply_from_response(payload if isinstance(payload, dict) else {})
         except ConversionError:
-            logger.warning(
-                "proxy: upstream answer of session %s not understood", call.prepared.session.pk
-            )
+            status = response.status_code
+            call.log(status, status, "upstream answer not understood", logging.WARNING)
             return _answer(response, raw, call.prepared)
         rounds += 1
         recorded = await sync_to_async(session_record_reply)(
@@ -173,6 +183,7 @@ async def forward(call: Call) -> HttpResponse | StreamingHttpResponse:
         if recorded.shown is not payload:
             raw = json.dumps(recorded.shown).encode()
         await _store(call, recorded.shown)
+        call.log(response.status_code, response.status_code)
         return _answer(response, raw, call.prepared)
 
 
@@ -255,6 +266,7 @@ async def _relay(response: httpx.Response, call: Call) -> AsyncIterator[bytes]:
     try:
         while True:
             parser, accumulator, stored = SseParser(), dialect.stream(), False
+            broken = ""
             try:
                 async for chunk in response.aiter_raw():
                     events = parser.feed(chunk)
@@ -273,10 +285,8 @@ async def _relay(response: httpx.Response, call: Call) -> AsyncIterator[bytes]:
                     accumulator.feed(event)
                     if relay is not None:
                         yield relay.feed(event)
-            except httpx.HTTPError:
-                logger.warning(
-                    "proxy: upstream broke off a stream of session %s", call.prepared.session.pk
-                )
+            except httpx.HTTPError as exc:
+                broken = f"upstream broke off the stream: {type(exc).__name__}"
             finally:
                 await response.aclose()
             rounds += 1
@@ -303,6 +313,10 @@ async def _relay(response: httpx.Response, call: Call) -> AsyncIterator[bytes]:
                 # the response as the client saw it (a filter made several rounds one)
                 final = getattr(relay, "final", None) or _final_response(accumulator)
                 await _store(call, final)
+                ended = broken or ("stream incomplete" if reply.incomplete else "stream ended")
+                call.log(
+                    200, response.status_code, ended, logging.WARNING if broken else logging.INFO
+                )
             if relay is None:
                 return
             if not recorded.again:
@@ -318,20 +332,25 @@ async def _relay(response: httpx.Response, call: Call) -> AsyncIterator[bytes]:
                 dialect.upstream_url(call.path),
                 headers=call.headers,
                 json=_upstream_body(call, True, last=rounds + 1 >= limit),
+                setting=dialect.upstream_setting(),
             )
             if response.status_code >= 300:
                 await record_build(call)
-                raw = await read_body(response)
+                raw = await read_body(response, setting=dialect.upstream_setting())
                 payload = json_or_none(raw) or {}
+                said = upstream_error(response.status_code, payload, raw)
+                call.log(200, response.status_code, said, logging.WARNING)
                 error = payload.get("error") if isinstance(payload, dict) else None
                 yield _error_event(dialect, error or {"message": raw.decode(errors="replace")})
                 return
     except Unreachable as exc:
         await record_build(call)
+        call.log(200, None, exc.message, logging.WARNING)
         yield _error_event(dialect, {"type": "api_error", "message": exc.message})
     finally:
         pending, call.prepared.record = call.prepared.record, None
         if not stored:
+            call.log(200, response.status_code, "the stream ended early: what arrived is stored")
             # A client disconnect cancels the relay: store what arrived, whatever
             # happens to this task (a thread of its own, not the request's).
             record = asyncio.ensure_future(

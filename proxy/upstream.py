@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json as _json
+import os
 import weakref
 from typing import Any
 
@@ -25,6 +26,43 @@ class Unreachable(Exception):
         self.message = message
 
 
+def _where(url: str | httpx.URL, setting: str) -> str:
+    """``http://127.0.0.1:9 (CONTEXTSVC_UPSTREAM_ANTHROPIC_URL)``: the host an operator
+    checks and the setting that chose it."""
+    parsed = httpx.URL(str(url))
+    host = f"[{parsed.host}]" if ":" in parsed.host else parsed.host
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    origin = f"{parsed.scheme}://{host}:{port}"
+    return f"{origin} ({setting})" if setting else origin
+
+
+def _reason(exc: BaseException) -> str:
+    """The cause in words: the OS's ("connection refused", "name or service not known"),
+    found under httpx's own ("All connection attempts failed"), else the exception's."""
+    reason, seen = "", exc
+    for _ in range(8):  # the chain is httpx's, httpcore's, anyio's, the socket's
+        if isinstance(seen, OSError) and isinstance(seen.errno, int):
+            reason = os.strerror(seen.errno) if seen.errno > 0 else str(seen.strerror or "")
+        following = seen.__cause__ or seen.__context__
+        if following is None:
+            break
+        seen = following
+    reason = reason or str(exc) or type(exc).__name__
+    return reason[:1].lower() + reason[1:]
+
+
+def _timed_out(exc: httpx.TimeoutException, where: str, answer: str) -> Unreachable:
+    if isinstance(exc, httpx.ConnectTimeout):
+        seconds, setting = settings.CONTEXTSVC_UPSTREAM_CONNECT_TIMEOUT, "CONNECT"
+        what = f"cannot reach the upstream {where}: no connection"
+    else:
+        seconds, setting = settings.CONTEXTSVC_UPSTREAM_READ_TIMEOUT, "READ"
+        what = f"the upstream {where} did not {answer}"
+    return Unreachable(
+        504, f"contextsvc proxy: {what} within {seconds} s (CONTEXTSVC_UPSTREAM_{setting}_TIMEOUT)"
+    )
+
+
 def client() -> httpx.AsyncClient:
     """This loop's client: connections belong to the loop that opened them."""
     loop = asyncio.get_running_loop()
@@ -41,9 +79,13 @@ def client() -> httpx.AsyncClient:
 
 
 async def open_call(
-    method: str, url: str, *, headers: dict[str, str], json: Any = None
+    method: str, url: str, *, headers: dict[str, str], json: Any = None, setting: str = ""
 ) -> httpx.Response:
-    """Send a request and return as soon as the status and headers are in (the body streams)."""
+    """Send a request and return as soon as the status and headers are in (the body streams).
+
+    ``setting``: the one that chose ``url`` (``Dialect.upstream_setting``), named in the
+    ``Unreachable`` message with the host.
+    """
     http = client()
     if json is None:
         request = http.build_request(method, url, headers=headers)
@@ -54,9 +96,17 @@ async def open_call(
     try:
         return await http.send(request, stream=True)
     except httpx.TimeoutException as exc:
-        raise Unreachable(504, f"upstream did not answer in time ({type(exc).__name__})") from exc
+        raise _timed_out(exc, _where(url, setting), "answer") from exc
+    except httpx.ConnectError as exc:
+        where = _where(url, setting)
+        message = f"contextsvc proxy: cannot reach the upstream {where}: {_reason(exc)}"
+        raise Unreachable(502, message) from exc
     except httpx.HTTPError as exc:
-        raise Unreachable(502, f"upstream unreachable: {type(exc).__name__}") from exc
+        where = _where(url, setting)
+        message = (
+            f"contextsvc proxy: the upstream {where} failed: {_reason(exc)} ({type(exc).__name__})"
+        )
+        raise Unreachable(502, message) from exc
 
 
 def encode_json(value: Any) -> bytes:
@@ -68,13 +118,15 @@ def encode_json(value: Any) -> bytes:
         return _json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
 
 
-async def read_body(response: httpx.Response) -> bytes:
+async def read_body(response: httpx.Response, *, setting: str = "") -> bytes:
     """The whole body of a response opened by ``open_call`` (closed afterwards)."""
     try:
         return await response.aread()
     except httpx.TimeoutException as exc:
-        raise Unreachable(504, "upstream did not finish its answer in time") from exc
+        raise _timed_out(exc, _where(response.request.url, setting), "finish its answer") from exc
     except httpx.HTTPError as exc:
-        raise Unreachable(502, f"upstream broke off its answer: {type(exc).__name__}") from exc
+        where = _where(response.request.url, setting)
+        message = f"contextsvc proxy: the upstream {where} broke off its answer: {_reason(exc)}"
+        raise Unreachable(502, message) from exc
     finally:
         await response.aclose()

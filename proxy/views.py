@@ -21,17 +21,18 @@ from contextsvc.engine.providers.common import ConversionError
 from contextsvc.errors import ServiceError
 
 from . import gate
+from .calllog import log_call, logged, upstream_error
 from .pooled import released
 from .providers import ANTHROPIC, OPENAI, Dialect, relayed_headers
-from .relay import Call, forward, record_build
-from .services.caller import caller_for
+from .relay import Call, forward, json_or_none, record_build
+from .services.caller import NoUpstreamKey, caller_for
 from .services.calls import ContextTooLarge, count_body, prepare
 from .upstream import Unreachable, open_call, read_body
 
 logger = logging.getLogger(__name__)
 
 # contextsvc's own errors in the provider's terms (its SDK maps the status to an exception).
-_STATUS = {401: 401, 404: 404, 409: 409, 413: 413, 422: 400, 429: 429, 503: 503}
+_STATUS = {401: 401, 403: 403, 404: 404, 409: 409, 413: 413, 422: 400, 429: 429, 503: 503}
 
 
 def provider_error(dialect: Dialect, status: int, message: str) -> JsonResponse:
@@ -54,6 +55,11 @@ def service_error(dialect: Dialect, exc: ServiceError) -> JsonResponse:
     retry_after = getattr(exc, "retry_after", None)
     if retry_after is not None:
         response["retry-after"] = str(retry_after)
+    if isinstance(exc, NoUpstreamKey):
+        # The SDKs and Claude Code read this before the status: no retry can help.
+        response["x-should-retry"] = "false"
+        log_call(dialect.name, None, None, status, None, exc.message, logging.WARNING)
+        logged(response)  # a setup error, said once by our line
     return response
 
 
@@ -107,9 +113,10 @@ async def proxy_call(
         return await forward(call)
     except Unreachable as exc:
         await record_build(call)  # the build was made: it is recorded as for any answer
+        call.log(exc.status, None, exc.message, logging.WARNING)
         response = provider_error(dialect, exc.status, exc.message)
-        response["X-Contextsvc-Session"] = prepared.session.external_id
-        return response
+        response["X-Contextsvc-Session"] = call.prepared.session.external_id
+        return logged(response)  # upstream's failure, not a bug of ours: our line said it
 
 
 async def _guarded(
@@ -145,27 +152,40 @@ async def _count_tokens(request: HttpRequest) -> HttpResponse:
     except ServiceError as exc:
         return service_error(dialect, exc)
     managed = {k: v for k, v in managed.items() if k in _COUNT_FIELDS}
+    setting = dialect.upstream_setting()
     try:
         response = await open_call(
             "POST",
             dialect.upstream_url(_with_query(request, "messages/count_tokens")),
             headers=dialect.upstream_headers(request.headers, caller.upstream_key),
             json=managed,
+            setting=setting,
         )
-        raw = await read_body(response)
+        raw = await read_body(response, setting=setting)
     except Unreachable as exc:
-        return provider_error(dialect, exc.status, exc.message)
-    return _relayed(response, raw)
+        return _unreachable(dialect, exc)
+    return _relayed(dialect, response, raw)
 
 
-def _relayed(response: Any, raw: bytes) -> HttpResponse:
+def _unreachable(dialect: Dialect, exc: Unreachable) -> HttpResponse:
+    """A side route's (count_tokens, models) unreachable upstream: our line, not Django's."""
+    log_call(dialect.name, None, None, exc.status, None, exc.message, logging.WARNING)
+    return logged(provider_error(dialect, exc.status, exc.message))
+
+
+def _relayed(dialect: Dialect, response: Any, raw: bytes) -> HttpResponse:
+    status = response.status_code
     out = HttpResponse(
         raw,
-        status=response.status_code,
+        status=status,
         content_type=response.headers.get("content-type", "application/json"),
     )
     for name, value in relayed_headers(response.headers).items():
         out[name] = value
+    if status >= 400:  # upstream's error, relayed: said by our line (``calllog``)
+        said = upstream_error(status, json_or_none(raw), raw)
+        log_call(dialect.name, None, None, status, status, said, logging.WARNING)
+        logged(out)
     return out
 
 
@@ -175,15 +195,14 @@ async def _pass_through(request: HttpRequest, dialect: Dialect, path: str) -> Ht
         caller = await sync_to_async(caller_for)(dialect, request.headers)
     except ServiceError as exc:
         return service_error(dialect, exc)
-    url = dialect.upstream_url(_with_query(request, path))
+    url, setting = dialect.upstream_url(_with_query(request, path)), dialect.upstream_setting()
+    headers = dialect.upstream_headers(request.headers, caller.upstream_key)
     try:
-        response = await open_call(
-            "GET", url, headers=dialect.upstream_headers(request.headers, caller.upstream_key)
-        )
-        raw = await read_body(response)
+        response = await open_call("GET", url, headers=headers, setting=setting)
+        raw = await read_body(response, setting=setting)
     except Unreachable as exc:
-        return provider_error(dialect, exc.status, exc.message)
-    return _relayed(response, raw)
+        return _unreachable(dialect, exc)
+    return _relayed(dialect, response, raw)
 
 
 @csrf_exempt

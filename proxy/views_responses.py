@@ -37,7 +37,7 @@ from .services.responses_compaction import (
     without_request,
 )
 from .services.store import stored_response_delete, stored_response_get
-from .views import _STATUS, conversion_error, provider_error, proxy_call
+from .views import _STATUS, conversion_error, provider_error, proxy_call, service_error
 
 logger = logging.getLogger(__name__)
 
@@ -62,8 +62,7 @@ def _compact(headers: Mapping[str, str], body: dict[str, Any]) -> tuple[Any, str
     except BodyRefused as exc:
         raise Refused(gate.refusal(RESPONSES, exc)) from exc
     except ServiceError as exc:
-        status = _STATUS.get(exc.status, 400)
-        raise Refused(provider_error(RESPONSES, status, exc.message)) from exc
+        raise Refused(service_error(RESPONSES, exc)) from exc
     return session, session_compact_for_client(session=session)
 
 
@@ -139,7 +138,7 @@ async def responses_compact(request: HttpRequest) -> HttpResponse:
 
 
 def _stored(headers, response_id: str, delete: bool) -> dict:
-    caller = caller_for(RESPONSES, headers)
+    caller = caller_for(RESPONSES, headers, upstream=False)  # the proxy's own store
     if delete:
         stored_response_delete(owner=caller.key, response_id=response_id)
         return {"id": response_id, "object": "response", "deleted": True}

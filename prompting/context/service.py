@@ -56,7 +56,7 @@ def context_for_call_deferred(
     extra: int = 0,
     preflight: bool = True,
     source: str = "api",
-) -> tuple[dict[str, Any], Callable[[], None]]:
+) -> tuple[dict[str, Any], Callable[[], int | None]]:
     """``context_for_call``'s body, and the writing of its record as a callable.
 
     The proxy calls it once upstream has answered, before the reply is
@@ -69,7 +69,9 @@ def context_for_call_deferred(
     return _traced(session, fmt, extra=extra, preflight=preflight, source=source, apps_blocks=False)
 
 
-def _traced(session: Session, fmt: str, **kw: Any) -> tuple[dict[str, Any], Callable[[], None]]:
+def _traced(
+    session: Session, fmt: str, **kw: Any
+) -> tuple[dict[str, Any], Callable[[], int | None]]:
     """``_context_for_call`` (``kw``: its keyword arguments), in a span when tracing."""
     started = time.perf_counter()
     check_format(fmt)
@@ -93,7 +95,7 @@ def _context_for_call(
     source: str,
     started: float,
     apps_blocks: bool,
-) -> tuple[dict[str, Any], Callable[[], None]]:
+) -> tuple[dict[str, Any], Callable[[], int | None]]:
     if preflight:
         session = session_context_preflight(session=session, extra=extra)
     messages, stats = context_window(session)
@@ -107,7 +109,8 @@ def _context_for_call(
     build_ms = (time.perf_counter() - started) * 1000
     budget = body["budget"]  # the caller may take it out of the body meanwhile
 
-    def record() -> None:
+    def record() -> int | None:
+        """Write the record; its ``ContextCall`` id (None: not known)."""
         built = account_build(session, fmt, parts, tool_plan, prompt_plan)
         # One commit for the build's two writes (the state, the record): a second
         # commit would cost a second WAL flush, the larger part of the record's price.
@@ -117,7 +120,7 @@ def _context_for_call(
                 _commit_without_flush()
             build_record_save(built)
             budget.update(built.blocks())
-            context_call_record(
+            return context_call_record(
                 session=session,
                 source=source,
                 fmt=fmt,

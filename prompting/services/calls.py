@@ -150,9 +150,10 @@ def context_call_record(
     record: dict[str, Any] | None,
     build_ms: float,
     stats: WindowStats | None = None,
-) -> None:
-    """Insert the build's record (one INSERT). Never raises: a build is not
-    refused because its record could not be written (docs/concepts/caching.md#degradation)."""
+) -> int | None:
+    """Insert the build's record (one INSERT); its id (None if unknown or not written).
+    Never raises: a build is not refused because its record could not be written
+    (docs/concepts/caching.md#degradation)."""
     try:
         breakdown = call_breakdown(session, parts, tool_plan, prompt_plan, stats)
         components = dict(budget.get("components") or {})
@@ -166,7 +167,7 @@ def context_call_record(
         breakdown["sent_input_tokens"] = record.get("input_tokens")
         priced = bool(record.get("priced"))
         messages = parts.messages
-        context_call_insert(
+        return context_call_insert(
             {
                 "session_id": session.pk,
                 "source": source,
@@ -195,3 +196,4 @@ def context_call_record(
         )
     except Exception:
         log.exception("could not record the context call of session %s", session.external_id)
+        return None

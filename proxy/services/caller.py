@@ -14,7 +14,7 @@ from typing import Any
 
 from contextsvc.engine.providers import openai_chat
 from contextsvc.engine.providers.fingerprint import conversation_key
-from contextsvc.errors import Conflict, NotFound, Unauthorized, ValidationFailed
+from contextsvc.errors import Conflict, NotFound, ServiceError, Unauthorized, ValidationFailed
 from contextsvc.ratelimit import count_key
 from sessions.hotpath import session_for_key
 from sessions.models import AgentKey, Session, hash_key
@@ -38,8 +38,20 @@ class Caller:
     upstream_key: str | None
 
 
+class NoUpstreamKey(ServiceError):
+    """Managed credentials on a server without the provider's key: a 403, never a forward.
+
+    Forwarded without a key, the call would come back as upstream's 401, which
+    Claude Code retries (it re-reads its key on a 401) and a 5xx every SDK
+    retries: a 403 is retried by neither, and the message names the fix.
+    """
+
+    code, status = "NO_UPSTREAM_KEY", 403
+
+
 def _credentials(dialect: Dialect, headers: Mapping[str, str]) -> tuple[str, str | None]:
-    """The agent key (``X-Contextsvc-Key``, or the provider key itself when managed) and upstream's."""
+    """The agent key (``X-Contextsvc-Key``, or the provider key itself when managed) and
+    upstream's: the client's own provider key, else the server's (None: neither)."""
     provider_key = dialect.provider_key(headers)
     agent_key = headers.get(KEY_HEADER)
     if agent_key:
@@ -48,22 +60,26 @@ def _credentials(dialect: Dialect, headers: Mapping[str, str]) -> tuple[str, str
         agent_key, upstream = provider_key, dialect.managed_key()
     if not agent_key:
         raise Unauthorized("Send your contextsvc agent key in X-Contextsvc-Key (or as the API key)")
-    if not upstream and dialect.needs_key():
-        raise Unauthorized(_no_upstream_key(dialect))
     return agent_key, upstream
 
 
 def _no_upstream_key(dialect: Dialect) -> str:
-    """A 401 rather than a forward without a key: the provider would refuse it, and a 5xx
-    would have the client retry what cannot succeed (Claude Code retries until it gives up)."""
+    """What a managed-credentials call on a server without the provider's key is told."""
     vendor = "Anthropic" if dialect.name == "anthropic" else "OpenAI"
     setting = dialect.managed_key_setting()
     return (
-        f"contextsvc has no {vendor} key to call upstream with: {setting} is not set on the "
-        f"server. Send your own {vendor} key as the API key and your contextsvc agent key in "
-        f"X-Contextsvc-Key (pass-through credentials), or start the server with {setting} set "
-        "(managed credentials)."
+        f"contextsvc proxy: managed credentials are on for this agent key (it sent no {vendor} "
+        f"key of its own) but the server has no {setting} (or {setting}_FILE): set it on the "
+        f"server, or send your own {vendor} key as the API key with your contextsvc agent key "
+        "in X-Contextsvc-Key (pass-through credentials)."
     )
+
+
+def _check_upstream(dialect: Dialect, upstream: str | None) -> None:
+    """Checked once the agent key is known (an unknown key stays a 401), before anything
+    is counted or written."""
+    if not upstream:
+        raise NoUpstreamKey(_no_upstream_key(dialect))
 
 
 def _active_key(digest: str) -> AgentKey:
@@ -73,13 +89,19 @@ def _active_key(digest: str) -> AgentKey:
     return key
 
 
-def caller_for(dialect: Dialect, headers: Mapping[str, str]) -> Caller:
-    """The calling key, counted against its rate limits (``RateLimited`` over them)."""
-    agent_key, upstream = _credentials(dialect, headers)
+def caller_for(dialect: Dialect, headers: Mapping[str, str], *, upstream: bool = True) -> Caller:
+    """The calling key, counted against its rate limits (``RateLimited`` over them).
+
+    ``upstream``: the call goes upstream, so it needs a provider key
+    (``NoUpstreamKey`` without); the proxy's own store does not.
+    """
+    agent_key, upstream_key = _credentials(dialect, headers)
     key = _active_key(hash_key(agent_key))
+    if upstream:
+        _check_upstream(dialect, upstream_key)
     # The hash prefix names the key in the limiter, as on the REST API (one budget).
     count_key(key.key_hash[:16])
-    return Caller(key=key, upstream_key=upstream)
+    return Caller(key=key, upstream_key=upstream_key)
 
 
 def client_messages(dialect: Dialect, body: dict[str, Any]) -> list[dict[str, Any]]:
@@ -173,9 +195,11 @@ def caller_and_session(
     session = session_for_key(session_id(digest, headers, body, dialect), digest)
     if session is None:
         key = _active_key(digest)
+        _check_upstream(dialect, upstream)
         count_key(digest[:16])
         return Caller(key=key, upstream_key=upstream), session_for_call(
             key=key, headers=headers, body=body, dialect=dialect, before_create=before_create
         )
+    _check_upstream(dialect, upstream)
     count_key(digest[:16])
     return Caller(key=session.owner, upstream_key=upstream), session

@@ -81,7 +81,7 @@ class Prepared:
     )
     # Writes the build's record (``context_for_call_deferred``): the relay runs
     # it once upstream has answered (``record_build``), before the reply is stored.
-    record: Callable[[], None] | None = None
+    record: Callable[[], int | None] | None = None
 
 
 def _to_transcript(dialect: Dialect, lead: int) -> ToTranscript:

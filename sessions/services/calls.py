@@ -15,30 +15,37 @@ from .inputs import UsageData
 
 
 @cache
-def _insert_plan(vendor: str) -> tuple[str, tuple[Any, ...]]:
+def _insert_plan(vendor: str, returning: bool) -> tuple[str, tuple[Any, ...]]:
     """The INSERT of one record, compiled once per database vendor."""
     fields = tuple(f for f in ContextCall._meta.concrete_fields if not f.primary_key)
     qn = connections[DEFAULT_DB_ALIAS].ops.quote_name
     columns = ", ".join(qn(f.column) for f in fields)
     marks = ", ".join(["%s"] * len(fields))
-    return f"INSERT INTO {qn(ContextCall._meta.db_table)} ({columns}) VALUES ({marks})", fields
+    sql = f"INSERT INTO {qn(ContextCall._meta.db_table)} ({columns}) VALUES ({marks})"
+    if returning:
+        sql += f" RETURNING {qn(ContextCall._meta.pk.column)}"
+    return sql, fields
 
 
-def context_call_insert(values: dict[str, Any]) -> None:
-    """Insert one ``ContextCall`` (``values`` by attname; defaults for the rest).
+def context_call_insert(values: dict[str, Any]) -> int | None:
+    """Insert one ``ContextCall`` (``values`` by attname; defaults for the rest); its id.
 
-    ``objects.create`` would build a model, compile the INSERT and read the id
-    back on every context GET; the record is written once per build and never
-    needed back, so the statement is compiled once and the row sent as is.
+    ``objects.create`` would build a model and compile the INSERT on every
+    context GET; the record is written once per build, so the statement is
+    compiled once and the row sent as is. The id comes back in the same
+    statement (``RETURNING``; None on a database without it): the proxy's log
+    lines name the record of the call.
     """
     conn = connections[DEFAULT_DB_ALIAS]
-    sql, fields = _insert_plan(conn.vendor)
+    returning = conn.features.can_return_columns_from_insert
+    sql, fields = _insert_plan(conn.vendor, returning)
     params = [
         f.get_db_prep_save(values[f.attname] if f.attname in values else f.get_default(), conn)
         for f in fields
     ]
     with conn.cursor() as cursor:
         cursor.execute(sql, params)
+        return cursor.fetchone()[0] if returning else None
 
 
 def call_cost(prices: dict | None, usage: UsageData) -> tuple[float | None, float | None]:
