@@ -145,5 +145,6 @@ api.add_exception_handler(Exception, internal_error)
 
 api.add_router("/", "sessions.api.router")
 api.add_router("/", "sessions.api_outputs.router")
+api.add_router("/", "sessions.api_transcript.router")
 api.add_router("/", "prompting.api.router")
 api.add_router("/", "compaction.api.router")

@@ -31,8 +31,8 @@ from .models import ModelProfile, Session
 guard_log = logging.getLogger("contextsvc.guard")
 
 
-def profile_limits(provider: str, model: str) -> tuple[dict | None, dict | None]:
-    """(model profile, provider profile) as limit dicts, for resolve_limits.
+def profile_rows(provider: str, model: str) -> tuple[ModelProfile | None, ModelProfile | None]:
+    """(model profile, provider profile) rows of ``model``, either None when there is none.
 
     A dated model id ("claude-sonnet-4-5-20250929") matches its family row by
     the longest profile name it starts with; a provider prefix
@@ -43,6 +43,12 @@ def profile_limits(provider: str, model: str) -> tuple[dict | None, dict | None]
     provider_row = next((p for p in rows if p.model == ""), None)
     candidates = [p for p in rows if p.model and model.startswith(p.model)]
     model_row = max(candidates, key=lambda p: len(p.model), default=None)
+    return model_row, provider_row
+
+
+def profile_limits(provider: str, model: str) -> tuple[dict | None, dict | None]:
+    """(model profile, provider profile) as limit dicts, for resolve_limits (``profile_rows``)."""
+    model_row, provider_row = profile_rows(provider, model)
     return (
         model_row.as_limits() if model_row else None,
         provider_row.as_limits() if provider_row else None,

@@ -14,7 +14,7 @@ from contextsvc.errors import ValidationFailed
 from contextsvc.http import json_response
 from contextsvc.openapi import ErrorOut, declare_errors
 
-from . import builtin_tools, selectors, selectors_calls
+from . import api_transcript, builtin_tools, selectors, selectors_calls
 from .accounting import compute_budget
 from .auth import ApiRequest
 from .models import AgentKey, Session
@@ -42,6 +42,7 @@ from .schemas_out import (
     ToolNamesOut,
     UsageOut,
 )
+from .schemas_transcript import TranscriptPageOut
 from .services.append import session_append_messages
 from .services.delete import session_delete
 from .services.idempotency import request_fingerprint
@@ -170,6 +171,16 @@ def post_messages(
             fingerprint=request_fingerprint(messages) if idempotency_key else "",
         )
     )
+
+
+# GET of the same path: the transcript, paged (``api_transcript``). Django routes a path
+# to the first router that has it, so both methods must be on this one.
+router.add_api_operation(
+    "/sessions/{sid}/messages",
+    ["GET"],
+    api_transcript.list_messages,
+    response=TranscriptPageOut,
+)
 
 
 @router.post("/sessions/{sid}/messages/retract", response={200: RetractOut, 409: ErrorOut})

@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 class WindowEvent:
     """The live window changed after message ``after_seq``: it now starts at
     ``start_seq``, with ``tokens`` of preamble + kept messages (a snapshot).
-    What a ``window_events`` hook returns, for the dashboard's usage chart."""
+    What a ``window_events`` hook returns, for the dashboard's usage chart (and the
+    transcript listing's client-compaction markers, ``selectors_transcript``)."""
 
     after_seq: int
     start_seq: int
@@ -59,7 +60,8 @@ ReferenceCheck = Callable[[Sequence["ToolOutput"]], Iterable[str]]
 # docs/concepts/deferral.md#deferral-threshold).
 ToolDeferral = Callable[["Session", list[ToolDef]], "int | None"]
 # Where the live window restarted, oldest first, for the dashboard's usage
-# chart (compaction: its snapshots).
+# chart and the transcript's markers (compaction: its snapshots; the proxy:
+# its client compactions).
 WindowEvents = Callable[["Session"], list[WindowEvent]]
 # A panel in the dashboard's session inspector: a template (a named partial)
 # and its context (compaction: the Compact form and the run under way).

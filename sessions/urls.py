@@ -19,6 +19,7 @@ urlpatterns = [
     path("sessions/<int:pk>/find/", views_find.session_find, name="session_find"),
     path("sessions/<int:pk>/policy/", views_policy.session_policy, name="session_policy"),
     path("sessions/<int:pk>/messages/<int:seq>/", views.message_full, name="message_full"),
+    path("sessions/<int:pk>/transcript/", views.session_transcript, name="session_transcript"),
     path("sessions/<int:pk>/outputs/<str:ref>/", views.output_view, name="output_view"),
     path("sessions/<int:pk>/outputs/<str:ref>/grep/", views.output_grep, name="output_grep"),
     path("sessions/<int:pk>/outputs/<str:ref>/raw/", views.output_raw, name="output_raw"),

@@ -30,9 +30,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .anthropic_turns import SYSTEM_REMINDER_HEADER as SYSTEM_REMINDER_HEADER  # re-exported
+from .anthropic_turns import add_turn, restore_strings, strip_prefill
+from .anthropic_turns import system_reminder as system_reminder
 from .messages import Message, PromptSection, ToolDef
 from .prompt import MAX_BREAKPOINTS, CachePlan, plain_concatenation, split_sections
-from .providers.history import anthropic_content, openai_message
+from .providers.history import openai_message
 from .providers.openai_responses_build import responses_body
 from .reasoning import drop_old_reasoning
 from .summary_placement import RETAIN_HEADER as RETAIN_HEADER  # re-exported: their old home
@@ -41,9 +44,6 @@ from .summary_placement import preamble, system_summary_text
 from .wellformed import is_synthetic_turn, well_formed, with_user_turn
 
 FORMATS: tuple[str, ...] = ("anthropic", "openai", "raw", "responses")
-
-# A mid-conversation system message sent as user text (module doc).
-SYSTEM_REMINDER_HEADER = "[System message: an instruction from the system, not from the user]"
 
 
 @dataclass(slots=True)
@@ -172,23 +172,6 @@ def _plan(parts: ContextParts) -> CachePlan | None:
 # --- anthropic ---------------------------------------------------------------
 
 
-def system_reminder(msg: Message) -> str:
-    """A system message as user text, for a model or a place that takes no system role."""
-    return f"{SYSTEM_REMINDER_HEADER}\n{msg.context_text}"
-
-
-def _anthropic_system(msg: Message, messages: list[dict[str, Any]], accepted: bool) -> bool:
-    """Add a history ``system`` message in place; False when it must travel as user text."""
-    if not accepted or not messages or messages[-1]["role"] not in ("user", "system"):
-        return False
-    blocks = [b for b in anthropic_content(msg)[0] if b.get("type") == "text"]
-    if messages[-1]["role"] == "system":
-        messages[-1]["content"].extend(blocks)
-    else:
-        messages.append({"role": "system", "content": blocks})
-    return True
-
-
 def _anthropic(parts: ContextParts) -> dict[str, Any]:
     lay = layout(parts)
     plan = _plan(parts)
@@ -197,30 +180,8 @@ def _anthropic(parts: ContextParts) -> dict[str, Any]:
     strings: set[int] = set()
     history = request_history(parts)
     for msg in history:
-        role = "assistant" if msg.role == "assistant" else "user"
-        as_string = False
-        if msg.role == "system":
-            if _anthropic_system(msg, messages, parts.mid_system):
-                continue
-            content = [{"type": "text", "text": system_reminder(msg)}]
-        else:
-            content, as_string = anthropic_content(msg)
-        if not content:
-            continue
-        # Tool results and user text are both "user" turns for Anthropic; merging
-        # consecutive same-role turns keeps strict alternation.
-        if messages and messages[-1]["role"] == role:
-            messages[-1]["content"].extend(content)
-            strings.discard(len(messages) - 1)
-        else:
-            if as_string:
-                strings.add(len(messages))
-            messages.append({"role": role, "content": content})
-    if messages and messages[-1]["role"] == "assistant":
-        # A last assistant turn is a prefill; the API rejects one ending in whitespace.
-        content = messages[-1]["content"]
-        if content[-1]["type"] == "text":
-            content[-1] = {**content[-1], "text": content[-1]["text"].rstrip()}
+        add_turn(messages, strings, msg, mid_system=parts.mid_system)
+    strip_prefill(messages)
     marked = [m for m in messages if m["role"] != "system"]
     if plan is not None and plan.history and marked and not is_synthetic_turn(history):
         # The moving breakpoint: the newest history block, before the tail
@@ -257,11 +218,7 @@ def _anthropic(parts: ContextParts) -> dict[str, Any]:
             messages[-1]["content"].append(final)
         else:
             messages.append({"role": "user", "content": [final]})
-    for i in strings:
-        # Alone in its turn and unmarked: the agent's own string form again.
-        blocks = messages[i]["content"]
-        if len(blocks) == 1 and set(blocks[0]) == {"type", "text"}:
-            messages[i]["content"] = blocks[0]["text"]
+    restore_strings(messages, strings)
     body: dict[str, Any] = {
         "model": parts.model,
         "max_tokens": parts.max_output_tokens,

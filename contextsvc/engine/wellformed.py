@@ -83,8 +83,12 @@ def orphan_text(msg: Message) -> str:
     return f"[Result of {label} {msg.tool_call_id}; the call is no longer in context]\n{text}"
 
 
-class _Ids:
-    """Hands out request-unique ids, keeping the agent's id whenever it is valid."""
+class CallIds:
+    """Hands out request-unique ids, keeping the agent's id whenever it is valid.
+
+    One instance per request; a request built in pieces (``engine.native_export``)
+    passes the same one to each piece, so a reused id is renamed as in one pass.
+    """
 
     def __init__(self) -> None:
         self.used: set[str] = set()
@@ -100,14 +104,23 @@ class _Ids:
         return candidate
 
 
-def well_formed(messages: Sequence[Message], *, tools: bool = True) -> list[Message]:
+def well_formed(
+    messages: Sequence[Message],
+    *,
+    tools: bool = True,
+    ids: CallIds | None = None,
+    leading_user: bool = True,
+) -> list[Message]:
     """The history as a provider accepts it (see the module docstring). Pure; O(n).
 
     ``tools``: whether the request defines tools; without, calls and results
-    travel as text.
+    travel as text. ``ids`` and ``leading_user`` are for a history converted in
+    pieces: the ids handed out so far, and whether this piece is the first
+    (only the start of a history needs a user turn before it).
     """
+    lead = _leading_user if leading_user else list
     if not tools:
-        return _leading_user(_as_text(messages))
+        return lead(_as_text(messages))
     # Pass 1: which result answers which call (``engine.pairing``). A call is
     # keyed by (message index, call index), so a reused id pairs each result
     # with the nearest open call of that id, as the agent meant.
@@ -115,7 +128,7 @@ def well_formed(messages: Sequence[Message], *, tools: bool = True) -> list[Mess
     result_of = pairing.result_of
     paired = pairing.call_of
     # Pass 2: emit in order, each call's results right after its message.
-    ids = _Ids()
+    ids = ids if ids is not None else CallIds()
     out: list[Message] = []
     for i, msg in enumerate(messages):
         if msg.role == "tool":
@@ -139,7 +152,7 @@ def well_formed(messages: Sequence[Message], *, tools: bool = True) -> list[Mess
         for k, call in enumerate(calls):
             answer = result_of.get((i, k))
             out.append(_result_for(call, None if answer is None else messages[answer]))
-    return _leading_user(out)
+    return lead(out)
 
 
 def with_user_turn(

@@ -23,6 +23,7 @@ from sessions.models import Session
 from sessions.outputs.read import output_iter_bytes
 from sessions.services.delete import session_delete
 from sessions.services.keys import agent_key_create, agent_key_revoke
+from sessions.transcript_export import export_response
 
 from . import charts
 from .forms import AgentKeyForm, SessionFilterForm, int_param
@@ -164,6 +165,13 @@ def message_full(request: HtmxHttpRequest, pk: int, seq: int) -> HttpResponse:
     return render(
         request, "sessions/detail.html#message-full", {"session": session, "message": message}
     )
+
+
+@require_GET
+@operator_required
+def session_transcript(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """The whole transcript as JSONL, streamed: what ``GET /sessions/{sid}/export`` answers."""
+    return export_response(session_for_operator(pk))
 
 
 # --- agent keys -----------------------------------------------------------------------

@@ -21,6 +21,7 @@ def _urls(session_pk: int, seq: int = 1, ref: str = "out_x") -> list[str]:
         reverse("dashboard:session_usage", args=[session_pk]),
         reverse("dashboard:session_timeline", args=[session_pk]),
         reverse("dashboard:message_full", args=[session_pk, seq]),
+        reverse("dashboard:session_transcript", args=[session_pk]),
         reverse("dashboard:session_context", args=[session_pk]),
         reverse("dashboard:session_context_json", args=[session_pk]),
         reverse("dashboard:output_view", args=[session_pk, ref]),
