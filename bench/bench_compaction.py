@@ -280,7 +280,7 @@ def run_benchmarks(db_url: str, tmp: Path, settings) -> None:
         walls, queues, totals, cpus, results = [], [], [], [], []
         for s in sessions:
             start = time.perf_counter()
-            run, _ = compaction_request(session=s, trigger="manual", strategy="chain")
+            run, _ = compaction_request(session=s, trigger="manual", reason={"kind": "manual"})
             run, done = wait_finished(run.pk)
             assert run.status == "succeeded", run.error
             walls.append((done - start) * 1000)
@@ -318,7 +318,7 @@ def run_benchmarks(db_url: str, tmp: Path, settings) -> None:
         for i in range(5):
             s = big_session(f"fake-{i}")
             run, _ = compaction_request(
-                session=s, trigger="manual", strategy="chain", enqueue=False
+                session=s, trigger="manual", reason={"kind": "manual"}, enqueue=False
             )
             run = compaction_run_sync(run=run)
             assert run.status == "succeeded" and run.summarizer == "anthropic", run.error
@@ -384,7 +384,7 @@ def run_benchmarks(db_url: str, tmp: Path, settings) -> None:
     with Worker(base_env, tmp / "worker-rss.log") as worker:
         settings.CONTEXTSVC_COMPACTION_QUEUE = worker.queue
         idle = worker.status("VmRSS")
-        run, _ = compaction_request(session=heavy, trigger="manual", strategy="chain")
+        run, _ = compaction_request(session=heavy, trigger="manual", reason={"kind": "manual"})
         run, _ = wait_finished(run.pk, timeout=600)
         assert run.status == "succeeded", run.error
         peak = worker.status("VmHWM")

@@ -254,7 +254,9 @@ def main() -> None:
     from compaction.services.execute import compaction_execute
     from compaction.services.requests import compaction_request
 
-    run, _ = compaction_request(session=session, trigger="manual", enqueue=False)
+    run, _ = compaction_request(
+        session=session, trigger="manual", reason={"kind": "manual"}, enqueue=False
+    )
     start = time.perf_counter()
     run = compaction_execute(run_id=run.pk)
     elapsed = time.perf_counter() - start

@@ -59,6 +59,7 @@ def report(client, url: Callable[..., str], session, owner) -> None:
         run, _ = compaction_request(
             session=s,
             trigger="manual",
+            reason={"kind": "manual"},
             enqueue=False,
             prediction=preview_prediction(compaction_preview(s, strategy="chain")),
         )

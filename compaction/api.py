@@ -15,7 +15,7 @@ from prompting.context.service import context_for_call
 from sessions import selectors as session_selectors
 from sessions.models import Session
 
-from . import selectors
+from . import reasons, selectors
 from .schemas import CompactIn, OverflowIn
 from .schemas_out import (
     CompactOut,
@@ -49,6 +49,7 @@ def compact(request: HttpRequest, sid: str, payload: CompactIn) -> Status:
     run, created = compaction_request(
         session=session,
         trigger="manual",
+        reason=reasons.manual_api(session, request.auth),
         strategy=payload.strategy,
         instructions=payload.instructions,
         retain_last_turns=payload.retain_last_turns,
@@ -84,7 +85,8 @@ class RunListQuery(Schema):
     limit: int = Field(20, ge=1, le=200)
 
 
-@router.get("/sessions/{sid}/compactions", response=RunListOut)
+# exclude_unset: a reason lists only its kind's keys.
+@router.get("/sessions/{sid}/compactions", response=RunListOut, exclude_unset=True)
 def list_compactions(request: HttpRequest, sid: str, q: Query[RunListQuery]) -> dict[str, Any]:
     session = _session(request, sid)
     runs = selectors.run_list(session=session, limit=q.limit)
@@ -137,7 +139,10 @@ def overflow(
     """
     session = _session(request, sid)
     run = compaction_overflow(
-        session=session, detail=payload.detail, reported_tokens=payload.reported_tokens
+        session=session,
+        detail=payload.detail,
+        reported_tokens=payload.reported_tokens,
+        source="api",
     )
     raise_for_failure(run)
     session.refresh_from_db()

@@ -42,6 +42,9 @@ class CompactionRun(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="compaction_runs")
     trigger = models.CharField(max_length=10, choices=Trigger.choices)
+    # Why it was requested, with the numbers that decided it (``compaction.reasons``,
+    # docs/concepts/compaction.md#reasons); {} for runs recorded before reasons were.
+    reason = models.JSONField(default=dict, blank=True)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
     # "chain" or one strategy name; ``chain`` is what actually runs, in order.
     strategy = models.CharField(max_length=20, default="chain")

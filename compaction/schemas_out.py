@@ -32,12 +32,91 @@ class CompactOut(Out):
     retention_score: Number | None = None
 
 
+class PolicyChangeOut(Out):
+    actor: str = Field(..., description='who changed it: "operator alice", "agent key ci-bot"')
+    after_seq: int = Field(..., description="the session's last message when it changed")
+    changes: list[dict[str, Any]] = Field(..., description="[{field, old, new}], leaf by leaf")
+
+
+class ReasonOut(Out):
+    """docs/concepts/compaction.md#reasons: why the run was requested, recorded then, with
+    its numbers (tokens of the service's estimate). Which keys are present depends on
+    ``kind``; ``used`` = ``fixed`` + ``history`` + ``calibration`` + ``reserved`` + ``extra``."""
+
+    kind: str = Field(
+        ...,
+        description="threshold, planner, ratio, tool_overflow, preflight (automatic runs);"
+        " overflow (emergency); manual; tool; client",
+    )
+    used: int | None = Field(None, description="the guard's projection of the context")
+    threshold: int | None = Field(
+        None,
+        description="the line ``used`` crossed: compact_at (threshold), the planner's"
+        " cheapest-cycle trigger (planner), the fixed ratio's line (ratio), block_at"
+        " (preflight), the window (tool_overflow)",
+    )
+    compact_at: int | None = Field(None, description="the guard's compact line")
+    block_at: int | None = Field(None, description="the guard's block line")
+    window: int | None = Field(None, description="the effective window")
+    tier: str | None = Field(None, description="the guard's status: ok, compact, block, final")
+    history: int | None = Field(
+        None, description="summary and live messages: what a run's before_tokens counts"
+    )
+    fixed: int | None = Field(None, description="system prompt, skills and tool descriptions")
+    calibration: int | None = Field(
+        None, description="what the provider's reported usage counted beyond the estimate"
+    )
+    reserved: int | None = Field(None, description="reserved for tool outputs not yet posted")
+    extra: int | None = Field(None, description="room the call asked for (extra_tokens)")
+    check: str | None = Field(
+        None, description="the check point that saw it: assistant, tool, usage"
+    )
+    action: str | None = Field(None, description="planner: compact, or clear (tool outputs)")
+    floor: int | None = Field(None, description="planner: the context a compaction leaves")
+    per_call: int | None = Field(None, description="planner: tokens a call adds, on average")
+    cost: Number | None = Field(None, description="planner: a compaction's cost in cache units")
+    expected_calls: Number | None = Field(None, description="planner: calls until the next one")
+    clearable: int | None = Field(None, description="planner: what clearing outputs frees")
+    ratio: Number | None = Field(None, description="ratio: the fixed trigger's share")
+    setting: str | None = Field(
+        None, description="ratio: the policy key, threshold_ratio or sandwich_threshold"
+    )
+    seq: int | None = Field(None, description="tool_overflow: the output's message")
+    output_tokens: int | None = Field(None, description="tool_overflow: the output's size")
+    kept_tokens: int | None = Field(None, description="tool_overflow: its view once cut")
+    view: str | None = Field(None, description="tool_overflow: cut, or trimmed (a placeholder)")
+    source: str | None = Field(
+        None, description="overflow: api (POST /overflow) or proxy (upstream's answer)"
+    )
+    reported_tokens: int | None = Field(None, description="overflow: the request's size")
+    limit: int | None = Field(None, description="overflow: the maximum upstream named")
+    context_window: int | None = Field(None, description="overflow: the session's window")
+    previous_context_window: int | None = Field(
+        None, description="overflow: the window before the proxy lowered it to ``limit``"
+    )
+    via: str | None = Field(None, description="manual: api or dashboard")
+    key: str | None = Field(None, description="manual via api: the agent key's name")
+    key_prefix: str | None = Field(None, description="manual via api: the key's prefix")
+    operator: str | None = Field(None, description="manual via dashboard: the operator")
+    tool: str | None = Field(None, description="tool: the tool the agent called")
+    form: str | None = Field(
+        None, description="client: checkpoint, trigger or compact (POST /responses/compact)"
+    )
+    policy_change: PolicyChangeOut | None = Field(
+        None, description="the threshold or compaction settings changed since the last run"
+    )
+
+
 class RunOut(Out):
     """A compaction run; GET /compactions/{run_id} adds the detail keys."""
 
     run_id: str
     session_id: str
     trigger: str
+    reason: ReasonOut | None = Field(
+        ..., description="why it was requested; null for runs recorded before reasons were"
+    )
+    reason_text: str | None = Field(..., description="the reason as one sentence")
     status: str
     strategy: str | None
     chain: list[str] | None

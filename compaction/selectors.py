@@ -24,6 +24,7 @@ from sessions.models import AgentKey, Message, Session
 from sessions.selectors import MESSAGE_FIELDS, row_to_message
 
 from .models import CompactionRun, CompactionState, Snapshot
+from .reason_text import reason_text
 
 BREAKER_THRESHOLD = 3
 
@@ -106,6 +107,9 @@ def run_to_dict(run: CompactionRun, *, detail: bool = True) -> dict[str, Any]:
         "run_id": str(run.pk),
         "session_id": run.session.external_id,
         "trigger": run.trigger,
+        # docs/concepts/compaction.md#reasons: null for a run recorded before reasons were.
+        "reason": run.reason or None,
+        "reason_text": reason_text(run.reason) or None,
         "status": run.status,
         "strategy": run.strategy,
         "chain": run.chain,

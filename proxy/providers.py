@@ -55,6 +55,10 @@ _FORWARDED_PREFIXES = ("anthropic-", "x-claude-code-")
 # "prompt is too long: 210000 tokens > 200000 maximum" / "maximum context length is 8192 tokens"
 _ANTHROPIC_WINDOW = re.compile(r"tokens? > (\d+) maximum")
 _OPENAI_WINDOW = re.compile(r"maximum context length is (\d+) tokens")
+# The request's own size in the same messages: "210000 tokens > ..." / "your messages resulted
+# in 9000 tokens" (Chat Completions) / "you requested 9000 tokens".
+_ANTHROPIC_SIZE = re.compile(r"(\d+) tokens? > \d+ maximum")
+_OPENAI_SIZE = re.compile(r"(?:resulted in|requested) (\d+) tokens")
 # Upstream response headers relayed to the client (rate-limit figures, request ids).
 _RELAYED_PREFIXES = (
     "anthropic-",
@@ -64,6 +68,14 @@ _RELAYED_PREFIXES = (
     "request-id",
     "x-request-id",
 )
+
+
+def _error_number(body: Any, pattern: re.Pattern[str]) -> int | None:
+    """The first number ``pattern`` finds in an upstream error's message, or None."""
+    error = body.get("error") if isinstance(body, dict) else None
+    message = str(error.get("message", "")) if isinstance(error, dict) else ""
+    match = pattern.search(message)
+    return int(match.group(1)) if match else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,10 +139,13 @@ class Dialect:
 
     def reported_window(self, body: Any) -> int | None:
         """The window upstream says the model has, from its "too long" message (None if unsaid)."""
-        message = str(((body or {}).get("error") or {}).get("message", ""))
         pattern = _ANTHROPIC_WINDOW if self.name == "anthropic" else _OPENAI_WINDOW
-        match = pattern.search(message)
-        return int(match.group(1)) if match else None
+        return _error_number(body, pattern)
+
+    def reported_size(self, body: Any) -> int | None:
+        """The request's size upstream counted, from its "too long" message (None if unsaid)."""
+        pattern = _ANTHROPIC_SIZE if self.name == "anthropic" else _OPENAI_SIZE
+        return _error_number(body, pattern)
 
     def provider_key(self, headers: Mapping[str, str]) -> str | None:
         """The provider key the client sent (``x-api-key`` or ``Authorization: Bearer``)."""

@@ -49,8 +49,10 @@ class Refused(Exception):
         self.response = response
 
 
-def _compact(headers: Mapping[str, str], body: dict[str, Any]) -> tuple[Any, str | None]:
-    """Sync the history as a call would, then compact it (errors as ``proxy_call`` answers them)."""
+def _compact(headers: Mapping[str, str], body: dict[str, Any], form: str) -> tuple[Any, str | None]:
+    """Sync the history as a call would, then compact it (errors as ``proxy_call`` answers them).
+
+    ``form``: how the client asked (checkpoint, trigger, compact), kept in the run's reason."""
     try:
         converted = RESPONSES.convert(body)
         gate.check_tools(body, converted)
@@ -63,7 +65,7 @@ def _compact(headers: Mapping[str, str], body: dict[str, Any]) -> tuple[Any, str
         raise Refused(gate.refusal(RESPONSES, exc)) from exc
     except ServiceError as exc:
         raise Refused(service_error(RESPONSES, exc)) from exc
-    return session, session_compact_for_client(session=session)
+    return session, session_compact_for_client(session=session, form=form)
 
 
 def _sse(response: dict[str, Any]) -> bytes:
@@ -76,7 +78,7 @@ async def _answer_compaction(
     request: HttpRequest, body: dict[str, Any], kind: str
 ) -> HttpResponse | None:
     """Our compaction as the answer (module ``services.responses_compaction``); None: forward."""
-    session, summary = await sync_to_async(_compact)(request.headers, without_request(body))
+    session, summary = await sync_to_async(_compact)(request.headers, without_request(body), kind)
     if summary is None:
         if kind == "checkpoint":
             return None  # nothing of ours to give: the model writes the checkpoint
@@ -120,7 +122,7 @@ async def responses_compact(request: HttpRequest) -> HttpResponse:
         return provider_error(RESPONSES, 405, f"Method {request.method} not allowed")
     try:
         body = gate.read(request, RESPONSES)
-        session, summary = await sync_to_async(_compact)(request.headers, body)
+        session, summary = await sync_to_async(_compact)(request.headers, body, "compact")
     except BodyRefused as exc:
         return gate.refusal(RESPONSES, exc)
     except ConversionError as exc:

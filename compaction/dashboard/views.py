@@ -15,6 +15,7 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HTMX_STOP_POLLING, trigger_client_event
 
+from compaction import reasons
 from compaction.models import CompactionRun
 from compaction.services.policy import effective_knobs
 from compaction.services.requests import compaction_request
@@ -101,6 +102,7 @@ def compact_start(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             run, created = compaction_request(
                 session=session,
                 trigger="manual",
+                reason=reasons.manual_dashboard(session, request.user.get_username()),
                 strategy=form.cleaned_data["strategy"],
                 instructions=form.cleaned_data["instructions"] or "",
                 retain_last_turns=form.cleaned_data["retain_last_turns"],

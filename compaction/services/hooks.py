@@ -14,9 +14,9 @@ from contextsvc.engine.budget import usage_note
 from sessions import accounting
 from sessions.models import Session
 
-from .. import leases, selectors
+from .. import leases, reasons, selectors
 from ..models import CompactionRun
-from .policy import auto_action, compaction_policy, resolve_chain
+from .policy import auto_decision, compaction_policy, resolve_chain
 from .requests import compaction_auto_request, compaction_request
 from .sync import compaction_run_bounded
 
@@ -39,13 +39,17 @@ def on_session_activity(session: Session, state: accounting.BudgetState, last_ro
         return
     try:
         chain = resolve_chain(session, None)
-        # A tool output that could not fit (shown trimmed) makes compaction due
-        # at once, whatever the tier (the tool-output preflight on append).
-        action = "compact" if last_role == "tool_overflow" else auto_action(session, state, chain)
-        if action is not None:
+        if last_role == "tool_overflow":
+            # A tool output that could not fit (shown cut or trimmed) makes compaction
+            # due at once, whatever the tier (the tool-output preflight on append).
+            decided = ("compact", reasons.tool_overflow(session, state))
+        else:
+            decided = auto_decision(session, state, chain, check=last_role)
+        if decided is not None:
+            action, reason = decided
             # The planner's "clear": old tool outputs only, no summary call.
             strategy = "tool_clearing" if action == "clear" else None
-            compaction_auto_request(session=session, strategy=strategy)
+            compaction_auto_request(session=session, strategy=strategy, reason=reason)
     except Exception:  # noqa: BLE001 - the append must not fail because of this
         logger.exception("auto-compaction trigger failed for session %s", session.pk)
 
@@ -72,7 +76,10 @@ def compact_before_call(session: Session, state: accounting.BudgetState) -> bool
     if not can_make_room(session):
         return False
     try:
-        run, _ = compaction_request(session=session, trigger=Trigger.AUTO, enqueue=False)
+        reason = reasons.with_policy_change(session, reasons.preflight(state))
+        run, _ = compaction_request(
+            session=session, trigger=Trigger.AUTO, reason=reason, enqueue=False
+        )
         run = compaction_run_bounded(run, leases.context_wait_seconds())
     except Exception:  # noqa: BLE001 - the context must still be answered
         logger.exception("compaction before the call failed for session %s", session.pk)

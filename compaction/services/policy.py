@@ -14,6 +14,8 @@ from contextsvc.engine.strategies.chain import DEFAULT_CHAIN, validate_chain
 from sessions import accounting
 from sessions.models import Session
 
+from .. import reasons
+
 # After a compaction the context is at most this share of the effective window
 # (hysteresis: compacting to just under the trigger would trigger again on the
 # next message). Lowered below the trigger when a policy triggers earlier.
@@ -164,6 +166,15 @@ def auto_action(
 ) -> str | None:
     """The automatic run due now: ``"compact"`` (the chain), ``"clear"`` (old tool
     outputs only, the planner's cheaper move), or None."""
+    decided = auto_decision(session, state, chain, check="")
+    return decided[0] if decided is not None else None
+
+
+def auto_decision(
+    session: Session, state: accounting.BudgetState, chain: tuple[str, ...], *, check: str
+) -> tuple[str, dict[str, Any]] | None:
+    """``auto_action`` with its reason (docs/concepts/compaction.md#reasons): which line the
+    projection crossed, with the numbers; ``check``: the check point asking."""
     policy = compaction_policy(session)
     if not policy.get("enabled", True) or not policy.get("auto", True):
         # docs/concepts/compaction.md#triggers: enabled=false / auto=false → no automatic compaction
@@ -173,14 +184,39 @@ def auto_action(
         # protects
         return None
     if STATUS_RANK[state.guard.status] >= STATUS_RANK["compact"]:
-        return "compact"
-    decision = plan_decision(session, state, chain)
-    if decision is not None:
-        return None if decision.action == "leave" else decision.action
+        return "compact", reasons.threshold(state, check=check)
+    ratio = _trigger_ratio(session, state, chain)
+    ceiling = math.floor(ratio * state.budget.effective_window)
+    fixed_line = {
+        "kind": reasons.RATIO,
+        **reasons.budget_numbers(state),
+        "threshold": ceiling,
+        "ratio": ratio,
+        "setting": "sandwich_threshold" if chain == ("sandwich",) else "threshold_ratio",
+        "check": check,
+    }
+    if policy.get("planner", "cost") == "cost" and chain not in (("sandwich",), ("full_history",)):
+        inputs = planner_input(session, state, chain)
+        decision = decide(inputs)
+        if decision.action == "leave":
+            return None
+        if inputs.used >= inputs.ceiling:
+            # Below the guard's line, so a threshold_ratio put the planner's ceiling lower.
+            return decision.action, fixed_line
+        return decision.action, {
+            "kind": reasons.PLANNER,
+            "action": decision.action,
+            **reasons.budget_numbers(state),
+            "threshold": decision.trigger,
+            "floor": inputs.floor,
+            "per_call": round(inputs.per_call),
+            "cost": round(decision.cost, 1),
+            "expected_calls": round(decision.expected_calls, 1),
+            **({"clearable": inputs.clearable} if decision.action == "clear" else {}),
+            "check": check,
+        }
     if policy.get("threshold_ratio") or chain == ("sandwich",):
-        ratio = _trigger_ratio(session, state, chain)
-        due = state.guard.projected >= math.floor(ratio * state.budget.effective_window)
-        return "compact" if due else None
+        return ("compact", fixed_line) if state.guard.projected >= ceiling else None
     return None
 
 

@@ -20,7 +20,7 @@ from contextsvc.errors import ValidationFailed
 from sessions import hotpath
 from sessions.models import Session
 
-from .. import leases, selectors
+from .. import leases, reasons, selectors
 from ..models import CompactionRun
 from .failure import compaction_fail_lost
 from .policy import resolve_chain
@@ -39,10 +39,11 @@ MAX_INSTRUCTIONS = 20_000
 
 
 def compaction_auto_request(
-    *, session: Session, strategy: str | None = None
+    *, session: Session, reason: dict[str, Any], strategy: str | None = None
 ) -> CompactionRun | None:
     """An automatic run, unless the circuit breaker is open or one is under way
-    (``strategy``: one strategy instead of the chain, e.g. the planner's clear)."""
+    (``strategy``: one strategy instead of the chain, e.g. the planner's clear;
+    ``reason``: why, as ``compaction_request`` takes it)."""
     if selectors.breaker_open(selectors.state_of(session)):
         return None
     active = (
@@ -67,7 +68,12 @@ def compaction_auto_request(
         and session.last_seq - last.through_seq < AUTO_COOLDOWN_MESSAGES
     ):
         return None
-    run, _ = compaction_request(session=session, trigger=Trigger.AUTO, strategy=strategy)
+    run, _ = compaction_request(
+        session=session,
+        trigger=Trigger.AUTO,
+        reason=reasons.with_policy_change(session, reason),
+        strategy=strategy,
+    )
     return run
 
 
@@ -75,6 +81,7 @@ def compaction_request(
     *,
     session: Session,
     trigger: str,
+    reason: dict[str, Any],
     strategy: str | None = None,
     instructions: str = "",
     retain_last_turns: int | None = None,
@@ -82,6 +89,10 @@ def compaction_request(
     prediction: dict[str, Any] | None = None,
 ) -> tuple[CompactionRun, bool]:
     """Create a queued run, or join the one under way: ``(run, created)``.
+
+    ``reason``: why the run is asked for, with its numbers (``compaction.reasons``,
+    docs/concepts/compaction.md#reasons): required, so no run is recorded without
+    one; a joined run keeps its own.
 
     ``prediction``: what a dry run of the same request computed (the dashboard's
     preview), stored with a new run for predicted-vs-actual; a joined run keeps its own.
@@ -91,6 +102,8 @@ def compaction_request(
     """
     if trigger not in Trigger.values:
         raise ValueError(f"unknown trigger {trigger!r}")
+    if not isinstance(reason, dict) or reason.get("kind") not in reasons.KINDS:
+        raise ValueError(f"a compaction run needs a reason, got {reason!r}")
     chain = resolve_chain(session, strategy)
     if retain_last_turns is not None and (
         isinstance(retain_last_turns, bool)
@@ -134,6 +147,7 @@ def compaction_request(
                 run = CompactionRun.objects.create(
                     session=locked,
                     trigger=trigger,
+                    reason=reason,
                     strategy=strategy or "chain",
                     chain=list(chain),
                     forced=trigger != Trigger.AUTO,

@@ -21,7 +21,7 @@ from contextsvc.engine.summarize import Summarizer
 from contextsvc.errors import CompressionNotNeeded, Conflict, Unavailable, ValidationFailed
 from sessions.models import Session
 
-from .. import leases
+from .. import leases, reasons
 from ..models import CompactionRun
 from .execute import compaction_execute
 from .requests import compaction_recover, compaction_request
@@ -117,9 +117,17 @@ def compaction_overflow(
     summarizer: Summarizer | None = None,
     detail: str = "",
     reported_tokens: int | None = None,
+    source: str = "api",
+    limit: int | None = None,
+    previous_context_window: int | None = None,
 ) -> CompactionRun:
     """docs/concepts/compaction.md#overflow: the provider said the context is too long. Drop the
-    oldest turns now, whatever else is running."""
+    oldest turns now, whatever else is running.
+
+    The run's reason (docs/concepts/compaction.md#reasons) keeps what the provider said:
+    ``source`` (api: the client's POST /overflow; proxy: upstream's answer), the request's
+    size (``reported_tokens``) and the maximum it named (``limit``), and the session's
+    context window before the proxy lowered it to that maximum."""
     logger.warning(
         "context overflow reported for session %s (provider counted %s tokens, we estimate %s): %s",
         session.pk,
@@ -127,7 +135,18 @@ def compaction_overflow(
         session.used_tokens,
         detail[:500],
     )
+    reason = reasons.overflow(
+        session,
+        source=source,
+        reported_tokens=reported_tokens,
+        limit=limit,
+        previous_context_window=previous_context_window,
+    )
     run, _ = compaction_request(
-        session=session, trigger=Trigger.EMERGENCY, strategy="drop_oldest_turns", enqueue=False
+        session=session,
+        trigger=Trigger.EMERGENCY,
+        reason=reason,
+        strategy="drop_oldest_turns",
+        enqueue=False,
     )
     return compaction_run_sync(run=run, summarizer=summarizer)

@@ -9,7 +9,7 @@ from contextsvc.engine.messages import ToolDef
 from contextsvc.errors import ValidationFailed
 from sessions.models import Session
 
-from .. import selectors
+from .. import reasons, selectors
 from ..models import CompactionRun
 from .requests import compaction_request
 from .sync import compaction_run_sync, raise_for_failure
@@ -61,7 +61,11 @@ def compact_context_tool(session: Session, arguments: dict[str, Any]) -> dict[st
             details={"field": sorted(unknown)[0]},
         )
     run, _ = compaction_request(
-        session=session, trigger=Trigger.TOOL, instructions=instructions, enqueue=False
+        session=session,
+        trigger=Trigger.TOOL,
+        reason=reasons.tool_call(session),
+        instructions=instructions,
+        enqueue=False,
     )
     run = compaction_run_sync(run=run)
     raise_for_failure(run)

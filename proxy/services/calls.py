@@ -279,10 +279,18 @@ def rebuild_after_overflow(
     compaction aims inside the window that is really there.
     """
     session = prepared.session
+    previous = session.context_window
     window = dialect.reported_window(error)
     if window is not None and window < session.context_window:
         session = session_update(session=session, data={"context_window": window})
-    compaction_overflow(session=session, detail=json.dumps(error)[:500])
+    compaction_overflow(
+        session=session,
+        detail=json.dumps(error)[:500],
+        reported_tokens=dialect.reported_size(error),
+        source="proxy",
+        limit=window,
+        previous_context_window=previous,
+    )
     session = read_session(prepared.session.pk)
     return _build(session, dialect, converted, prepared.synced, prepared.runnable)
 

@@ -26,6 +26,7 @@ import time
 import uuid
 from typing import Any
 
+from compaction import reasons
 from compaction.models import CompactionRun
 from compaction.services.requests import compaction_request
 from compaction.services.sync import compaction_run_sync
@@ -67,12 +68,16 @@ def without_request(body: dict[str, Any]) -> dict[str, Any]:
     return {**body, "input": body["input"][:-1]}
 
 
-def session_compact_for_client(*, session: Session) -> str | None:
-    """Compact the whole live window now (a ``client`` run); the summary, or None if there is none."""
+def session_compact_for_client(*, session: Session, form: str) -> str | None:
+    """Compact the whole live window now (a ``client`` run); the summary, or None if there is none.
+
+    ``form``: how the client asked (``compaction_kind``'s checkpoint or trigger, or
+    compact for ``POST /responses/compact``), kept in the run's reason."""
     try:
         run, _ = compaction_request(
             session=session,
             trigger=CompactionRun.Trigger.CLIENT,
+            reason=reasons.client(session, form),
             retain_last_turns=0,
             enqueue=False,
         )

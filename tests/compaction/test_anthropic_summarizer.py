@@ -158,7 +158,11 @@ def test_service_compaction_through_the_sdk_with_model_override(fake_anthropic, 
         ],
     )
     run, _ = compaction_request(
-        session=session, trigger="manual", strategy="summarize", enqueue=False
+        session=session,
+        trigger="manual",
+        reason={"kind": "manual"},
+        strategy="summarize",
+        enqueue=False,
     )
     run = compaction_run_sync(run=run)
     assert run.status == "succeeded", run.error
@@ -189,7 +193,11 @@ def test_session_model_is_used_without_override(fake_anthropic, session_factory,
     settings.CONTEXTSVC_SUMMARIZER_ANTHROPIC_MODEL = "session"
     session = session_factory(4)
     run, _ = compaction_request(
-        session=session, trigger="manual", strategy="summarize", enqueue=False
+        session=session,
+        trigger="manual",
+        reason={"kind": "manual"},
+        strategy="summarize",
+        enqueue=False,
     )
     compaction_run_sync(run=run)
     assert fake_anthropic.messages_requests()[0].body["model"] == "claude-sonnet-4-5"
@@ -197,7 +205,9 @@ def test_session_model_is_used_without_override(fake_anthropic, session_factory,
 
 def test_sandwich_compression_prompt_through_the_sdk_spec004(fake_anthropic, session_factory):
     session = session_factory(6, policy={"compaction": {"strategy": "sandwich"}})
-    run, _ = compaction_request(session=session, trigger="manual", enqueue=False)
+    run, _ = compaction_request(
+        session=session, trigger="manual", reason={"kind": "manual"}, enqueue=False
+    )
     run = compaction_run_sync(run=run)
     assert run.status == "succeeded"
     body = fake_anthropic.messages_requests()[0].body
@@ -214,7 +224,11 @@ def test_sdk_retries_overloaded_then_succeeds(fake_anthropic, session_factory):
     fake_anthropic.fail_next(529)
     session = session_factory(4)
     run, _ = compaction_request(
-        session=session, trigger="manual", strategy="summarize", enqueue=False
+        session=session,
+        trigger="manual",
+        reason={"kind": "manual"},
+        strategy="summarize",
+        enqueue=False,
     )
     run = compaction_run_sync(run=run)
     assert run.status == "succeeded"
@@ -227,7 +241,11 @@ def test_transient_errors_requeue_the_run_for_a_task_retry(fake_anthropic, sessi
     session = session_factory(4)
     before = Session.objects.filter(pk=session.pk).values().get()
     run, _ = compaction_request(
-        session=session, trigger="manual", strategy="summarize", enqueue=False
+        session=session,
+        trigger="manual",
+        reason={"kind": "manual"},
+        strategy="summarize",
+        enqueue=False,
     )
     with pytest.raises(RetryableCompactionError):
         compaction_execute(run_id=run.pk, task_id="t", can_retry=True)
@@ -246,7 +264,11 @@ def test_permanent_error_fails_the_run_with_service_unavailable_cx_nt3(
     session = session_factory(4)
     before = Session.objects.filter(pk=session.pk).values().get()
     run, _ = compaction_request(
-        session=session, trigger="manual", strategy="summarize", enqueue=False
+        session=session,
+        trigger="manual",
+        reason={"kind": "manual"},
+        strategy="summarize",
+        enqueue=False,
     )
     run = compaction_execute(run_id=run.pk, task_id="t", can_retry=True)
     assert run.status == "failed" and run.error_code == "SERVICE_UNAVAILABLE"
@@ -304,11 +326,17 @@ def test_no_run_left_running_after_a_failure(fake_anthropic, session_factory):
     fake_anthropic.fail_next(400)
     session = session_factory(4)
     run, _ = compaction_request(
-        session=session, trigger="manual", strategy="summarize", enqueue=False
+        session=session,
+        trigger="manual",
+        reason={"kind": "manual"},
+        strategy="summarize",
+        enqueue=False,
     )
     compaction_run_sync(run=run)
     assert not CompactionRun.objects.filter(status__in=CompactionRun.ACTIVE).exists()
     # A new request starts a new run (nothing is stuck).
     session_append_messages(session=session, messages=turn(9))
-    run2, created = compaction_request(session=session, trigger="manual", enqueue=False)
+    run2, created = compaction_request(
+        session=session, trigger="manual", reason={"kind": "manual"}, enqueue=False
+    )
     assert created and run2.pk != run.pk

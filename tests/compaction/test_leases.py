@@ -69,7 +69,12 @@ def _at_block(session_factory, sid: str, **fields):
 def _auto_run(session) -> CompactionRun:
     """The automatic run the append hook queued (it runs on commit), or one like it."""
     run = CompactionRun.objects.filter(session=session, status="queued").first()
-    return run or compaction_request(session=session, trigger="auto", enqueue=False)[0]
+    return (
+        run
+        or compaction_request(
+            session=session, trigger="auto", reason={"kind": "threshold"}, enqueue=False
+        )[0]
+    )
 
 
 # --- the lease and its heartbeat ---------------------------------------------------------------
@@ -78,7 +83,9 @@ def _auto_run(session) -> CompactionRun:
 def test_claim_takes_a_short_lease(session_factory, settings):
     settings.CONTEXTSVC_COMPACTION_LEASE_SECONDS = 15
     session = session_factory(8)
-    run, _ = compaction_request(session=session, trigger="manual", enqueue=False)
+    run, _ = compaction_request(
+        session=session, trigger="manual", reason={"kind": "manual"}, enqueue=False
+    )
     before = timezone.now()
     claimed, _ = _claim(run.pk, "w1")
     left = (claimed.lease_expires_at - before).total_seconds()
@@ -88,7 +95,9 @@ def test_claim_takes_a_short_lease(session_factory, settings):
 def test_heartbeat_renews_the_lease_until_superseded(transactional_db, session_factory, settings):
     settings.CONTEXTSVC_COMPACTION_LEASE_SECONDS = 3  # a beat every second
     session = session_factory(8)
-    run, _ = compaction_request(session=session, trigger="manual", enqueue=False)
+    run, _ = compaction_request(
+        session=session, trigger="manual", reason={"kind": "manual"}, enqueue=False
+    )
     claimed, attempt = _claim(run.pk, "w1")
     first = claimed.lease_expires_at
     with leases.Heartbeat(run.pk, attempt) as beat:
@@ -107,7 +116,9 @@ def test_heartbeat_renews_the_lease_until_superseded(transactional_db, session_f
 def test_lapsed_and_stalled(session_factory, settings):
     settings.CONTEXTSVC_COMPACTION_LEASE_SECONDS = 12
     session = session_factory(8)
-    run, _ = compaction_request(session=session, trigger="manual", enqueue=False)
+    run, _ = compaction_request(
+        session=session, trigger="manual", reason={"kind": "manual"}, enqueue=False
+    )
     run = _dead_claim(run, lease_left=11)
     assert not leases.lapsed(run) and not leases.stalled(run)
     run.lease_expires_at = timezone.now() + timedelta(seconds=2)  # two beats missed
@@ -125,7 +136,9 @@ def test_lapsed_run_is_requeued_under_a_new_task_id(
     session_factory, enqueued, django_capture_on_commit_callbacks
 ):
     session = session_factory(8)
-    run, _ = compaction_request(session=session, trigger="auto", enqueue=False)
+    run, _ = compaction_request(
+        session=session, trigger="auto", reason={"kind": "threshold"}, enqueue=False
+    )
     run = _dead_claim(run)
     before = session_state(session)
     with django_capture_on_commit_callbacks(execute=True):
@@ -144,7 +157,9 @@ def test_lapsed_run_is_requeued_under_a_new_task_id(
 def test_run_lost_too_often_fails_and_leaves_the_session_unchanged(session_factory, settings):
     settings.CONTEXTSVC_COMPACTION_MAX_ATTEMPTS = 2
     session = session_factory(8)
-    run, _ = compaction_request(session=session, trigger="auto", enqueue=False)
+    run, _ = compaction_request(
+        session=session, trigger="auto", reason={"kind": "threshold"}, enqueue=False
+    )
     run = _dead_claim(run)
     assert compaction_recover(run) and run.status == "queued"
     run = _dead_claim(run)  # lost a second time
@@ -161,7 +176,9 @@ def test_run_lost_too_often_fails_and_leaves_the_session_unchanged(session_facto
 def test_redelivered_message_of_a_run_lost_too_often_fails_it(session_factory, settings):
     settings.CONTEXTSVC_COMPACTION_MAX_ATTEMPTS = 1
     session = session_factory(8)
-    run, _ = compaction_request(session=session, trigger="manual", enqueue=False)
+    run, _ = compaction_request(
+        session=session, trigger="manual", reason={"kind": "manual"}, enqueue=False
+    )
     run = _dead_claim(run, lease_left=10)
     before = session_state(session)
     # reject_on_worker_lost sends the same message again: no endless loop.
@@ -172,9 +189,9 @@ def test_redelivered_message_of_a_run_lost_too_often_fails_it(session_factory, s
 
 def test_append_hook_recovers_a_lapsed_auto_run(session_factory, enqueued):
     session = session_factory(8)
-    run = compaction_auto_request(session=session)
+    run = compaction_auto_request(session=session, reason={"kind": "threshold"})
     run = _dead_claim(run)
-    assert compaction_auto_request(session=session).pk == run.pk
+    assert compaction_auto_request(session=session, reason={"kind": "threshold"}).pk == run.pk
     run.refresh_from_db()
     assert run.status == "queued"
 
@@ -184,10 +201,15 @@ def test_requeue_stale_sweeps_every_lapsed_run(session_factory):
     second = session_factory(8, sid="sweep-b")
     runs = []
     for session in (first, second):
-        run, _ = compaction_request(session=session, trigger="manual", enqueue=False)
+        run, _ = compaction_request(
+            session=session, trigger="manual", reason={"kind": "manual"}, enqueue=False
+        )
         runs.append(_dead_claim(run))
     live, _ = compaction_request(
-        session=session_factory(8, sid="sweep-c"), trigger="manual", enqueue=False
+        session=session_factory(8, sid="sweep-c"),
+        trigger="manual",
+        reason={"kind": "manual"},
+        enqueue=False,
     )
     _dead_claim(live, lease_left=30)
     assert compaction_requeue_stale() == 2
@@ -199,7 +221,9 @@ def test_requeue_stale_sweeps_every_lapsed_run(session_factory):
 
 def test_worker_sweeper_recovers_without_beat(transactional_db, session_factory, enqueued):
     session = session_factory(8)
-    run, _ = compaction_request(session=session, trigger="manual", enqueue=False)
+    run, _ = compaction_request(
+        session=session, trigger="manual", reason={"kind": "manual"}, enqueue=False
+    )
     run = _dead_claim(run)
     sweeper = leases.Sweeper(compaction_requeue_stale, 0.2).start()
     try:
@@ -221,7 +245,9 @@ def test_worker_sweeper_recovers_without_beat(transactional_db, session_factory,
 
 def _session_run(alice, session_factory, sid: str, *, lease_left: float = -1.0):
     session = session_factory(8, sid=sid)
-    run, _ = compaction_request(session=session, trigger="manual", enqueue=False)
+    run, _ = compaction_request(
+        session=session, trigger="manual", reason={"kind": "manual"}, enqueue=False
+    )
     return session, _dead_claim(run, lease_left=lease_left)
 
 

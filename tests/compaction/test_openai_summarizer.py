@@ -55,7 +55,11 @@ def _request(model: str = "gpt-fake-small"):
 
 def _compact(session):
     run, _ = compaction_request(
-        session=session, trigger="manual", strategy="summarize", enqueue=False
+        session=session,
+        trigger="manual",
+        reason={"kind": "manual"},
+        strategy="summarize",
+        enqueue=False,
     )
     return compaction_run_sync(run=run)
 
@@ -143,7 +147,11 @@ def test_transient_errors_requeue_the_run_for_a_task_retry(fake_openai, session_
     session = session_factory(4)
     before = Session.objects.filter(pk=session.pk).values().get()
     run, _ = compaction_request(
-        session=session, trigger="manual", strategy="summarize", enqueue=False
+        session=session,
+        trigger="manual",
+        reason={"kind": "manual"},
+        strategy="summarize",
+        enqueue=False,
     )
     with pytest.raises(RetryableCompactionError):
         compaction_execute(run_id=run.pk, task_id="t", can_retry=True)
@@ -159,7 +167,11 @@ def test_bad_request_is_not_retried_and_fails_the_run_cx_nt3(fake_openai, sessio
     session = session_factory(4)
     before = Session.objects.filter(pk=session.pk).values().get()
     run, _ = compaction_request(
-        session=session, trigger="manual", strategy="summarize", enqueue=False
+        session=session,
+        trigger="manual",
+        reason={"kind": "manual"},
+        strategy="summarize",
+        enqueue=False,
     )
     run = compaction_execute(run_id=run.pk, task_id="t", can_retry=True)
     assert run.status == "failed" and run.error_code == "SERVICE_UNAVAILABLE"

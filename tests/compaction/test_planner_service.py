@@ -17,7 +17,9 @@ pytestmark = pytest.mark.django_db
 
 
 def compact(session, **kw) -> CompactionRun:
-    run, _ = compaction_request(session=session, trigger="manual", enqueue=False, **kw)
+    run, _ = compaction_request(
+        session=session, trigger="manual", reason={"kind": "manual"}, enqueue=False, **kw
+    )
     return compaction_run_sync(run=run)
 
 
@@ -208,7 +210,11 @@ def test_the_summary_call_of_a_session_over_its_limit_resends_its_own_tools(sess
             return OfflineSummarizer().complete(request)
 
     run, _ = compaction_request(
-        session=session, trigger="manual", strategy="summarize", enqueue=False
+        session=session,
+        trigger="manual",
+        reason={"kind": "manual"},
+        strategy="summarize",
+        enqueue=False,
     )
     assert compaction_run_sync(run=run, summarizer=Recording()).status == "succeeded"
     prefix = requests[0].prefix

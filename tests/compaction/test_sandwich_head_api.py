@@ -76,7 +76,11 @@ def sandwich_session(session_factory, turns: int = 4) -> Session:
 
 def compact(session: Session, summarizer) -> CompactionRun:
     run, _ = compaction_request(
-        session=session, trigger="manual", strategy="sandwich", enqueue=False
+        session=session,
+        trigger="manual",
+        reason={"kind": "manual"},
+        strategy="sandwich",
+        enqueue=False,
     )
     return compaction_run_sync(run=run, summarizer=summarizer)
 

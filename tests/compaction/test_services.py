@@ -77,7 +77,9 @@ def session_state(session: Session) -> dict:
 
 
 def manual(session: Session, summarizer=None, **kw) -> CompactionRun:
-    run, _ = compaction_request(session=session, trigger="manual", enqueue=False, **kw)
+    run, _ = compaction_request(
+        session=session, trigger="manual", reason={"kind": "manual"}, enqueue=False, **kw
+    )
     return compaction_run_sync(run=run, summarizer=summarizer)
 
 
@@ -137,15 +139,19 @@ def test_threshold_ratio_policy_triggers_earlier_spec000(
 
 def test_second_request_joins_the_active_run(session_factory):
     session = session_factory(3)
-    first, created = compaction_request(session=session, trigger="auto")
-    second, created2 = compaction_request(session=session, trigger="manual")
+    first, created = compaction_request(
+        session=session, trigger="auto", reason={"kind": "threshold"}
+    )
+    second, created2 = compaction_request(
+        session=session, trigger="manual", reason={"kind": "manual"}
+    )
     assert created and not created2 and second.pk == first.pk
     assert CompactionRun.objects.count() == 1
 
 
 def test_emergency_never_waits_for_the_active_run(session_factory):
     session = session_factory(3)
-    compaction_request(session=session, trigger="auto")
+    compaction_request(session=session, trigger="auto", reason={"kind": "threshold"})
     run = compaction_overflow(session=session)
     assert run.trigger == "emergency" and run.status == "succeeded"
 
@@ -153,7 +159,7 @@ def test_emergency_never_waits_for_the_active_run(session_factory):
 def test_empty_session_is_validation_error_cx_nt2(session_factory):
     session = session_factory(0)
     with pytest.raises(ValidationFailed, match="Conversation has no messages"):
-        compaction_request(session=session, trigger="manual")
+        compaction_request(session=session, trigger="manual", reason={"kind": "manual"})
     assert not CompactionRun.objects.exists()
 
 
@@ -216,7 +222,11 @@ def test_appends_during_compaction_are_kept_after_the_summary(session_factory):
     late = [{"role": "user", "content": "A late request arriving mid-compaction"}]
     summarizer = Appending(session, late)
     run, _ = compaction_request(
-        session=session, trigger="manual", strategy="summarize", enqueue=False
+        session=session,
+        trigger="manual",
+        reason={"kind": "manual"},
+        strategy="summarize",
+        enqueue=False,
     )
     run = compaction_execute(run_id=run.pk, summarizer=summarizer)
     assert run.status == "succeeded" and summarizer.done
@@ -246,7 +256,11 @@ def test_window_moved_during_compaction_is_recomputed(session_factory):
             return OfflineSummarizer().complete(request)
 
     run, _ = compaction_request(
-        session=session, trigger="manual", strategy="summarize", enqueue=False
+        session=session,
+        trigger="manual",
+        reason={"kind": "manual"},
+        strategy="summarize",
+        enqueue=False,
     )
     run = compaction_execute(run_id=run.pk, summarizer=Overflowing())
     assert run.status == "succeeded" and Overflowing.calls == 2
@@ -262,7 +276,9 @@ def test_failure_leaves_session_byte_for_byte_unchanged_cx_nt3(session_factory):
     )
     before = session_state(session)
     cached_before = model_to_dict(CompactionState.objects.get(session=session))
-    run, _ = compaction_request(session=session, trigger="manual", enqueue=False)
+    run, _ = compaction_request(
+        session=session, trigger="manual", reason={"kind": "manual"}, enqueue=False
+    )
     run = compaction_execute(run_id=run.pk, summarizer=Failing())
     assert run.status == "failed" and run.error_code == "SERVICE_UNAVAILABLE"
     assert "model overloaded" in run.error
@@ -277,7 +293,11 @@ def test_failure_leaves_session_byte_for_byte_unchanged_cx_nt3(session_factory):
 def test_transient_failure_is_released_for_retry_then_succeeds(session_factory):
     session = session_factory(8)
     run, _ = compaction_request(
-        session=session, trigger="auto", strategy="summarize", enqueue=False
+        session=session,
+        trigger="auto",
+        reason={"kind": "threshold"},
+        strategy="summarize",
+        enqueue=False,
     )
     with pytest.raises(RetryableCompactionError):
         compaction_execute(
@@ -292,7 +312,9 @@ def test_transient_failure_is_released_for_retry_then_succeeds(session_factory):
 
 def test_execute_twice_is_a_no_op(session_factory):
     session = session_factory(8)
-    run, _ = compaction_request(session=session, trigger="manual", enqueue=False)
+    run, _ = compaction_request(
+        session=session, trigger="manual", reason={"kind": "manual"}, enqueue=False
+    )
     first = compaction_execute(run_id=run.pk, task_id="a")
     again = compaction_execute(run_id=run.pk, task_id="a")
     assert first.status == again.status == "succeeded"
@@ -302,7 +324,9 @@ def test_execute_twice_is_a_no_op(session_factory):
 
 def test_redelivered_message_takes_over_a_run_left_running(session_factory):
     session = session_factory(8)
-    run, _ = compaction_request(session=session, trigger="auto", enqueue=False)
+    run, _ = compaction_request(
+        session=session, trigger="auto", reason={"kind": "threshold"}, enqueue=False
+    )
     run.celery_task_id = "task-1"
     run.save()
     # A worker claimed it and was killed before applying anything.
@@ -319,7 +343,9 @@ def test_redelivered_message_takes_over_a_run_left_running(session_factory):
 
 def test_expired_lease_is_taken_over_and_stale_runs_are_requeued(session_factory, enqueued):
     session = session_factory(8)
-    run, _ = compaction_request(session=session, trigger="auto", enqueue=False)
+    run, _ = compaction_request(
+        session=session, trigger="auto", reason={"kind": "threshold"}, enqueue=False
+    )
     _claim(run.pk, "dead-worker")
     CompactionRun.objects.filter(pk=run.pk).update(
         lease_expires_at=timezone.now() - timedelta(seconds=1)
@@ -333,7 +359,9 @@ def test_expired_lease_is_taken_over_and_stale_runs_are_requeued(session_factory
 
 def test_superseded_attempt_does_not_apply(session_factory):
     session = session_factory(8)
-    run, _ = compaction_request(session=session, trigger="manual", enqueue=False)
+    run, _ = compaction_request(
+        session=session, trigger="manual", reason={"kind": "manual"}, enqueue=False
+    )
     old_run, attempt = _claim(run.pk, "w1")
     plan = compute_plan(old_run, None)
     CompactionRun.objects.filter(pk=run.pk).update(attempts=attempt + 1)  # someone took it over
@@ -349,12 +377,12 @@ def test_circuit_breaker_opens_after_three_failed_auto_runs(session_factory, mon
     session = session_factory(8, policy={"compaction": {"strategy": "summarize"}})
     monkeypatch.setattr("compaction.summarizers.for_session", lambda **kw: Failing())
     for _ in range(3):
-        run = compaction_auto_request(session=session)
+        run = compaction_auto_request(session=session, reason={"kind": "threshold"})
         assert run is not None
         compaction_execute(run_id=run.pk)
     assert selectors.budget_block(session)["compaction"]["circuit_breaker"]["open"]
     assert selectors.budget_block(session)["compaction"]["auto"] is False
-    assert compaction_auto_request(session=session) is None
+    assert compaction_auto_request(session=session, reason={"kind": "threshold"}) is None
     body = context_preview(session, "raw")
     assert body["budget"]["compaction"]["circuit_breaker"]["consecutive_failures"] == 3
     # Manual runs still work, and a success closes the breaker.
@@ -367,17 +395,21 @@ def test_circuit_breaker_opens_after_three_failed_auto_runs(session_factory, mon
 def test_failed_manual_runs_do_not_count_toward_the_breaker(session_factory):
     session = session_factory(8)
     for _ in range(3):
-        run, _ = compaction_request(session=session, trigger="manual", enqueue=False)
+        run, _ = compaction_request(
+            session=session, trigger="manual", reason={"kind": "manual"}, enqueue=False
+        )
         compaction_execute(run_id=run.pk, summarizer=Failing())
     assert not selectors.budget_block(session)["compaction"]["circuit_breaker"]["open"]
 
 
 def test_no_auto_run_right_after_one_that_changed_nothing(session_factory):
     session = session_factory(1)
-    run, _ = compaction_request(session=session, trigger="auto", enqueue=False)
+    run, _ = compaction_request(
+        session=session, trigger="auto", reason={"kind": "threshold"}, enqueue=False
+    )
     run = compaction_execute(run_id=run.pk)
     assert run.status == "succeeded" and not run.changed  # far under the target
-    assert compaction_auto_request(session=session) is None
+    assert compaction_auto_request(session=session, reason={"kind": "threshold"}) is None
 
 
 # --- strategies through the store ----------------------------------------------------------------
@@ -415,7 +447,9 @@ SHALLOW = {"compaction": {"target_ratio": 0.7}}
 
 def test_chain_stops_at_the_target(session_factory):
     session = session_factory(8, policy=SHALLOW)
-    run, _ = compaction_request(session=session, trigger="auto", enqueue=False)
+    run, _ = compaction_request(
+        session=session, trigger="auto", reason={"kind": "threshold"}, enqueue=False
+    )
     run = compaction_execute(run_id=run.pk)
     assert run.strategies_run == ["tool_clearing"]
     assert run.after_tokens <= run.target_tokens
@@ -431,7 +465,11 @@ def test_forced_chain_runs_fully_with_instructions(session_factory):
             return super().complete(request)
 
     run, _ = compaction_request(
-        session=session, trigger="manual", instructions="Keep the parser decisions", enqueue=False
+        session=session,
+        trigger="manual",
+        reason={"kind": "manual"},
+        instructions="Keep the parser decisions",
+        enqueue=False,
     )
     run = compaction_execute(run_id=run.pk, summarizer=Recording())
     assert run.strategies_run == ["tool_clearing", "summarize"]

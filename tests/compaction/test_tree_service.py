@@ -37,7 +37,9 @@ class Counting:
 
 
 def compact(session: Session, summarizer=None) -> CompactionRun:
-    run, _ = compaction_request(session=session, trigger="manual", enqueue=False)
+    run, _ = compaction_request(
+        session=session, trigger="manual", reason={"kind": "manual"}, enqueue=False
+    )
     return compaction_run_sync(run=run, summarizer=summarizer)
 
 

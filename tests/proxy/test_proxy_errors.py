@@ -8,6 +8,8 @@ import pytest
 from asgiref.sync import async_to_sync
 
 from compaction.models import CompactionRun
+from compaction.reason_text import reason_text
+from proxy.providers import ANTHROPIC, OPENAI, RESPONSES
 from sessions.models import ContextCall, Message, Session
 from tests.live_server import free_port
 from tests.proxy.conftest import PROXY_DB, UPSTREAM_KEY, asgi_claude, asgi_gpt, asgi_http
@@ -102,8 +104,47 @@ def test_prompt_too_long_upstream_compacts_and_retries_once(upstreams, alice_key
     records = list(ContextCall.objects.filter(session__external_id="ses_e4").order_by("id"))
     assert len(records) == 12 + 2
     assert records[-2].completed_at is None and records[-1].completed_at is not None
-    assert CompactionRun.objects.filter(session__external_id="ses_e4", trigger="emergency").exists()
     assert Session.objects.get(external_id="ses_e4").context_window == 30_000
+    # The run records why (docs/concepts/compaction.md#reasons): upstream's count and maximum,
+    # the window the session had before it took upstream's.
+    run = CompactionRun.objects.get(session__external_id="ses_e4", trigger="emergency")
+    reason = run.reason
+    assert reason["kind"] == "overflow" and reason["source"] == "proxy"
+    assert reason["reported_tokens"] > reason["limit"] == 30_000
+    assert reason["context_window"] == 30_000 and reason["previous_context_window"] > 30_000
+    assert reason_text(reason).startswith(
+        f"upstream answered context overflow: the request was {reason['reported_tokens']:,}"
+        " tokens > 30,000 maximum; our estimate was "
+    )
+    assert reason_text(reason).endswith(
+        f"the session's context window went from {reason['previous_context_window']:,} to 30,000"
+    )
+
+
+@pytest.mark.parametrize(
+    "dialect,message,size,window",
+    [
+        (ANTHROPIC, "prompt is too long: 210000 tokens > 200000 maximum", 210_000, 200_000),
+        (
+            OPENAI,
+            "This model's maximum context length is 8192 tokens. However, your messages"
+            " resulted in 9000 tokens. Please reduce the length of the messages.",
+            9_000,
+            8_192,
+        ),
+        (
+            RESPONSES,
+            "maximum context length is 8192 tokens, you requested 9001 tokens",
+            9_001,
+            8_192,
+        ),
+        (ANTHROPIC, "prompt is too long", None, None),
+    ],
+)
+def test_an_overflow_answer_gives_the_request_size_and_the_maximum(dialect, message, size, window):
+    body = {"error": {"message": message}}
+    assert (dialect.reported_size(body), dialect.reported_window(body)) == (size, window)
+    assert dialect.reported_size("not a body") is None
 
 
 def test_managed_credentials_and_a_derived_session(upstreams, settings, alice_key):

@@ -78,7 +78,11 @@ def sandwich_compact(sid: str) -> Session:
     session.policy = {**(session.policy or {}), "compaction": {"strategy": "sandwich"}}
     session.save(update_fields=["policy"])
     run, _ = compaction_request(
-        session=session, trigger="manual", strategy="sandwich", enqueue=False
+        session=session,
+        trigger="manual",
+        reason={"kind": "manual"},
+        strategy="sandwich",
+        enqueue=False,
     )
     run = compaction_run_sync(run=run, summarizer=Fixed())
     assert run.status == "succeeded" and run.changed, (run.error_code, run.error)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from asgiref.sync import async_to_sync
 
 from compaction.models import CompactionRun
+from compaction.reason_text import reason_text
 from fakes.streams import ScriptedReply, tool_call
 from proxy.services.responses_compaction import CHECKPOINT
 from sessions.models import Message, Session
@@ -73,6 +74,11 @@ def test_codex_checkpoint_is_answered_with_our_summary(fake_responses, alice_key
     assert after_count == before  # answered without an upstream call
     run = CompactionRun.objects.get(session=session, trigger=CompactionRun.Trigger.CLIENT)
     assert run.status == CompactionRun.Status.SUCCEEDED and run.retention is not None
+    assert run.reason["kind"] == "client" and run.reason["form"] == "checkpoint"
+    assert reason_text(run.reason) == (
+        "the client compacted its own history, with Codex's checkpoint request"
+        f" (at {run.reason['used']:,} used, compact-at {run.reason['compact_at']:,})"
+    )
     assert after.output_text == "Continuing after the checkpoint."
     # the restart is a divergence: every tool output stays in the transcript
     tools = Message.objects.filter(session=session, role="tool").count()
@@ -107,6 +113,8 @@ def test_compaction_trigger_gets_our_item_and_it_is_expanded_upstream(fake_respo
     sent = fake.responses_requests()[-1].body
     assert not any(i.get("type") == "compaction" for i in sent["input"])
     session = Session.objects.get(external_id="ses_trig")
+    run = CompactionRun.objects.get(session=session, trigger=CompactionRun.Trigger.CLIENT)
+    assert run.reason["kind"] == "client" and run.reason["form"] == "trigger"
     texts = "\n".join(str(i.get("content")) for i in sent["input"])
     assert session.summary and texts.count(session.summary) == 1  # expanded, never twice
 
@@ -131,6 +139,7 @@ def test_responses_compact_endpoint(fake_responses, alice_key):
     assert compacted.output[-1].type == "compaction"
     assert [(o["type"], o["role"]) for o in follow[:1]] == [("message", "user")]
     assert final.output_text == "Carrying on."
-    assert CompactionRun.objects.filter(
+    run = CompactionRun.objects.get(
         session__external_id="ses_cmp", trigger=CompactionRun.Trigger.CLIENT
-    ).exists()
+    )
+    assert run.reason["kind"] == "client" and run.reason["form"] == "compact"

@@ -104,7 +104,11 @@ def test_a_running_compaction_does_not_bring_a_deleted_session_back(alice, make_
     )
     session = Session.objects.get(external_id=sid)
     run, _ = compaction_request(
-        session=session, trigger="manual", strategy="drop_oldest_turns", enqueue=False
+        session=session,
+        trigger="manual",
+        reason={"kind": "manual"},
+        strategy="drop_oldest_turns",
+        enqueue=False,
     )
     # The delete lands while the run is queued; the executor then finds nothing.
     assert alice.request("DELETE", f"sessions/{sid}").status_code == 200
@@ -121,7 +125,11 @@ def test_a_delete_between_plan_and_apply_writes_nothing(alice, make_session, mon
     )
     session = Session.objects.get(external_id=sid)
     run, _ = compaction_request(
-        session=session, trigger="manual", strategy="drop_oldest_turns", enqueue=False
+        session=session,
+        trigger="manual",
+        reason={"kind": "manual"},
+        strategy="drop_oldest_turns",
+        enqueue=False,
     )
     real = execute.compute_plan
 

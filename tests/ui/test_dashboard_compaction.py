@@ -213,7 +213,9 @@ def test_usage_chart_marks_compactions(op, big):
 def test_usage_bars_keep_each_turns_peak_and_show_the_window_now(big):
     before = usage_over_turns(big)
     last_before = before.bars[-1].total
-    run, _ = compaction_request(session=big, trigger="manual", enqueue=False)
+    run, _ = compaction_request(
+        session=big, trigger="manual", reason={"kind": "manual"}, enqueue=False
+    )
     op_run = compaction_execute(run_id=run.pk)
     assert op_run.changed
     big.refresh_from_db()

@@ -159,7 +159,9 @@ def test_preview_lists_the_facts_at_risk_in_their_groups(op, make_dash_session):
 def test_a_run_without_a_preview_shows_no_prediction(op, big):
     from compaction.services.requests import compaction_request
 
-    run, _ = compaction_request(session=big, trigger="manual", enqueue=False)
+    run, _ = compaction_request(
+        session=big, trigger="manual", reason={"kind": "manual"}, enqueue=False
+    )
     compaction_execute(run_id=run.pk)
     html = op.get(
         reverse("dashboard:compaction_history", args=[big.pk]), headers=HX
