@@ -189,6 +189,11 @@ def test_every_answer_matches_its_declared_schema(document, alice, anon, session
     # One record per context build above (three formats, two overflows), newest first.
     records = call("GET", "/api/v1/sessions/{sid}/calls", f"/sessions/{sid}/calls", limit=2)
     assert len(records.json()["items"]) == 2 and records.json()["next_cursor"]
+    # The transcript out: a page of it, and the whole of it as JSONL.
+    page = call("GET", "/api/v1/sessions/{sid}/messages", f"/sessions/{sid}/messages", limit=2)
+    assert len(page.json()["items"]) == 2 and page.json()["next_cursor"]
+    exported = call("GET", "/api/v1/sessions/{sid}/export", f"/sessions/{sid}/export")
+    assert b"".join(exported.streaming_content).count(b"\n") > 2
 
     # The errors, in the one body.
     call("GET", "/api/v1/sessions/{sid}", "/sessions/nope")  # 404
