@@ -7,7 +7,7 @@ forwarded) is the provider's error shape naming a field, and no row was
 written (sessions, messages, usage, tool outputs, client views, stored
 responses counted before and after). Generation is deterministic, so CI runs
 the same cases every time; CONTEXTSVC_PROXY_FUZZ_EXAMPLES scales the run
-(the default in CI, 7,000 per endpoint, gives 21,000 cases; 700 elsewhere).
+(the default in CI, 6,700 per endpoint, gives 20,100 cases; 700 elsewhere).
 """
 
 from __future__ import annotations
@@ -20,11 +20,13 @@ from typing import Any
 
 import httpx2
 import pytest
+from django.core.handlers.asgi import ASGIHandler
 from django.db import connection
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from contextsvc.asgi import application
+from contextsvc import settings_proxy
+from proxy.gate import limit_bodies
 from proxy.models import ClientView, StoredResponse
 from sessions.models import ContextCall, Message, Session, ToolOutput, UsageReport
 from tests.conftest import IN_CI
@@ -35,9 +37,9 @@ from tests.proxy.conftest import PROXY_DB, UPSTREAM_KEY
 pytestmark = [*PROXY_DB, pytest.mark.slow]  # thousands of cases: handed out first
 fake_responses = responses_fixtures.fake_responses
 
-# CI runs 21,000 cases (a refusal ~5 ms, a forwarded call ~20 ms); elsewhere 2,100,
+# CI runs 20,100 cases (a refusal ~5 ms, a forwarded call ~20 ms); elsewhere 2,100,
 # so a newcomer's bin/test stays short.
-EXAMPLES = int(os.environ.get("CONTEXTSVC_PROXY_FUZZ_EXAMPLES") or (7000 if IN_CI else 700))
+EXAMPLES = int(os.environ.get("CONTEXTSVC_PROXY_FUZZ_EXAMPLES") or (6700 if IN_CI else 700))
 # The fuzz's body limit: small, so "past the limit" costs little per case.
 LIMIT = 64 * 1024
 MODELS = (Session, Message, UsageReport, ToolOutput, ClientView, StoredResponse, ContextCall)
@@ -62,11 +64,9 @@ def _rows() -> tuple[int, ...]:
 class Runner:
     """Sends cases on one event loop and one client; tallies what came back."""
 
-    def __init__(self, agent_key: str) -> None:
+    def __init__(self, agent_key: str, app: Any) -> None:
         self.loop = asyncio.new_event_loop()
-        self.client = httpx2.AsyncClient(
-            transport=httpx2.ASGITransport(app=application), timeout=30
-        )
+        self.client = httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app), timeout=30)
         self.headers = {
             "X-Contextsvc-Key": agent_key,
             "x-api-key": UPSTREAM_KEY,
@@ -136,10 +136,19 @@ def small_limit(settings):
 
 
 @pytest.fixture
-def runner(alice_key):
+def proxy_app(settings):
+    """The application as the proxy process serves it: its narrowed settings (only
+    /proxy/, the all-async middleware) and the body limit in front."""
+    settings.ROOT_URLCONF = settings_proxy.ROOT_URLCONF
+    settings.MIDDLEWARE = settings_proxy.MIDDLEWARE
+    return limit_bodies(ASGIHandler())
+
+
+@pytest.fixture
+def runner(alice_key, proxy_app):
     # Thousands of refusals: one log line each would be most of a case's time.
     logging.disable(logging.WARNING)
-    runner = Runner(alice_key[1])
+    runner = Runner(alice_key[1], proxy_app)
     try:
         yield runner
     finally:
