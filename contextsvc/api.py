@@ -128,6 +128,7 @@ def on_http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
     codes = {
         400: "VALIDATION_ERROR",
         401: "UNAUTHORIZED",
+        403: "FORBIDDEN",
         404: "NOT_FOUND",
         409: "CONFLICT",
         413: "PAYLOAD_TOO_LARGE",
@@ -146,5 +147,6 @@ api.add_exception_handler(Exception, internal_error)
 api.add_router("/", "sessions.api.router")
 api.add_router("/", "sessions.api_outputs.router")
 api.add_router("/", "sessions.api_transcript.router")
+api.add_router("/", "sessions.api_models.router")
 api.add_router("/", "prompting.api.router")
 api.add_router("/", "compaction.api.router")

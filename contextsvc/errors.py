@@ -48,6 +48,11 @@ class Unauthorized(ServiceError):
     code, status = "UNAUTHORIZED", 401
 
 
+class Forbidden(ServiceError):
+    # A valid credential that may not do this (an agent key writing prices).
+    code, status = "FORBIDDEN", 403
+
+
 class PayloadTooLarge(ServiceError):
     code, status = "PAYLOAD_TOO_LARGE", 413
 

@@ -28,7 +28,7 @@ class ErrorDetail(BaseModel):
         ...,
         description=(
             "VALIDATION_ERROR, NOT_FOUND, CONFLICT, PAYLOAD_TOO_LARGE, UNAUTHORIZED, "
-            "RATE_LIMITED, SERVICE_UNAVAILABLE, ..."
+            "FORBIDDEN, RATE_LIMITED, SERVICE_UNAVAILABLE, ..."
         ),
     )
     message: str

@@ -34,10 +34,12 @@ serves the schema itself at `{prefix}/openapi.json` and an interactive page at
 `{prefix}/docs`.
 
 All paths are under `{prefix}`. Every operation takes the agent key as a bearer
-token (`Authorization: Bearer <key>`). Every error answers with the same body,
-[`ErrorOut`](#schema-errorout): 401 for a missing or bad key, 422 for bad input
-(naming the field), 404 for an id the key cannot see, 413 for too big a body,
-429 over the key's limits, 503 while the database or the worker is away.
+token (`Authorization: Bearer <key>`), except setting a model's prices, which
+takes an operator's signed-in session and refuses agent keys (403). Every error
+answers with the same body, [`ErrorOut`](#schema-errorout): 401 for a missing or
+bad key, 422 for bad input (naming the field), 404 for an id the key cannot see,
+413 for too big a body, 429 over the key's limits, 503 while the database or the
+worker is away.
 """
 
 

@@ -19,8 +19,10 @@ class PromptingConfig(AppConfig):
         from contextsvc.engine import deferral
         from sessions.extensions import REGISTRY
 
-        from .services import blocks, tool_search, tools
+        from .services import blocks, policy, tool_search, tools
 
         REGISTRY.register_tool(deferral.TOOL_SEARCH, tool_search.search_and_load_tools)
         REGISTRY.add(REGISTRY.tool_deferral, tools.record_registered_tools)
         REGISTRY.add(REGISTRY.budget_blocks, blocks.budget_blocks)
+        # A changed model profile (prices, limits) is read again by the next build.
+        REGISTRY.add(REGISTRY.profiles_changed, policy.forget_profiles)

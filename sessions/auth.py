@@ -1,13 +1,18 @@
-"""Bearer agent keys for the API, and the typed request its handlers receive."""
+"""Bearer agent keys for the API, an operator's session for its few operator-only
+writes, and the typed request its handlers receive."""
 
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
+from django.conf import settings
 from django.http import HttpRequest
 from django.utils import timezone
-from ninja.security import HttpBearer
+from ninja.security import APIKeyCookie, HttpBearer
+from ninja.utils import check_csrf
 
+from contextsvc.errors import Forbidden
 from contextsvc.ratelimit import admit_key, refuse_flooding_key
 
 from .hotpath import session_for_key
@@ -71,3 +76,46 @@ class AgentKeyAuth(HttpBearer):
         # Per-key limits, counted once the key is known (a bad key stays a 401).
         admit_key(request, key_identity(token))
         return key
+
+
+class OperatorSessionAuth(APIKeyCookie):
+    """A staff user's signed-in dashboard session (Django's session cookie).
+
+    The API's operator credential: what writes shared settings (model prices)
+    that no agent key may. A write must carry the CSRF token too
+    (``X-CSRFToken``), as the dashboard's own forms do, so a page elsewhere
+    cannot make an operator's browser write. Without the cookie the next
+    credential is tried.
+    """
+
+    param_name = settings.SESSION_COOKIE_NAME
+
+    def _get_key(self, request: HttpRequest) -> str | None:
+        # The cookie first, CSRF after: a request with none is not an operator's,
+        # and goes on to the agent-key check instead of failing CSRF.
+        return request.COOKIES.get(self.param_name)
+
+    def authenticate(self, request: HttpRequest, key: str | None) -> Any:
+        if not key or not request.user.is_authenticated:
+            return None
+        if not request.user.is_staff:
+            raise Forbidden("Operators only: this user is not staff")
+        if request.method not in ("GET", "HEAD", "OPTIONS") and check_csrf(request) is not None:
+            raise Forbidden("CSRF check failed: send X-CSRFToken with the csrftoken cookie's value")
+        return request.user
+
+
+class AgentKeyRefused:
+    """On an operator-only write: a valid agent key is a 403 (keys are tenants, and
+    model prices are every tenant's), a missing or bad one a 401. A plain callable,
+    not a security scheme: the operation's documented credential stays the operator's."""
+
+    def __init__(self) -> None:
+        self._keys = AgentKeyAuth()
+
+    def __call__(self, request: HttpRequest) -> None:
+        if self._keys(request) is not None:
+            raise Forbidden(
+                "Agent keys cannot change model prices: an operator sets them on the "
+                "dashboard's Models & prices page, in the admin, or here when signed in"
+            )

@@ -70,6 +70,10 @@ InspectorPanel = Callable[["Session"], tuple[str, dict[str, Any]]]
 # compaction locks the session's runs first, in the order its apply takes them
 # (run, then session), so a delete and a finishing run cannot deadlock.
 BeforeDelete = Callable[["Session"], None]
+# Runs after a committed change to the model profiles (prices, limits): prompting
+# forgets the profiles it keeps per process, so this process's next build uses
+# the change (docs/dashboard.md#models-and-prices).
+ProfilesChanged = Callable[[], None]
 # A built-in tool's handler: the session and the model's arguments → its result.
 ToolHandler = Callable[["Session", dict[str, Any]], dict[str, Any]]
 
@@ -96,6 +100,7 @@ class Extensions:
     window_events: list[WindowEvents] = field(default_factory=list)
     inspector_panels: list[InspectorPanel] = field(default_factory=list)
     before_delete: list[BeforeDelete] = field(default_factory=list)
+    profiles_changed: list[ProfilesChanged] = field(default_factory=list)
     tools: dict[str, BuiltinTool] = field(default_factory=dict)
 
     def register_tool(self, definition: ToolDef, handler: ToolHandler) -> None:

@@ -63,8 +63,13 @@ class ModelProfile(models.Model):
     # Smallest prefix the provider will cache (Anthropic: 1,024-4,096 by model).
     min_cacheable_tokens = models.PositiveIntegerField(null=True, blank=True)
     # USD per million tokens: {"input": .., "output": .., "cache_write_5m": ..,
-    # "cache_write_1h": .., "cache_read": ..}
+    # "cache_write_1h": .., "cache_read": ..}; {} is "no price" (``services.prices``
+    # checks a table before it is stored).
     prices = models.JSONField(default=dict, blank=True)
+    # Who set the prices last, and when (docs/dashboard.md#models-and-prices);
+    # null: the published prices a migration seeded, or none ever set.
+    prices_set_at = models.DateTimeField(null=True, blank=True)
+    prices_set_by = models.CharField(max_length=150, blank=True, default="")
     # Whether the Messages API takes a ``system`` message inside ``messages``
     # (Claude Opus 4.8 on; earlier models answer 400). True for unknown models:
     # a future model is assumed to accept what the newest ones do.
@@ -79,6 +84,11 @@ class ModelProfile(models.Model):
         ordering = ["provider", "model"]
 
     def __str__(self) -> str:
+        return self.label
+
+    @property
+    def label(self) -> str:
+        """``provider/model``; ``provider/*`` for the provider's default row."""
         return f"{self.provider}/{self.model or '*'}"
 
     def as_limits(self) -> dict:

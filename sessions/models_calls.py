@@ -8,6 +8,9 @@ messages: a trim or a compaction rewrites the messages' views, not history.
 
 from __future__ import annotations
 
+from datetime import datetime
+from typing import Any
+
 from django.db import models
 from django.utils import timezone
 
@@ -93,6 +96,16 @@ class ContextCall(models.Model):
         if self.cost_usd is None or self.cost_without_cache_usd is None:
             return None
         return round(self.cost_without_cache_usd - self.cost_usd, 6)
+
+    @property
+    def price_source(self) -> dict[str, Any] | None:
+        """Which profile's prices priced the call, and who set them when (None: not kept,
+        or no price); ``set_at`` None: the published prices."""
+        source = (self.prices or {}).get("source")
+        if not source:
+            return None
+        at = source.get("set_at")
+        return {**source, "set_at": datetime.fromisoformat(at) if at else None}
 
     @property
     def latency_ms(self) -> float | None:

@@ -7,7 +7,7 @@ both have a session "run-42". The sessions list searches by external id.
 
 from django.urls import path
 
-from .dashboard import views, views_calls, views_find, views_policy
+from .dashboard import views, views_calls, views_find, views_models, views_policy
 
 urlpatterns = [
     path("", views.session_list, name="session_list"),
@@ -27,6 +27,9 @@ urlpatterns = [
     path("sessions/<int:pk>/calls/at/", views_calls.session_call_at, name="session_call_at"),
     path("sessions/<int:pk>/calls/<int:call_id>/", views_calls.session_call, name="session_call"),
     path("cost/", views_calls.cost_overview, name="cost_overview"),
+    path("models/", views_models.model_prices, name="model_prices"),
+    path("models/new/", views_models.model_add, name="model_add"),
+    path("models/<int:pk>/prices/", views_models.model_prices_save, name="model_prices_save"),
     path("keys/", views.key_list, name="key_list"),
     path("keys/<int:pk>/revoke/", views.key_revoke, name="key_revoke"),
 ]

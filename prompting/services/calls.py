@@ -162,6 +162,9 @@ def context_call_record(
         prices = dict(profile.prices) if profile is not None and profile.prices else None
         if prices is not None:
             prices["ttl"] = prompt_plan.policy.ttl
+            # Kept with the prices: the call's cost stays in the prices of its build,
+            # and the dashboard says which profile set them (docs/dashboard.md#models-and-prices).
+            prices["source"] = profile.price_source
         record = record or {}
         # The cache accounting's input: tool schemas unscaled, as a provider counts them.
         breakdown["sent_input_tokens"] = record.get("input_tokens")

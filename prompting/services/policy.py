@@ -81,10 +81,15 @@ class CacheProfile:
     prices: dict[str, Any]
     # The model takes a ``system`` message inside ``messages`` (ModelProfile).
     mid_system_messages: bool = True
+    # Where ``prices`` come from, kept on each call's record: the profile row
+    # and who set its prices when (None: no prices).
+    price_source: dict[str, Any] | None = None
 
 
-# Profiles change when an operator edits them in the admin; a build may use a
-# figure up to this old instead of querying them on every request.
+# Profiles change when an operator edits them (the Models & prices page, the
+# admin, the API): the process that saved the change forgets its profiles at
+# once (``forget_profiles``); any other process may use a figure up to this old
+# instead of querying them on every request.
 PROFILE_TTL_SECONDS = 30.0
 # (provider, model) → (loaded at, profile).
 _PROFILES: BoundedLRU[tuple[str, str], tuple[float, CacheProfile]] = BoundedLRU(1000)
@@ -108,11 +113,22 @@ def cache_profile(session: Session) -> CacheProfile:
     return profile
 
 
+def forget_profiles() -> None:
+    """Drop this process's profiles: the next build reads them again (a profile changed)."""
+    _PROFILES.clear()
+
+
 def _load_profile(provider: str, model: str) -> CacheProfile:
     model = split_model_id(model)[1]
     rows = list(
         ModelProfile.objects.filter(provider=provider).only(
-            "model", "min_cacheable_tokens", "prices", "mid_system_messages"
+            "provider",
+            "model",
+            "min_cacheable_tokens",
+            "prices",
+            "mid_system_messages",
+            "prices_set_at",
+            "prices_set_by",
         )
     )
     provider_row = next((p for p in rows if p.model == ""), None)
@@ -126,11 +142,20 @@ def _load_profile(provider: str, model: str) -> CacheProfile:
         ),
         prompt.DEFAULT_MIN_CACHEABLE_TOKENS,
     )
-    prices = next(
-        (row.prices for row in (model_row, provider_row) if row is not None and row.prices), {}
+    priced = next(
+        (row for row in (model_row, provider_row) if row is not None and row.prices), None
     )
+    source = None
+    if priced is not None:
+        set_at = priced.prices_set_at.isoformat() if priced.prices_set_at else None
+        source = {"profile": priced.label, "set_at": set_at, "set_by": priced.prices_set_by}
     # The most specific row decides; no row at all: an unknown model, assumed
     # to accept them like the newest models do.
     row = model_row or provider_row
     mid_system = True if row is None else row.mid_system_messages
-    return CacheProfile(min_cacheable=minimum, prices=dict(prices), mid_system_messages=mid_system)
+    return CacheProfile(
+        min_cacheable=minimum,
+        prices=dict(priced.prices) if priced is not None else {},
+        mid_system_messages=mid_system,
+        price_source=source,
+    )

@@ -195,6 +195,17 @@ def test_every_answer_matches_its_declared_schema(document, alice, anon, session
     exported = call("GET", "/api/v1/sessions/{sid}/export", f"/sessions/{sid}/export")
     assert b"".join(exported.streaming_content).count(b"\n") > 2
 
+    listed_models = call("GET", "/api/v1/models", "/models")
+    assert any(m["prices"] for m in listed_models.json()["items"])
+    # Prices are an operator's to set: an agent key is refused, in the one body.
+    refused = call(
+        "PUT",
+        "/api/v1/models/{provider}/{model}/prices",
+        "/models/anthropic/claude-sonnet-4-5/prices",
+        {"input": 1, "output": 1, "cache_write_5m": 1, "cache_read": 1},
+    )
+    assert refused.status_code == 403
+
     # The errors, in the one body.
     call("GET", "/api/v1/sessions/{sid}", "/sessions/nope")  # 404
     call("POST", "/api/v1/sessions", "/sessions", {"model": "m", "bogus": 1})  # 422
@@ -206,6 +217,6 @@ def test_every_answer_matches_its_declared_schema(document, alice, anon, session
     assert unauthorized.status_code == 401
 
     statuses = {status for _, _, status in calls}
-    assert {200, 201, 202, 404, 409, 422} <= statuses
+    assert {200, 201, 202, 403, 404, 409, 422} <= statuses
     walked = {(method, template) for method, template, _ in calls}
     assert walked == {(m, p) for m, p, _ in _operations(document)}

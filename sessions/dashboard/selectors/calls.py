@@ -29,6 +29,7 @@ _LIST_FIELDS = (
     "session_id",
     "source",
     "format",
+    "model",
     "created_at",
     "first_seq",
     "through_seq",
