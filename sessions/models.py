@@ -181,6 +181,15 @@ class Session(models.Model):
     # (its plan still holds the retracted messages), so apply recomputes.
     retract_count = models.PositiveIntegerField(default=0)
 
+    # How the session is recognised in the list (docs/dashboard.md): "api" or
+    # "proxy", the client that drives it (from its user agent: Claude Code,
+    # Codex, an SDK), the start of its first user message, and how many of its
+    # model calls failed upstream (kept here so the list never counts calls).
+    via = models.CharField(max_length=8, default="api")
+    client = models.CharField(max_length=64, blank=True, default="")
+    first_user_text = models.CharField(max_length=200, blank=True, default="")
+    failed_calls = models.PositiveIntegerField(default=0)
+
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.ACTIVE)
     final_reason = models.CharField(max_length=50, blank=True, default="")
     guard_status = models.CharField(max_length=10, default="ok")

@@ -49,6 +49,25 @@ class ContextCall(models.Model):
     build_ms = models.FloatField(default=0.0)
     created_at = models.DateTimeField(default=timezone.now)
 
+    # "call": a build that goes to a model, priced; "read": a preview or read
+    # of the context (``GET /context`` without ``purpose=call``), never priced.
+    purpose = models.CharField(max_length=8, default="call")
+
+    # The upstream outcome (proxy calls): the status the provider answered and
+    # the one the client got, the provider's error type and message, retries,
+    # a stream cut off after ``stream_events`` events, time to first byte and
+    # in total. ``failed``: the model call did not complete.
+    upstream_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    client_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    error_type = models.CharField(max_length=100, blank=True, default="")
+    error_message = models.TextField(blank=True, default="")
+    retries = models.PositiveSmallIntegerField(default=0)
+    stream_cut = models.BooleanField(default=False)
+    stream_events = models.PositiveIntegerField(null=True, blank=True)
+    ttfb_ms = models.FloatField(null=True, blank=True)
+    total_ms = models.FloatField(null=True, blank=True)
+    failed = models.BooleanField(default=False)
+
     # Completed by the usage report that follows (``/usage`` or the proxy's reply).
     completed_at = models.DateTimeField(null=True, blank=True)
     reported_input = models.PositiveIntegerField(null=True, blank=True)
@@ -78,6 +97,12 @@ class ContextCall(models.Model):
                 ],
             ),
             models.Index(fields=["created_at"], name="contextcall_created_idx"),
+            # The failed calls of a session (the list's filter, the inspector's marks).
+            models.Index(
+                fields=["session", "id"],
+                name="contextcall_failed_idx",
+                condition=models.Q(failed=True),
+            ),
         ]
         ordering = ["session", "id"]
 
