@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from django.http import HttpRequest, HttpResponse
 from ninja import Query, Router, Schema
 from pydantic import Field
@@ -28,6 +30,10 @@ def _session(request: HttpRequest, sid: str) -> Session:
 class ContextQuery(Schema):
     format: str = Field("anthropic", max_length=20)
     extra_tokens: int = Field(0, ge=0, le=MAX_TOKENS)
+    # docs/api.md#context-purpose: "call" when the body goes to a model next (a
+    # priced, recorded call), "read" for a look at it. Default: "read" for
+    # ``format=raw`` (no model takes it), "call" for a provider format.
+    purpose: Literal["call", "read"] | None = None
 
 
 # Declared, not validated: the handler returns its pre-rendered body as is.
@@ -35,7 +41,10 @@ class ContextQuery(Schema):
 @router.get("/sessions/{sid}/context", response=ContextOut, operation_id="sessions_api_get_context")
 def get_context(request: HttpRequest, sid: str, q: Query[ContextQuery]) -> HttpResponse:
     session = _session(request, sid)
-    body = context_for_call(session=session, fmt=q.format, extra=q.extra_tokens)
+    purpose = q.purpose or ("read" if q.format == "raw" else "call")
+    body = context_for_call(
+        session=session, fmt=q.format, extra=q.extra_tokens, read=purpose == "read"
+    )
     # Built by hand with orjson: a 1,000-message body is the hot read path.
     return json_response(body)
 

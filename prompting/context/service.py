@@ -30,6 +30,7 @@ def context_for_call(
     extra: int = 0,
     preflight: bool = True,
     source: str = "api",
+    read: bool = False,
 ) -> dict[str, Any]:
     """The body to send next, with its budget; the build is recorded.
 
@@ -41,9 +42,19 @@ def context_for_call(
     overflow endpoint): a second compaction could not make more room than that
     one. Every build leaves a ``ContextCall`` (what was sent, as sent), which
     the next usage report completes.
+
+    ``read``: a look at the body, no model call follows (docs/api.md#context-purpose):
+    no compaction first, no final mark, and nothing recorded or priced; the
+    budget's cache figures are what the next call would get.
     """
     body, record = _traced(
-        session, fmt, extra=extra, preflight=preflight, source=source, apps_blocks=True
+        session,
+        fmt,
+        extra=extra,
+        preflight=preflight and not read,
+        source=source,
+        apps_blocks=True,
+        read=read,
     )
     record()
     return body
@@ -66,7 +77,9 @@ def context_for_call_deferred(
     breaker) are left out: the proxy reads only the guard and the totals. The
     callable raises only what a failed transaction raises.
     """
-    return _traced(session, fmt, extra=extra, preflight=preflight, source=source, apps_blocks=False)
+    return _traced(
+        session, fmt, extra=extra, preflight=preflight, source=source, apps_blocks=False, read=False
+    )
 
 
 def _traced(
@@ -95,6 +108,7 @@ def _context_for_call(
     source: str,
     started: float,
     apps_blocks: bool,
+    read: bool,
 ) -> tuple[dict[str, Any], Callable[[], int | None]]:
     if preflight:
         session = session_context_preflight(session=session, extra=extra)
@@ -104,7 +118,7 @@ def _context_for_call(
     body, parts, prompt_plan = build_context(
         session, fmt, messages, tool_plan, extra=extra, apps_blocks=apps_blocks
     )
-    if body["budget"]["guard"]["status"] == "final":
+    if body["budget"]["guard"]["status"] == "final" and not read:
         session_mark_final(session=session, reason="context")
     build_ms = (time.perf_counter() - started) * 1000
     budget = body["budget"]  # the caller may take it out of the body meanwhile
@@ -112,6 +126,9 @@ def _context_for_call(
     def record() -> int | None:
         """Write the record; its ``ContextCall`` id (None: not known)."""
         built = account_build(session, fmt, parts, tool_plan, prompt_plan)
+        if read:  # the provider sees nothing: its cache and the costs stay as they are
+            budget.update(built.blocks())
+            return None
         # One commit for the build's two writes (the state, the record): a second
         # commit would cost a second WAL flush, the larger part of the record's price.
         outermost = not connection.in_atomic_block

@@ -7,7 +7,16 @@ Framework adapters live in submodules that need their framework installed:
 
 from __future__ import annotations
 
-from ._core import NO_RETRIES, Call, ContextFormat, Json, MessageFormat, RetryPolicy, UploadData
+from ._core import (
+    NO_RETRIES,
+    Call,
+    ContextFormat,
+    ContextPurpose,
+    Json,
+    MessageFormat,
+    RetryPolicy,
+    UploadData,
+)
 from .aio import AsyncClient, AsyncSession
 from .client import Client, Session
 from .errors import (
@@ -31,6 +40,7 @@ __all__ = [
     "ConflictError",
     "ConnectionFailedError",
     "ContextFormat",
+    "ContextPurpose",
     "ContextsvcError",
     "Json",
     "MessageFormat",

@@ -26,6 +26,7 @@ Json = dict[str, Any]
 UploadData = bytes | str | IO[bytes] | Iterable[bytes] | AsyncIterable[bytes]
 MessageFormat = Literal["anthropic", "openai", "responses"]
 ContextFormat = Literal["anthropic", "openai", "responses", "raw"]
+ContextPurpose = Literal["call", "read"]
 
 
 @dataclass(frozen=True)
@@ -201,10 +202,18 @@ def retract_call(
     )
 
 
-def context_call(sid: str, *, format: ContextFormat, extra_tokens: int) -> Call:  # noqa: A002
+def context_call(
+    sid: str,
+    *,
+    format: ContextFormat,  # noqa: A002
+    extra_tokens: int,
+    purpose: ContextPurpose | None = None,
+) -> Call:
     params: Json = {"format": format}
     if extra_tokens:
         params["extra_tokens"] = extra_tokens
+    if purpose is not None:
+        params["purpose"] = purpose
     return Call("GET", f"/sessions/{_sid(sid)}/context", params=params)
 
 

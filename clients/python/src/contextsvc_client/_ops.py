@@ -17,6 +17,7 @@ from typing import Any, Generic, TypeVar
 from ._core import (
     Call,
     ContextFormat,
+    ContextPurpose,
     Json,
     MessageFormat,
     UploadData,
@@ -215,9 +216,19 @@ class SessionOps(RefOps[JsonR], Generic[ClientT, JsonR, NoneR]):
         call = retract_call(self.id, last=last, from_seq=from_seq, idempotency_key=idempotency_key)
         return self._run(call, _as_json)
 
-    def context(self, format: ContextFormat = "anthropic", *, extra_tokens: int = 0) -> JsonR:  # noqa: A002
-        """The request body to send next, with its ``budget`` (remove that key before sending)."""
-        call = context_call(self.id, format=format, extra_tokens=extra_tokens)
+    def context(
+        self,
+        format: ContextFormat = "anthropic",  # noqa: A002
+        *,
+        extra_tokens: int = 0,
+        purpose: ContextPurpose | None = None,
+    ) -> JsonR:
+        """The request body to send next, with its ``budget`` (remove that key before sending).
+
+        ``purpose``: "call" (a model call follows: recorded and priced) or "read"
+        (a look); the service's default is "read" for ``format="raw"``, else "call".
+        """
+        call = context_call(self.id, format=format, extra_tokens=extra_tokens, purpose=purpose)
         return self._run(call, _as_json)
 
     def budget(self, *, extra_tokens: int = 0) -> JsonR:

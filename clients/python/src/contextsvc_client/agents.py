@@ -179,7 +179,7 @@ class ContextsvcSession:
     async def managed_input(self, data: CallModelData[Any]) -> ModelInputData:
         """The model input for one call: the service's context for this session."""
         await self._sync_agent(data.agent, data.model_data.instructions)
-        body = await self.service.context("responses")
+        body = await self.service.context("responses", purpose="call")
         instructions = body.get("instructions") or data.model_data.instructions
         return ModelInputData(input=body["input"], instructions=instructions)
 

@@ -95,7 +95,7 @@ class ContextsvcMiddleware(AgentMiddleware):
         """``request`` with the service's messages, system prompt and tools."""
         self._sync_prompt(request.system_prompt, request.tools)
         self._post(request.state.get("messages") or request.messages)
-        body = self.session.context("openai")
+        body = self.session.context("openai", purpose="call")
         messages: list[AnyMessage] = list(convert_to_messages(body["messages"]))
         system = None
         if messages and isinstance(messages[0], SystemMessage):
