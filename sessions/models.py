@@ -193,6 +193,7 @@ class Session(models.Model):
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.ACTIVE)
     final_reason = models.CharField(max_length=50, blank=True, default="")
     guard_status = models.CharField(max_length=10, default="ok")
+    # The guard's projection at the last write: what ``guard_status`` was decided on.
     used_tokens = models.PositiveIntegerField(default=0)
 
     created_at = models.DateTimeField(default=timezone.now)

@@ -11,10 +11,14 @@ from .models import Session
 
 
 def refresh_guard(session: Session) -> accounting.BudgetState:
-    """Recompute the budget and set the guard figures on ``session`` (the caller saves)."""
+    """Recompute the budget and set the guard figures on ``session`` (the caller saves).
+
+    ``used_tokens`` is the guard's projection, the figure its verdict counts, so
+    the list's usage and its badge never disagree (docs/dashboard.md#one-set-of-figures).
+    """
     state = accounting.compute_budget(session)
     session.guard_status = state.guard.status
-    session.used_tokens = state.budget.used
+    session.used_tokens = state.guard.projected
     return state
 
 

@@ -22,6 +22,7 @@ from sessions import accounting
 from sessions.live import live_q
 from sessions.models import Message, Session
 from sessions.outputs.budget import session_recount_tool_outputs
+from sessions.status import refresh_guard
 
 from ..models import ViewChange
 
@@ -154,8 +155,6 @@ def set_window(
     ).aggregate(tokens=Sum("token_count"), n=Count("id"))
     session.conversation_tokens = agg["tokens"] or 0
     session.live_message_count = agg["n"] or 0
-    state = accounting.compute_budget(session)
-    session.guard_status = state.guard.status
-    session.used_tokens = state.budget.used
+    state = refresh_guard(session)
     session.updated_at = timezone.now()
     return state

@@ -275,7 +275,7 @@ def test_one_vocabulary_of_figures_each_labelled_with_why_they_differ(op, make_d
         assert f'data-figure="{name}" title="{escape(FIGURES[name])}"' in page, name
     assert escape(WHY[frozenset({"used", "provider-reported"})]) in page
     listing = op.get(reverse("dashboard:session_list")).content.decode()
-    assert 'data-figure="used"' in listing and 'data-figure="usable"' in listing
+    assert 'data-figure="projected"' in listing and 'data-figure="usable"' in listing
     tab = op.get(
         reverse("dashboard:session_context", args=[session.pk]), {"format": "anthropic"}, headers=HX
     ).content.decode()

@@ -16,11 +16,16 @@ from sessions.live import live_q
 from sessions.models import Message, Session, UsageReport
 
 
-def display_status(session: Session) -> str:
-    """The badge: a session marked final stays final whatever the counters say."""
+def display_status(session: Session, pct: float | None = None) -> str:
+    """The badge: a session marked final stays final whatever the counters say,
+    and a badge never says "ok" (or "compact") with the shown usage at 100 % or
+    more (docs/dashboard.md#one-set-of-figures): the guard blocks such a call."""
     if session.status == Session.Status.FINAL:
         return "final"
-    return session.guard_status or "ok"
+    status = session.guard_status or "ok"
+    if pct is not None and pct >= 100 and status in ("ok", "compact"):
+        return "block"
+    return status
 
 
 def session_for_operator(pk: int) -> Session:
@@ -81,6 +86,17 @@ class BudgetView:
     @property
     def over(self) -> bool:
         return self.used > self.effective_window
+
+    @property
+    def guard_pct(self) -> float:
+        """The headline figure (the page's meter, the list's): the guard's
+        projection as a % of its limit, the figure its verdict counts."""
+        return round(100 * self.guard_projected / self.guard_limit, 1) if self.guard_limit else 0.0
+
+    @property
+    def guard_over(self) -> int:
+        """Tokens the projection stands over the guard's limit (0: within it)."""
+        return max(0, self.guard_projected - self.guard_limit)
 
     @property
     def projected_pct(self) -> float | None:
