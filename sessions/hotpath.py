@@ -13,6 +13,7 @@ reading it again when nothing changed since the key read.
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from functools import cache
@@ -298,3 +299,42 @@ def insert_messages(rows: list[Message]) -> None:
             chunk = rows[start : start + 500]
             params = [prep(getattr(row, name), conn) for row in chunk for name, prep in preps]
             cursor.execute(_insert_sql(len(chunk)), params)
+
+
+@cache
+def _append_unlocked_sql(fields: tuple[str, ...], rows: int) -> str:
+    qn = connection.ops.quote_name
+    sets = ", ".join(f"{qn(Session._meta.get_field(f).column)} = %s" for f in fields)
+    others = [f for f in _insert_fields() if f.attname != "session_id"]
+    columns = ", ".join(qn(f.column) for f in others)
+    # Typed, since VALUES in a SELECT gets no type from the target columns; no
+    # length (varchar(10) would cut a value silently, the column refuses it).
+    casts = [re.sub(r"\(.*\)", "", f.cast_db_type(connection)) for f in others]
+    one = "(" + ", ".join(f"%s::{cast}" for cast in casts) + ")"
+    return (
+        f"WITH s AS (UPDATE {qn(Session._meta.db_table)} SET {sets} "
+        f"WHERE {qn('id')} = %s AND xmin::text = %s RETURNING {qn('id')}) "
+        f"INSERT INTO {qn(Message._meta.db_table)} ({qn('session_id')}, {columns}) "
+        f"SELECT s.{qn('id')}, v.* FROM s, (VALUES {', '.join([one] * rows)}) AS v"
+    )
+
+
+def append_unlocked(session: Session, version: str, fields: tuple[str, ...], rows: list) -> bool:
+    """The append's UPDATE of the session and INSERT of its messages in one
+    statement, taking no lock beforehand: the UPDATE applies only while the
+    row's version (``xmin``) is still ``version``, the one the new values were
+    worked out from, and the messages are inserted only with it. In
+    autocommit it is its own transaction (no BEGIN and COMMIT round trips).
+    False: the row changed since it was read (or is gone) and nothing was
+    written; the caller takes the lock and works the values out again.
+    PostgreSQL only, at most 500 rows (the caller checks).
+    """
+    conn = connections[DEFAULT_DB_ALIAS]
+    values = [prep(getattr(session, name), conn) for name, prep in _preps(Session, fields)]
+    preps = _preps(Message, tuple(f.name for f in _insert_fields() if f.attname != "session_id"))
+    params = [prep(getattr(row, name), conn) for row in rows for name, prep in preps]
+    with _cursor() as cursor:
+        cursor.execute(
+            _append_unlocked_sql(fields, len(rows)), [*values, session.pk, version, *params]
+        )
+        return cursor.cursor.rowcount == len(rows)
