@@ -209,7 +209,6 @@ def _append_unlocked(
     version = getattr(session, "_row_version", None)
     if (
         version is None
-        or len(prepared) > 500
         or session.tool_count_window_seq != session.window_start_seq
         or any(p.message.role == "tool" or p.pending is not None for p in prepared)
     ):
