@@ -219,7 +219,10 @@ class Message(models.Model):
         # A system instruction the client placed mid-conversation, kept at its place.
         SYSTEM = "system"
 
-    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="messages")
+    # No index of its own: the unique (session, seq) leads with it.
+    session = models.ForeignKey(
+        Session, on_delete=models.CASCADE, related_name="messages", db_index=False
+    )
     seq = models.PositiveIntegerField()
     role = models.CharField(max_length=10, choices=Role.choices)
     content = models.TextField(blank=True, default="")
@@ -379,3 +382,4 @@ class ToolOutputChunk(models.Model):
 from .models_audit import PolicyChange  # noqa: E402,F401  (one app, models in two modules)
 from .models_calls import ContextCall  # noqa: E402,F401  (one app, two modules)
 from .models_recall import RecallSegment, RecallState  # noqa: E402,F401  (one app, three modules)
+from .models_search import MessageSearch  # noqa: E402,F401  (one app, four modules)

@@ -10,6 +10,7 @@ from .outputs.gc import outputs_gc
 from .recall.index import recall_catch_up, recall_index_sweep
 from .services.exact_counts import estimated_counts_sweep, session_count_exact
 from .services.idempotency import idempotency_prune
+from .services.search_index import search_index_catch_up, search_index_sweep
 
 
 @shared_task(
@@ -69,6 +70,8 @@ def count_estimated_tokens(older_than_seconds: int = 300) -> int:
 def recall_index(max_age_hours: int = 48) -> int:
     """Periodic (beat, every minute): ``manage.py index_recall``. Idempotent: the
     state row is locked while a session is indexed, and advanced in the same commit."""
+    # The transcript search's words too (sessions.services.search_index).
+    search_index_sweep(max_age_hours=max_age_hours)
     return recall_index_sweep(max_age_hours=max_age_hours)
 
 
@@ -76,4 +79,5 @@ def recall_index(max_age_hours: int = 48) -> int:
 def recall_index_session(session_id: int) -> int:
     """Index what one session appended (enqueued after its appends, at most every
     CONTEXTSVC_RECALL_INDEX_DELAY seconds). Idempotent; a deleted session is a no-op."""
+    search_index_catch_up(session_id=session_id)  # the transcript search's words too
     return recall_catch_up(session_id, max_bytes=2**62).segments

@@ -12,6 +12,8 @@ from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
+from sessions.services.search_index import search_index_catch_up
+
 from .forms import int_param
 from .http import HtmxHttpRequest, operator_required
 from .selectors.detail import session_for_operator
@@ -39,6 +41,8 @@ def session_find(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             context["timeline"] = timeline_around(session, target)
         return render(request, "sessions/detail.html#timeline", context)
     if (kind and kind in FILTERS) or q.strip():
+        if q.strip():
+            search_index_catch_up(session_id=session.pk)  # the words appended since the last search
         context["found"] = find_messages(
             session,
             kind=kind,

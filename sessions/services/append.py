@@ -165,6 +165,10 @@ def _append(
     _duplicate_call_id(messages)
     # Tokenizing is the slow part: do it before taking the row lock.
     prepared = prepare_messages_storing_outputs(session, messages)
+    if not idempotency_key:
+        response = _append_unlocked(session, prepared, notify)
+        if response is not None:
+            return response
     with transaction.atomic(savepoint=savepoint):
         session = hotpath.relock_session(session, exclude=hotpath.HEAVY_FIELDS)
         if idempotency_key:
@@ -180,48 +184,98 @@ def _append(
         tool_effects = apply_tool_outputs(session, prepared, first)
         if tool_effects.budget_exceeded:
             status.session_mark_final(session=session, reason="toolBudgetExceeded")
-        now = timezone.now()
-        rows = [
-            Message(session=session, seq=first + i, created_at=now, **p.row)
-            for i, p in enumerate(prepared)
-        ]
+        rows, state = _count_in(session, prepared, first)
         with hotpath.pipelined():  # the INSERT and the UPDATE in one round trip
             hotpath.insert_messages(rows)
-            added = sum(p.row["token_count"] for p in prepared)
-            session.last_seq = first + len(rows) - 1
-            session.message_count += len(rows)
-            session.live_message_count += len(rows)
-            session.conversation_tokens += added
-            session.updated_at = now
-            state = status.refresh_guard(session)
             hotpath.save_fields(session, APPEND_FIELDS)
-        response = {
-            "session_id": session.external_id,
-            "messages": [
-                {
-                    "seq": row.seq,
-                    "role": row.role,
-                    "token_count": row.token_count,
-                    "token_count_estimated": row.token_count_estimated,
-                    "output_ref": row.output_ref,
-                    "view": row.view_state,
-                    "ref": p.ref,
-                }
-                for row, p in zip(rows, prepared, strict=True)
-            ],
-            "trimmed_seqs": tool_effects.trimmed_seqs,
-            "budget": state.to_dict(),
-        }
+        response = _response(session, rows, prepared, tool_effects, state)
         if idempotency_key:
             idempotency_record_create(
                 session=session, key=idempotency_key, fingerprint=fingerprint, response=response
             )
-        # "tool_overflow": an output did not fit, compaction is due whatever the tier.
-        last_role = "tool_overflow" if tool_effects.overflow_seqs else rows[-1].role
-        for hook in REGISTRY.after_append if notify else ():
-            transaction.on_commit(lambda hook=hook: hook(session, state, last_role))
-        estimated = [row.seq for row in rows if row.token_count_estimated]
-        if estimated:
-            pk = session.pk
-            transaction.on_commit(lambda: exact_counts_enqueue(session_id=pk, seqs=estimated))
+        _after_commit(session, rows, state, tool_effects, notify)
     return response
+
+
+def _append_unlocked(
+    session: Session, prepared: list[Prepared], notify: bool
+) -> dict[str, Any] | None:
+    """The append without the row lock, when it writes nothing but the
+    messages and the session row (no tool results, no idempotency record):
+    the new values are worked out from the row as read with the key and
+    written in one statement only if the row is still that version
+    (``hotpath.append_unlocked``). None: not such a batch, or the row changed
+    in between; the caller then appends under the lock."""
+    version = getattr(session, "_row_version", None)
+    if (
+        version is None
+        or session.tool_count_window_seq != session.window_start_seq
+        or any(p.message.role == "tool" or p.pending is not None for p in prepared)
+    ):
+        return None
+    session._row_version = None  # spent: whatever happens, the row is read again
+    try:
+        open_calls = _match_tool_calls(session.open_tool_calls or {}, prepared)
+    except ValidationFailed:
+        return None  # maybe stale: decided again under the lock
+    # Changed in place: on a failure the locked append reads the row afresh.
+    session.open_tool_calls = open_calls
+    first = session.last_seq + 1
+    tool_effects = apply_tool_outputs(session, prepared, first)
+    rows, state = _count_in(session, prepared, first)
+    if not hotpath.append_unlocked(session, version, APPEND_FIELDS, rows):
+        return None
+    response = _response(session, rows, prepared, tool_effects, state)
+    _after_commit(session, rows, state, tool_effects, notify)
+    return response
+
+
+def _count_in(session: Session, prepared: list[Prepared], first: int) -> tuple[list[Message], Any]:
+    """The batch's rows, and the session's counters and guard moved past them."""
+    now = timezone.now()
+    rows = [
+        Message(session=session, seq=first + i, created_at=now, **p.row)
+        for i, p in enumerate(prepared)
+    ]
+    session.last_seq = first + len(rows) - 1
+    session.message_count += len(rows)
+    session.live_message_count += len(rows)
+    session.conversation_tokens += sum(p.row["token_count"] for p in prepared)
+    session.updated_at = now
+    return rows, status.refresh_guard(session)
+
+
+def _response(
+    session: Session, rows: list[Message], prepared: list[Prepared], tool_effects: Any, state: Any
+) -> dict[str, Any]:
+    return {
+        "session_id": session.external_id,
+        "messages": [
+            {
+                "seq": row.seq,
+                "role": row.role,
+                "token_count": row.token_count,
+                "token_count_estimated": row.token_count_estimated,
+                "output_ref": row.output_ref,
+                "view": row.view_state,
+                "ref": p.ref,
+            }
+            for row, p in zip(rows, prepared, strict=True)
+        ],
+        "trimmed_seqs": tool_effects.trimmed_seqs,
+        "budget": state.to_dict(),
+    }
+
+
+def _after_commit(
+    session: Session, rows: list[Message], state: Any, tool_effects: Any, notify: bool
+) -> None:
+    """The follow-up work, once the append is committed (at once in autocommit)."""
+    # "tool_overflow": an output did not fit, compaction is due whatever the tier.
+    last_role = "tool_overflow" if tool_effects.overflow_seqs else rows[-1].role
+    for hook in REGISTRY.after_append if notify else ():
+        transaction.on_commit(lambda hook=hook: hook(session, state, last_role))
+    estimated = [row.seq for row in rows if row.token_count_estimated]
+    if estimated:
+        pk = session.pk
+        transaction.on_commit(lambda: exact_counts_enqueue(session_id=pk, seqs=estimated))

@@ -8,7 +8,7 @@ import pytest
 from django.db import connection, transaction
 
 from sessions import hotpath
-from sessions.models import AgentKey, Session, hash_key
+from sessions.models import AgentKey, Message, Session, hash_key
 from sessions.services.append import session_append_messages
 from sessions.services.keys import agent_key_create
 from sessions.services.sessions import session_create, session_set_sections
@@ -127,11 +127,16 @@ def test_append_statements_are_prepared_once_per_connection(keyed_session):
     prepared = _prepared_statements()
     ours = [s for s in prepared if "agent_sessions_" in s]
     assert any(s.startswith("SELECT") and "key_hash" in s for s in ours)
-    assert any("FOR NO KEY UPDATE" in s for s in ours)
-    assert any(s.startswith('INSERT INTO "agent_sessions_message"') for s in ours)
-    assert any(s.startswith('UPDATE "agent_sessions_session"') for s in ours)
+    # No lock taken: the UPDATE (if the row is still the version read with
+    # the key) and the INSERT are one statement.
+    assert not any("FOR NO KEY UPDATE" in s for s in ours)
+    assert any(
+        s.startswith('WITH s AS (UPDATE "agent_sessions_session"')
+        and 'INSERT INTO "agent_sessions_message"' in s
+        for s in ours
+    )
     # Three appends, still one prepared statement each: reused, not re-prepared.
-    assert len(ours) == len(set(ours)) == 4
+    assert len(ours) == len(set(ours)) == 2
     _append_through_the_key_read(raw, 2)
     assert sorted(s for s in _prepared_statements() if "agent_sessions_" in s) == sorted(ours)
 
@@ -146,3 +151,37 @@ def test_prepared_statements_can_be_turned_off_for_pgbouncer(keyed_session, sett
     assert not [s for s in _prepared_statements() if "agent_sessions_" in s]
     session = Session.objects.get(external_id="hot-1")
     assert session.last_seq == 5  # the fixture's two messages, then three more
+
+
+@pytest.mark.needs_postgres
+@pytest.mark.django_db(transaction=True)
+def test_append_from_a_stale_read_takes_the_lock_and_counts_exactly(keyed_session):
+    """Two appends from the same version of the row (two requests that read
+    it with the key at once): the second finds the row changed, writes
+    nothing unlocked, and appends under the lock after the first."""
+    _, raw, expected = keyed_session
+    first = hotpath.session_for_key("hot-1", hash_key(raw))
+    second = hotpath.session_for_key("hot-1", hash_key(raw))
+    a = session_append_messages(session=first, messages=[{"role": "user", "content": "one"}])
+    b = session_append_messages(session=second, messages=[{"role": "user", "content": "two"}])
+    assert [m["seq"] for m in a["messages"]] == [expected.last_seq + 1]
+    assert [m["seq"] for m in b["messages"]] == [expected.last_seq + 2]
+    row = Session.objects.get(pk=expected.pk)
+    stored = Message.objects.filter(session=row)
+    assert row.last_seq == expected.last_seq + 2
+    assert row.message_count == stored.count() == expected.message_count + 2
+    assert row.conversation_tokens == sum(m.token_count for m in stored)
+    assert b["budget"]["used"] == row.used_tokens
+
+
+@pytest.mark.needs_postgres
+@pytest.mark.django_db(transaction=True)
+def test_append_after_another_writer_keeps_that_writers_change(keyed_session):
+    _, raw, expected = keyed_session
+    loaded = hotpath.session_for_key("hot-1", hash_key(raw))
+    # A tool-output reservation made after the read: a field the append writes.
+    Session.objects.filter(pk=expected.pk).update(tool_reservations={"~1": 50}, reserved_tokens=50)
+    session_append_messages(session=loaded, messages=[{"role": "user", "content": "x"}])
+    row = Session.objects.get(pk=expected.pk)
+    assert row.reserved_tokens == 50 and row.tool_reservations == {"~1": 50}
+    assert row.last_seq == expected.last_seq + 1

@@ -12,7 +12,10 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from sessions.dashboard.selectors.finder import FIND_PAGE
-from sessions.models import Message
+from sessions.models import Message, MessageSearch
+from sessions.services.append import session_append_messages
+from sessions.services.delete import session_delete
+from sessions.services.search_index import search_index_sweep
 from tests.ui.conftest import HX
 
 pytestmark = pytest.mark.django_db
@@ -174,3 +177,31 @@ def test_finder_auth_and_404(visitor, make_dash_session, op):
     assert visitor.get(url).status_code == 403
     missing = reverse("dashboard:session_find", args=[session.pk + 999])
     assert op.get(missing, {"q": "x"}).status_code == 404
+
+
+@pytest.mark.needs_postgres
+def test_search_indexes_the_words_appended_since_the_last_search(op, make_dash_session):
+    """Appends do not index their words; a search first indexes the messages
+    appended since the session was last searched, so it finds them all."""
+    session = make_dash_session(turns=3, tool_lines=2, usage=False)
+    assert not MessageSearch.objects.filter(session=session).exists()
+    assert _seqs(_find(op, session, q="module").content.decode())
+    indexed = MessageSearch.objects.filter(session=session).count()
+    assert indexed == Message.objects.filter(session=session).count()
+    session_append_messages(
+        session=session, messages=[{"role": "user", "content": "look at the quokkafile now"}]
+    )
+    session.refresh_from_db()
+    assert _seqs(_find(op, session, q="quokkafile").content.decode()) == [session.last_seq]
+    assert MessageSearch.objects.filter(session=session).count() == indexed + 1
+    session_delete(session=session)
+    assert not MessageSearch.objects.filter(session_id=session.pk).exists()
+
+
+@pytest.mark.needs_postgres
+def test_the_background_sweep_indexes_lately_appended_words(make_dash_session):
+    session = make_dash_session(turns=2, tool_lines=2, usage=False)
+    count = Message.objects.filter(session=session).count()
+    assert search_index_sweep() >= count
+    assert MessageSearch.objects.filter(session=session).count() == count
+    assert search_index_sweep() == 0  # nothing new: nothing indexed twice

@@ -3,8 +3,8 @@
 Every read here is one or two queries whatever the session's size: filters
 and search walk the (session, seq) index newest first and stop after a page;
 "largest" sorts one session's token counts; full-text search on PostgreSQL
-uses the GIN index of migration 0009 (its expression is ``FTS_DOCUMENT``,
-written the same way here so the planner matches it), and SQLite falls back
+uses the GIN index of the session's words (``MessageSearch``, migration 0020,
+brought up to date by ``services.search_index`` first), and SQLite falls back
 to a case-insensitive substring match.
 """
 
@@ -32,10 +32,6 @@ MAX_QUERY_CHARS = 200
 LARGEST_PAGES = 20  # "largest" pages by offset: bounded, so no deep OFFSET scans
 ERROR_HEAD_CHARS = 2000  # the errors filter looks at the start of a tool result
 ERROR_WORDS = ("error", "traceback", "exception", "failed")
-# Kept in step with migration 0009's index (the same text, or the index is not used).
-FTS_DOCUMENT = (
-    'to_tsvector(\'simple\'::regconfig, left("agent_sessions_message"."content", 100000))'
-)
 FTS_QUERY = "websearch_to_tsquery('simple'::regconfig, %s)"
 
 FILTERS: dict[str, str] = {
@@ -69,12 +65,12 @@ def uses_full_text() -> bool:
     return connection.vendor == "postgresql"
 
 
-# The matches as one set, first (MATERIALIZED: through the GIN index): left to
-# itself, the planner walks the seq index newest first and computes the
-# tsvector of every message it meets, 10-100 times slower for a common word.
+# The matches as one set, first, through the GIN index of the session's words
+# (``MessageSearch``, brought up to date by ``services.search_index`` before a search).
 FTS_MATCHES = (
-    "WITH m AS MATERIALIZED (SELECT id FROM agent_sessions_message"
-    f" WHERE session_id = %s AND {FTS_DOCUMENT} @@ {FTS_QUERY}) SELECT id FROM m"
+    "SELECT m.id FROM agent_sessions_messagesearch x JOIN agent_sessions_message m"
+    " ON m.session_id = x.session_id AND m.seq = x.seq"
+    f" WHERE x.session_id = %s AND x.document @@ {FTS_QUERY}"
 )
 
 
