@@ -305,3 +305,14 @@ def test_proxy_fuzz_openai_responses(fake_responses, small_limit, runner):
     case()
     bulk(runner, "responses", fb.RESPONSES, ["openai/v1/responses"], "openai")
     assert runner.cases >= EXAMPLES
+
+
+def test_proxy_fuzz_ledger_fails_on_a_row_no_forwarded_answer_named(make_session):
+    """The check after every batch can fail: a session no forwarded answer named."""
+    ledger = Ledger()
+    named = make_session()
+    ledger.settle({named["id"]}, [])  # named: its row is accounted for
+    ledger.settle(set(), [])  # and nothing moved since
+    make_session()
+    with pytest.raises(AssertionError, match="accounted for"):
+        ledger.settle(set(), [b"{}"])
