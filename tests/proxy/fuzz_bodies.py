@@ -1,19 +1,22 @@
-"""Hostile request bodies for the proxy fuzz: valid seeds per endpoint and hypothesis mutations.
+"""Hostile request bodies for the proxy fuzz: valid seeds per endpoint and their mutations.
 
 A case is a seed (a body the proxy accepts) with one to four mutations at
 paths drawn from the seed: a value swapped for one of another type, a key or
 item deleted, a hostile string (NUL, a lone surrogate, 10,000 characters,
 unicode), a huge integer, a deep nesting, an unknown key; then written as
 JSON, sometimes with NaN / Infinity, invalid UTF-8 or cut short, or padded
-past the body limit.
+past the body limit. Hypothesis draws from ``mutated``; the bulk cases
+(``bulk_raw``) draw the same vocabulary from a seeded ``random.Random``.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import random
 from typing import Any
 
+import orjson
 from hypothesis import strategies as st
 
 MODEL_A = "claude-opus-4-5"
@@ -130,27 +133,39 @@ def deep(levels: int, leaf: Any = 1) -> Any:
     return value
 
 
-HOSTILE_TEXT = st.sampled_from(
-    [
-        "",
-        "\x00",
-        "a\x00b",
-        "\ud800",
-        "x\udfffy",
-        "x" * 10_000,
-        "n" * 201,
-        "é🙂\u2028\u202e",
-        "\ufeff",
-        " ",
-        "NaN",
-        "null",
-    ]
-)
+HOSTILE_STRINGS = [
+    "",
+    "\x00",
+    "a\x00b",
+    "\ud800",
+    "x\udfffy",
+    "x" * 10_000,
+    "n" * 201,
+    "é🙂\u2028\u202e",
+    "\ufeff",
+    " ",
+    "NaN",
+    "null",
+]
+NUMBERS = [0, -1, 1, 2**31, 2**63, 2**64, -(2**70), 10**30]
+FLOATS = [0.5, -1e308, 1e308, float("nan"), float("inf"), float("-inf")]
+SHAPES = [
+    [{}],
+    [[]],
+    {"type": "text"},
+    {"type": "tool_use"},
+    {"type": "tool_result"},
+    {"role": "user"},
+    {"type": "function_call"},
+]
+DEPTHS = [65, 200, 500]
+
+HOSTILE_TEXT = st.sampled_from(HOSTILE_STRINGS)
 ATOMS = st.one_of(
     st.none(),
     st.booleans(),
-    st.sampled_from([0, -1, 1, 2**31, 2**63, 2**64, -(2**70), 10**30]),
-    st.sampled_from([0.5, -1e308, 1e308, float("nan"), float("inf"), float("-inf")]),
+    st.sampled_from(NUMBERS),
+    st.sampled_from(FLOATS),
     HOSTILE_TEXT,
     st.text(max_size=20),
 )
@@ -158,14 +173,8 @@ VALUES = st.one_of(
     ATOMS,
     st.lists(ATOMS, max_size=3),
     st.dictionaries(st.one_of(HOSTILE_TEXT, st.text(max_size=8)), ATOMS, max_size=3),
-    st.sampled_from([65, 200, 500]).map(deep),
-    st.just([{}]),
-    st.just([[]]),
-    st.just({"type": "text"}),
-    st.just({"type": "tool_use"}),
-    st.just({"type": "tool_result"}),
-    st.just({"role": "user"}),
-    st.just({"type": "function_call"}),
+    st.sampled_from(DEPTHS).map(deep),
+    st.sampled_from(SHAPES),
 )
 
 
@@ -214,4 +223,106 @@ def encode(body: Any, how: str) -> bytes:
     return raw
 
 
-ENCODINGS = st.sampled_from(["json"] * 12 + ["utf8", "cut", "nan"])
+HOW = ["json"] * 12 + ["utf8", "cut", "nan"]
+ENCODINGS = st.sampled_from(HOW)
+
+
+def padded(raw: bytes, limit: int, delta: int) -> bytes:
+    """``raw`` grown by a string field to ``limit + delta`` bytes (past the limit, or just under)."""
+    if not raw.endswith(b"}"):
+        return raw
+    return raw[:-1] + b', "pad": "' + b"p" * max(0, limit - len(raw) + delta) + b'"}'
+
+
+# The bulk cases: the same vocabulary, drawn by a seeded ``random.Random``
+# (a fraction of hypothesis's cost per body). Each case opens with a value
+# swapped for one of another JSON type, so most are refusals, the gate's work.
+
+
+def _text(rng: random.Random) -> str:
+    return "".join(
+        chr(rng.choice((rng.randrange(32, 127), rng.randrange(160, 0x3000))))
+        for _ in range(rng.randrange(21))
+    )
+
+
+def _atom(rng: random.Random) -> Any:
+    pool = rng.randrange(6)
+    if pool == 0:
+        return rng.choice([None, True, False])
+    if pool == 1:
+        return rng.choice(NUMBERS)
+    if pool == 2:
+        return rng.choice(FLOATS)
+    if pool == 3:
+        return _text(rng)
+    return rng.choice(HOSTILE_STRINGS)
+
+
+def _value(rng: random.Random) -> Any:
+    kind = rng.randrange(10)
+    if kind < 5:
+        return _atom(rng)
+    if kind == 5:
+        return [_atom(rng) for _ in range(rng.randrange(4))]
+    if kind == 6:
+        return {
+            rng.choice((_text(rng), *HOSTILE_STRINGS)): _atom(rng) for _ in range(rng.randrange(4))
+        }
+    if kind == 7:
+        return deep(rng.choice(DEPTHS))
+    return copy.deepcopy(rng.choice(SHAPES))
+
+
+def _retyped(value: Any, rng: random.Random) -> Any:
+    """A value of another JSON type than ``value``."""
+    while True:
+        other = _value(rng)
+        if type(other) is not type(value):
+            return other
+
+
+# Free-form JSON (schemas, metadata, a tool call's input) takes any type: a value
+# retyped there is forwarded, at ten times a refusal's cost, so the retyped value
+# is drawn from the fields the gate types (the later mutations go anywhere).
+FREE_FORM = {"input_schema", "parameters", "metadata", "cache_control"}
+
+
+def typed(path: tuple) -> bool:
+    """Whether ``path`` is a field the gate types (not inside free-form JSON)."""
+    return not any(key in FREE_FORM or (key == "input" and i) for i, key in enumerate(path))
+
+
+_PREPARED: dict[int, tuple[bytes, list[tuple]]] = {}
+
+
+def _prepared(seed: dict[str, Any]) -> tuple[bytes, list[tuple]]:
+    """``seed`` as JSON (a copy is parsed from it: faster than ``deepcopy``) and its typed paths."""
+    if id(seed) not in _PREPARED:
+        _PREPARED[id(seed)] = (orjson.dumps(seed), [p for p in paths(seed)[1:] if typed(p)])
+    return _PREPARED[id(seed)]
+
+
+def bulk_body(seed: dict[str, Any], rng: random.Random) -> Any:
+    """``seed`` with a typed field retyped, then up to three of ``mutated``'s mutations."""
+    raw, fields = _prepared(seed)
+    body: Any = orjson.loads(raw)
+    path = rng.choice(fields)
+    parent = body
+    for key in path[:-1]:
+        parent = parent[key]
+    parent[path[-1]] = _retyped(parent[path[-1]], rng)
+    for _ in range(rng.randrange(4)):
+        op = rng.choice(["set", "set", "set", "delete", "add", "add_key"])
+        body = _apply(body, rng.choice(paths(body)), op, _value(rng))
+        if not isinstance(body, (dict, list)):
+            break
+    return body
+
+
+def bulk_raw(seed: dict[str, Any], rng: random.Random, limit: int) -> bytes:
+    """A bulk case as bytes: ``bulk_body`` written one of the ways ``encode`` knows, 1 in 41 padded."""
+    raw = encode(bulk_body(seed, rng), rng.choice(HOW))
+    if rng.randrange(41) == 0:
+        raw = padded(raw, limit, rng.choice([-64, 1, 4096]))
+    return raw
