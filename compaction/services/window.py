@@ -18,7 +18,7 @@ from contextsvc.engine.messages import Message as EngineMessage
 from contextsvc.engine.recall import search_available
 from contextsvc.engine.strategies.base import TokenCounter
 from contextsvc.engine.summary_placement import preamble
-from sessions import accounting
+from sessions import accounting, status
 from sessions.live import live_q
 from sessions.models import Message, Session
 from sessions.outputs.budget import session_recount_tool_outputs
@@ -154,8 +154,6 @@ def set_window(
     ).aggregate(tokens=Sum("token_count"), n=Count("id"))
     session.conversation_tokens = agg["tokens"] or 0
     session.live_message_count = agg["n"] or 0
-    state = accounting.compute_budget(session)
-    session.guard_status = state.guard.status
-    session.used_tokens = state.budget.used
+    state = status.refresh_guard(session)
     session.updated_at = timezone.now()
     return state

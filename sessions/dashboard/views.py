@@ -103,9 +103,9 @@ def session_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     budget = budget_view(session)
     context = {
         "session": session,
-        "status": display_status(session),
+        "status": budget.status,
         "budget": budget,
-        "level": meter_level(session, display_status(session), budget.used_pct),
+        "level": meter_level(session, budget.status, budget.used_pct),
         "timeline": timeline_page(session),
         **_usage_context(session),
         **calls_context(session),
@@ -125,9 +125,9 @@ def session_budget(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     budget = budget_view(session)
     context = {
         "session": session,
-        "status": display_status(session),
+        "status": budget.status,
         "budget": budget,
-        "level": meter_level(session, display_status(session), budget.used_pct),
+        "level": meter_level(session, budget.status, budget.used_pct),
         "oob": True,
         "seen_seq": int_param(request.GET.get("seen"), default=session.last_seq),
     }
