@@ -9,6 +9,7 @@ import pytest
 from django.urls import reverse
 
 from sessions import accounting, status
+from sessions.dashboard.selectors.calls import session_cost
 from sessions.dashboard.selectors.detail import budget_view
 from sessions.models import Session
 
@@ -95,3 +96,35 @@ def test_badge_levels_follow_the_thresholds_of_used(alice, make_session):
     assert status.badge_status(session, block_at) == "block"
     session.guard_status = "final"
     assert status.badge_status(session, 10) == "final"  # a stored verdict never goes down
+
+
+# --- cost: the sum of priced calls, labelled reported / estimated ---------------------
+
+
+def test_cost_is_the_priced_calls_labelled_estimated_then_reported(op, alice, make_session):
+    sid = "cost-basis"
+    make_session(id=sid)
+    alice.post(f"sessions/{sid}/messages", {"messages": [{"role": "user", "content": "hi"}]})
+    for _ in range(3):  # reads: no call, no cost
+        assert alice.get(f"sessions/{sid}/context", format="raw").status_code == 200
+        assert alice.get(f"sessions/{sid}/context", purpose="read").status_code == 200
+    assert alice.get(f"sessions/{sid}/calls").json()["items"] == []
+    assert 'col-cost"><span class="muted">—' in _list_row(op, sid)
+
+    assert alice.get(f"sessions/{sid}/context", purpose="call").status_code == 200
+    [call] = alice.get(f"sessions/{sid}/calls").json()["items"]
+    assert call["cost_basis"] == "estimated" and call["cost_usd"] > 0
+    row = _list_row(op, sid)
+    assert 'data-basis="estimated"' in row and "≈ " in row
+    session = Session.objects.get(external_id=sid)
+    assert session_cost(session).basis == "estimated"
+    assert session_cost(session).cost == pytest.approx(call["cost_usd"])
+
+    alice.post(f"sessions/{sid}/usage", {"input_tokens": 40, "output_tokens": 7})
+    [call] = alice.get(f"sessions/{sid}/calls").json()["items"]
+    assert call["cost_basis"] == "reported"
+    row = _list_row(op, sid)
+    assert 'data-basis="reported"' in row and "≈ " not in row
+    card = op.get(reverse("dashboard:session_calls", args=[session.pk])).content.decode()
+    assert 'data-basis="reported"> reported</span>' in card
+    assert session_cost(session).cost == pytest.approx(call["cost_usd"])
