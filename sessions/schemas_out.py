@@ -373,6 +373,11 @@ class ContextCallOut(Out):
     cache_read: int | None
     cache_write: int | None
     cost_usd: float | None = Field(..., description="null when the model has no price")
+    cost_basis: Literal["reported", "estimated"] = Field(
+        ...,
+        description="reported: priced from the provider's usage; estimated: our estimate of "
+        "the input, until a usage report completes the call",
+    )
     cost_without_cache_usd: float | None
     saved_usd: float | None
     latency_ms: float | None = Field(..., description="from the build to the usage report")

@@ -46,6 +46,7 @@ def context_call_to_dict(call: ContextCall) -> dict[str, Any]:
         "cache_read": call.cache_read,
         "cache_write": call.cache_write,
         "cost_usd": call.cost_usd,
+        "cost_basis": "reported" if call.completed_at else "estimated",
         "cost_without_cache_usd": call.cost_without_cache_usd,
         "saved_usd": call.saved_usd,
         "latency_ms": call.latency_ms,

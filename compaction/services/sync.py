@@ -129,7 +129,7 @@ def compaction_overflow(
     size (``reported_tokens``) and the maximum it named (``limit``), and the session's
     context window before the proxy lowered it to that maximum."""
     logger.warning(
-        "context overflow reported for session %s (provider counted %s tokens, we estimate %s): %s",
+        "context overflow reported for session %s (provider counted %s tokens, the guard had %s): %s",
         session.pk,
         reported_tokens,
         session.used_tokens,

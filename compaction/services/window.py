@@ -18,11 +18,10 @@ from contextsvc.engine.messages import Message as EngineMessage
 from contextsvc.engine.recall import search_available
 from contextsvc.engine.strategies.base import TokenCounter
 from contextsvc.engine.summary_placement import preamble
-from sessions import accounting
+from sessions import accounting, status
 from sessions.live import live_q
 from sessions.models import Message, Session
 from sessions.outputs.budget import session_recount_tool_outputs
-from sessions.status import refresh_guard
 
 from ..models import ViewChange
 
@@ -155,6 +154,6 @@ def set_window(
     ).aggregate(tokens=Sum("token_count"), n=Count("id"))
     session.conversation_tokens = agg["tokens"] or 0
     session.live_message_count = agg["n"] or 0
-    state = refresh_guard(session)
+    state = status.refresh_guard(session)
     session.updated_at = timezone.now()
     return state

@@ -61,9 +61,9 @@ def session_list(request: HtmxHttpRequest) -> HttpResponse:
     rows = [
         {
             "session": s,
-            "status": display_status(s, usage_pct(s)),
+            "status": display_status(s),
             "usage_pct": usage_pct(s),
-            "level": meter_level(s, display_status(s, usage_pct(s)), usage_pct(s)),
+            "level": meter_level(s, display_status(s), usage_pct(s)),
             "usable": usable_tokens(s),
             "cost": costs.get(s.pk),
         }
@@ -103,9 +103,9 @@ def session_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     budget = budget_view(session)
     context = {
         "session": session,
-        "status": display_status(session, budget.guard_pct),
+        "status": budget.status,
         "budget": budget,
-        "level": meter_level(session, display_status(session, budget.guard_pct), budget.guard_pct),
+        "level": meter_level(session, budget.status, budget.used_pct),
         "timeline": timeline_page(session),
         **_usage_context(session),
         **calls_context(session),
@@ -125,9 +125,9 @@ def session_budget(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     budget = budget_view(session)
     context = {
         "session": session,
-        "status": display_status(session, budget.guard_pct),
+        "status": budget.status,
         "budget": budget,
-        "level": meter_level(session, display_status(session, budget.guard_pct), budget.guard_pct),
+        "level": meter_level(session, budget.status, budget.used_pct),
         "oob": True,
         "seen_seq": int_param(request.GET.get("seen"), default=session.last_seq),
     }

@@ -16,14 +16,16 @@ register = template.Library()
 
 FIGURES: dict[str, str] = {
     "used": (
-        "Our estimate of the context the next call sends: system, skills, tool "
-        "schemas (×2.09), summary and the live messages."
+        "The session's figure the guard decides on, the same in the list, the inspector "
+        "and the badge: the provider's last count plus our estimate of what changed since "
+        "(our estimate alone before any report), plus tokens reserved for pending tool results."
+    ),
+    "estimated": (
+        "Our estimate of what a build sends: system, skills, tool schemas (×2.09), summary "
+        "and the live messages."
     ),
     "usable": "The effective window: context window − buffer − reserved output (the guard's limit).",
-    "projected": (
-        "The guard's projection: used (or the provider-calibrated figure) plus tokens "
-        "reserved for pending tool results."
-    ),
+    "projected": ("The guard's projection: used, plus any extra tokens the caller asked room for."),
     "provider-reported": (
         "What the provider counted for a call: input + cache reads + cache writes, as it reported."
     ),
@@ -35,12 +37,21 @@ FIGURES: dict[str, str] = {
 
 WHY: dict[frozenset[str], str] = {
     frozenset({"used", "provider-reported"}): (
-        "Why these differ: used is our estimate (tool schemas scaled ×2.09, chars/4 floor); "
-        "provider-reported is the provider's own tokenizer, counted after the call."
+        "Why these differ: used is the provider's last count plus our estimate of what "
+        "changed since; provider-reported is the provider's own count at that call."
     ),
     frozenset({"used", "projected"}): (
-        "Why these differ: projected starts from the provider-calibrated figure when there is "
-        "one and adds tokens reserved for pending tool results."
+        "Why these differ: used starts from the provider-calibrated figure when there is "
+        "one and adds tokens reserved for pending tool results; the bar's segments are "
+        "our component estimate."
+    ),
+    frozenset({"estimated", "provider-reported"}): (
+        "Why these differ: estimated is ours (tool schemas scaled ×2.09, chars/4 floor); "
+        "provider-reported is the provider's own tokenizer, counted after the call."
+    ),
+    frozenset({"estimated", "as sent"}): (
+        "Why these differ: estimated counts tool schemas ×2.09 (a safety factor); "
+        "as sent counts them as the provider's prefix holds them."
     ),
     frozenset({"used", "history-only"}): (
         "Why these differ: history-only leaves out the system prompt, skills and tool "

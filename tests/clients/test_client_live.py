@@ -257,3 +257,25 @@ def test_the_async_client_does_the_same_round_trip(live_service):
     assert seqs == [1, 2]
     assert [m["role"] for m in body["messages"]] == ["user", "assistant"]
     assert live_count == 1
+
+
+def test_context_purpose_decides_what_is_a_priced_call(live_service):
+    """docs/api.md#context-purpose: a look is free, a build a model takes is a call."""
+
+    def calls(sid: str) -> list[dict]:
+        response = httpx.get(
+            f"{live_service.url}/api/v1/sessions/{sid}/calls",
+            headers={"Authorization": f"Bearer {live_service.key}"},
+        )
+        assert response.status_code == 200, response.text
+        return response.json()["items"]
+
+    with Client(live_service.url, live_service.key) as client:
+        session = client.create_session("claude-sonnet-4-5", agent="client-purpose", **WINDOW)
+        session.append([{"role": "user", "content": "list the files"}])
+        session.context("raw")
+        session.context("anthropic", purpose="read")
+        assert calls(session.id) == []
+        session.context("anthropic", purpose="call")
+        [call] = calls(session.id)
+        assert call["cost_basis"] == "estimated" and call["cost_usd"] > 0

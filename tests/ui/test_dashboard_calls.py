@@ -271,15 +271,17 @@ def test_context_tab_names_each_block_with_its_tokens_and_labels_breakpoints_in_
 def test_one_vocabulary_of_figures_each_labelled_with_why_they_differ(op, make_dash_session):
     session = make_dash_session(turns=2, builds=True, usage=True)
     page = op.get(reverse("dashboard:session_detail", args=[session.pk])).content.decode()
-    for name in ("used", "usable", "projected", "provider-reported"):
+    for name in ("used", "estimated", "usable", "projected", "provider-reported"):
         assert f'data-figure="{name}" title="{escape(FIGURES[name])}"' in page, name
     assert escape(WHY[frozenset({"used", "provider-reported"})]) in page
     listing = op.get(reverse("dashboard:session_list")).content.decode()
-    assert 'data-figure="projected"' in listing and 'data-figure="usable"' in listing
+    assert 'data-figure="used"' in listing and 'data-figure="usable"' in listing
     tab = op.get(
         reverse("dashboard:session_context", args=[session.pk]), {"format": "anthropic"}, headers=HX
     ).content.decode()
-    assert 'data-figure="as sent"' in tab and escape(WHY[frozenset({"used", "as sent"})]) in tab
+    assert (
+        'data-figure="as sent"' in tab and escape(WHY[frozenset({"estimated", "as sent"})]) in tab
+    )
     preview = op.get(reverse("dashboard:compact_preview", args=[session.pk]), headers=HX)
     if b"tokens, " in preview.content:
         assert b'data-figure="history-only"' in preview.content

@@ -222,7 +222,7 @@ def test_usage_bars_keep_each_turns_peak_and_show_the_window_now(big):
     after = usage_over_turns(big)
     assert after.bars[-2].total == last_before  # the last turn still shows how full it got
     assert after.bars[-1].now and after.bars[-1].total < last_before
-    assert after.bars[-1].total == budget_view(big).used  # "now" is the budget bar
+    assert after.bars[-1].total == budget_view(big).estimated  # "now" is the budget bar
 
 
 def test_run_card_names_the_summariser_and_model_that_wrote_the_summary(op, big, settings):

@@ -1,5 +1,5 @@
-"""One set of figures: the list, the inspector and the guard show the same usage,
-and no badge says "ok" over 100 % (docs/dashboard.md#one-set-of-figures)."""
+"""One set of figures: the session list, the inspector, the API's guard and the
+badge read the same "used" (docs/dashboard.md#used)."""
 
 from __future__ import annotations
 
@@ -8,79 +8,123 @@ import re
 import pytest
 from django.urls import reverse
 
+from sessions import accounting, status
+from sessions.dashboard.selectors.calls import session_cost
+from sessions.dashboard.selectors.detail import budget_view
 from sessions.models import Session
-from sessions.services.sessions import session_create
 
 pytestmark = pytest.mark.django_db
 
 LIST = reverse("dashboard:session_list")
 NO_AUTO = {"compaction": {"auto": False}}
-USABLE = 32_000 - 4_096 - 2_048  # the make_session defaults: 25,856
 
 
-def _figures(op, alice, sid: str) -> dict:
-    budget = alice.get(f"sessions/{sid}/budget").json()
+def _session(alice, make_session, sid: str, *, reported: int) -> Session:
+    """A session with ~1,000 tokens of our estimate, then a call the provider
+    reports at ``reported`` input tokens (usable window: 7,000)."""
+    make_session(
+        id=sid, context_window=8_000, max_output_tokens=1_000, buffer_tokens=0, policy=NO_AUTO
+    )
+    said = alice.post(
+        f"sessions/{sid}/messages",
+        {"messages": [{"role": "user", "content": "word " * 900}]},
+    )
+    assert said.status_code == 200, said.content
+    assert alice.get(f"sessions/{sid}/context", purpose="call").status_code == 200
+    usage = alice.post(f"sessions/{sid}/usage", {"input_tokens": reported, "output_tokens": 5})
+    assert usage.status_code == 200, usage.content
+    return Session.objects.get(external_id=sid)
+
+
+def _list_row(op, sid: str) -> str:
+    page = op.get(LIST).content.decode()
+    rows = [r for r in page.split("<tr") if f">{sid}<" in r]
+    assert len(rows) == 1, sid
+    return rows[0]
+
+
+def _figures(op, alice, session: Session) -> tuple[float, float, float, str, str]:
+    api = alice.get(f"sessions/{session.external_id}/budget").json()
+    projected = api["guard"]["projected"]
+    guard_pct = status.used_pct(projected, status.usable_tokens(session))
+    view = budget_view(session)
+    row = _list_row(op, session.external_id)
+    [list_pct] = re.findall(r'meter-label">([\d.]+)%', row)
+    [list_badge] = re.findall(r'class="badge badge-(\w+)"', row)
+    return float(list_pct), view.used_pct, guard_pct, list_badge, view.status
+
+
+def test_reported_usage_above_our_estimate_is_the_one_used_figure(op, alice, make_session):
+    session = _session(alice, make_session, "above-estimate", reported=5_000)
+    state = accounting.compute_budget(session)
+    assert state.estimated < 2_000 < state.guard.projected  # the provider counted far more
+    list_pct, inspector_pct, guard_pct, list_badge, inspector_badge = _figures(op, alice, session)
+    assert list_pct == inspector_pct == guard_pct
+    assert guard_pct == status.used_pct(state.guard.projected, 7_000) > 70
+    assert budget_view(session).used == state.guard.projected == session.used_tokens
+    assert list_badge == inspector_badge == "ok"  # 71 % is under compact (95 %)
+    page = op.get(reverse("dashboard:session_detail", args=[session.pk])).content.decode()
+    assert f"{state.guard.projected:,}" in page and f"{state.estimated:,}" in page
+
+
+def test_a_session_over_100_percent_never_shows_ok(op, alice, make_session):
+    session = _session(alice, make_session, "over-full", reported=7_600)
+    list_pct, inspector_pct, guard_pct, list_badge, inspector_badge = _figures(op, alice, session)
+    assert list_pct == inspector_pct == guard_pct > 100
+    assert list_badge == inspector_badge
+    assert list_badge in ("block", "final")
+
+
+def test_a_stale_row_over_100_percent_gets_a_block_badge_not_ok(op, alice, make_session):
+    # A row written before "used" meant the guard's figure: counters say 116 %,
+    # the stored verdict says ok. The badge follows the figure shown beside it.
+    make_session(id="stale", context_window=8_000, max_output_tokens=1_000, buffer_tokens=0)
+    Session.objects.filter(external_id="stale").update(used_tokens=8_120, guard_status="ok")
+    row = _list_row(op, "stale")
+    assert 'meter-label">116.0%' in row
+    assert 'badge badge-block"' in row and "badge-ok" not in row
+
+
+def test_badge_levels_follow_the_thresholds_of_used(alice, make_session):
+    make_session(id="levels", context_window=8_000, max_output_tokens=1_000, buffer_tokens=0)
+    session = Session.objects.get(external_id="levels")
+    session.guard_status = "ok"
+    compact_at = accounting.thresholds_of(session).compact_at(7_000)
+    block_at = accounting.thresholds_of(session).block_at(7_000)
+    assert status.badge_status(session, compact_at - 1) == "ok"
+    assert status.badge_status(session, compact_at) == "compact"
+    assert status.badge_status(session, block_at) == "block"
+    session.guard_status = "final"
+    assert status.badge_status(session, 10) == "final"  # a stored verdict never goes down
+
+
+# --- cost: the sum of priced calls, labelled reported / estimated ---------------------
+
+
+def test_cost_is_the_priced_calls_labelled_estimated_then_reported(op, alice, make_session):
+    sid = "cost-basis"
+    make_session(id=sid)
+    alice.post(f"sessions/{sid}/messages", {"messages": [{"role": "user", "content": "hi"}]})
+    for _ in range(3):  # reads: no call, no cost
+        assert alice.get(f"sessions/{sid}/context", format="raw").status_code == 200
+        assert alice.get(f"sessions/{sid}/context", purpose="read").status_code == 200
+    assert alice.get(f"sessions/{sid}/calls").json()["items"] == []
+    assert 'col-cost"><span class="muted">—' in _list_row(op, sid)
+
+    assert alice.get(f"sessions/{sid}/context", purpose="call").status_code == 200
+    [call] = alice.get(f"sessions/{sid}/calls").json()["items"]
+    assert call["cost_basis"] == "estimated" and call["cost_usd"] > 0
+    row = _list_row(op, sid)
+    assert 'data-basis="estimated"' in row and "≈ " in row
     session = Session.objects.get(external_id=sid)
-    listing = op.get(LIST, {"q": sid}).content.decode().split("<tbody>")[1]
-    inspector = op.get(reverse("dashboard:session_detail", args=[session.pk])).content.decode()
-    header = inspector.split('class="card', 1)[0]  # the page header, before the first card
-    return {
-        "guard": budget["guard"],
-        "list_pct": re.search(r'meter-label">([\d.]+)%', listing).group(1),
-        "list_badge": re.search(r"badge badge-(\w+)", listing).group(1),
-        "header_pct": re.search(r'meter-label">([\d.]+)%', header).group(1),
-        "header_badge": re.search(r"badge badge-(\w+)", header).group(1),
-    }
+    assert session_cost(session).basis == "estimated"
+    assert session_cost(session).cost == pytest.approx(call["cost_usd"])
 
-
-def _say(alice, sid: str, words: int) -> int:
-    response = alice.post(
-        f"sessions/{sid}/messages", {"messages": [{"role": "user", "content": "w " * words}]}
-    )
-    assert response.status_code == 200, response.content
-    return response.json()["messages"][-1]["seq"]
-
-
-def test_a_provider_count_over_the_window_is_no_ok_anywhere(op, alice, make_session):
-    sid = make_session(id="over", policy=NO_AUTO)["id"]
-    seq = _say(alice, sid, 50)  # our estimate: a few hundred tokens, "ok" by itself
-    report = {"input_tokens": 31_000, "output_tokens": 10, "through_seq": seq}
-    assert alice.post(f"sessions/{sid}/usage", report).status_code == 200
-    figures = _figures(op, alice, sid)
-    projected = figures["guard"]["projected"]
-    assert projected > USABLE and figures["guard"]["status"] in ("block", "final")
-    shown = f"{100 * projected / USABLE:.1f}"
-    assert figures["list_pct"] == figures["header_pct"] == shown
-    assert "ok" not in (figures["list_badge"], figures["header_badge"])
-    assert figures["list_badge"] == figures["header_badge"]
-
-
-def test_a_provider_count_under_our_estimate_is_the_figure_shown(op, alice, make_session):
-    sid = make_session(id="under", policy=NO_AUTO)["id"]
-    seq = _say(alice, sid, 9_000)  # our estimate: ~70 % of the usable window
-    report = {"input_tokens": 2_000, "output_tokens": 10, "through_seq": seq}
-    assert alice.post(f"sessions/{sid}/usage", report).status_code == 200
-    figures = _figures(op, alice, sid)
-    projected = figures["guard"]["projected"]
-    assert projected < 0.2 * USABLE and figures["guard"]["status"] == "ok"
-    shown = f"{100 * projected / USABLE:.1f}"
-    assert figures["list_pct"] == figures["header_pct"] == shown
-    assert figures["list_badge"] == figures["header_badge"] == "ok"
-
-
-def test_a_stale_row_over_100_percent_never_shows_ok(op, alice_key):
-
-    session = session_create(
-        owner=alice_key[0],
-        data={
-            "id": "stale",
-            "model": "claude-sonnet-4-5",
-            "context_window": 32_000,
-            "max_output_tokens": 4_096,
-            "buffer_tokens": 2_048,
-        },
-    )
-    Session.objects.filter(pk=session.pk).update(used_tokens=30_000, guard_status="ok")
-    listing = op.get(LIST, {"q": "stale"}).content.decode().split("<tbody>")[1]
-    assert "116.0%" in listing
-    assert "badge-ok" not in listing and "badge-block" in listing
+    alice.post(f"sessions/{sid}/usage", {"input_tokens": 40, "output_tokens": 7})
+    [call] = alice.get(f"sessions/{sid}/calls").json()["items"]
+    assert call["cost_basis"] == "reported"
+    row = _list_row(op, sid)
+    assert 'data-basis="reported"' in row and "≈ " not in row
+    card = op.get(reverse("dashboard:session_calls", args=[session.pk])).content.decode()
+    assert 'data-basis="reported"> reported</span>' in card
+    assert session_cost(session).cost == pytest.approx(call["cost_usd"])

@@ -90,7 +90,7 @@ def test_usage_chart_has_a_bar_per_turn_and_the_reported_line(op, make_dash_sess
     # context grows turn by turn (nothing compacted)
     totals = [b.total for b in series.bars]
     assert totals == sorted(totals)
-    assert totals[-1] == budget_view(session).used
+    assert totals[-1] == budget_view(session).estimated
     body = op.get(
         reverse("dashboard:session_usage", args=[session.pk]), headers=HX
     ).content.decode()
@@ -107,7 +107,7 @@ def test_usage_chart_of_a_one_task_agent_run_has_a_bar_per_llm_call(op, make_das
     assert [b.first_turn for b in series.bars] == list(range(1, 9))
     assert series.bars[0].first_seq == 1
     totals = [b.total for b in series.bars]
-    assert totals == sorted(totals) and totals[-1] == budget_view(session).used
+    assert totals == sorted(totals) and totals[-1] == budget_view(session).estimated
     body = op.get(
         reverse("dashboard:session_usage", args=[session.pk]), headers=HX
     ).content.decode()

@@ -66,13 +66,20 @@ class CostSummary:
         return round(self.without_cache - self.cost, 6)
 
     @property
+    def basis(self) -> str:
+        """ "reported" when every call is priced from the provider's usage, else
+        "estimated" (some calls still count their estimated input cost)."""
+        return "reported" if self.reported == self.calls else "estimated"
+
+    @property
     def per_call(self) -> float | None:
         return self.cost / self.priced if self.cost is not None and self.priced else None
 
 
 def session_cost(session: Session) -> CostSummary:
     """The session's calls and their cost: 1 query."""
-    agg = ContextCall.objects.filter(session=session).aggregate(
+    # Only priced calls: a read of the context (purpose "read") is never a cost.
+    agg = ContextCall.objects.filter(session=session, purpose="call").aggregate(
         calls=Count("id"),
         reported=Count("id", filter=Q(completed_at__isnull=False)),
         priced=Count("id", filter=Q(cost_usd__isnull=False)),
@@ -173,7 +180,7 @@ def cost_by_day(*, days: int = 14) -> list[DayCost]:
     """Cost per day across every session, the last ``days`` days: 1 query."""
     since = timezone.now() - timedelta(days=days)
     rows = (
-        ContextCall.objects.filter(created_at__gte=since, cost_usd__isnull=False)
+        ContextCall.objects.filter(created_at__gte=since, cost_usd__isnull=False, purpose="call")
         .annotate(day=TruncDate("created_at"))
         .values("day")
         .annotate(calls=Count("id"), cost=Sum("cost_usd"), without=Sum("cost_without_cache_usd"))
@@ -195,10 +202,19 @@ def list_costs(session_ids: list[int]) -> dict[int, dict[str, Any]]:
     if not session_ids:
         return {}
     out: dict[int, dict[str, Any]] = {
-        r["session_id"]: {"cost": r["cost"], "calls": r["calls"], "trend": 0}
-        for r in ContextCall.objects.filter(session_id__in=session_ids)
+        r["session_id"]: {
+            "cost": r["cost"],
+            "calls": r["calls"],
+            "basis": "reported" if r["reported"] == r["calls"] else "estimated",
+            "trend": 0,
+        }
+        for r in ContextCall.objects.filter(session_id__in=session_ids, purpose="call")
         .values("session_id")
-        .annotate(cost=Sum("cost_usd"), calls=Count("id"))
+        .annotate(
+            cost=Sum("cost_usd"),
+            calls=Count("id"),
+            reported=Count("id", filter=Q(completed_at__isnull=False)),
+        )
     }
     recent: dict[int, list[int]] = {}
     rows = (

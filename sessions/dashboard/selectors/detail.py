@@ -11,21 +11,14 @@ from dataclasses import dataclass
 from django.db.models import Count, Sum
 from django.http import Http404
 
-from sessions import accounting
+from sessions import accounting, status
 from sessions.live import live_q
 from sessions.models import Message, Session, UsageReport
 
 
-def display_status(session: Session, pct: float | None = None) -> str:
-    """The badge: a session marked final stays final whatever the counters say,
-    and a badge never says "ok" (or "compact") with the shown usage at 100 % or
-    more (docs/dashboard.md#one-set-of-figures): the guard blocks such a call."""
-    if session.status == Session.Status.FINAL:
-        return "final"
-    status = session.guard_status or "ok"
-    if pct is not None and pct >= 100 and status in ("ok", "compact"):
-        return "block"
-    return status
+def display_status(session: Session) -> str:
+    """The badge, from the same "used" figure as the meter (docs/dashboard.md#used)."""
+    return status.badge_status(session)
 
 
 def session_for_operator(pk: int) -> Session:
@@ -88,23 +81,12 @@ class BudgetView:
         return self.used > self.effective_window
 
     @property
-    def guard_pct(self) -> float:
-        """The headline figure (the page's meter, the list's): the guard's
-        projection as a % of its limit, the figure its verdict counts."""
-        return round(100 * self.guard_projected / self.guard_limit, 1) if self.guard_limit else 0.0
-
-    @property
-    def guard_over(self) -> int:
-        """Tokens the projection stands over the guard's limit (0: within it)."""
-        return max(0, self.guard_projected - self.guard_limit)
-
-    @property
     def projected_pct(self) -> float | None:
-        """Where the guard's projection sits on the bar, when it is not our
-        estimate (provider-calibrated, or with reserved tool tokens)."""
-        if self.guard_projected == self.used:
+        """Where "used" (the guard's figure: provider-calibrated, with reserved
+        tool tokens) sits on the bar, when it differs from the segments' estimate."""
+        if self.estimated == self.used:
             return None
-        return min(100.0, _pct(self.guard_projected, self.bar_total))
+        return min(100.0, _pct(self.used, self.bar_total))
 
 
 def _pct(part: int, whole: int) -> float:
@@ -126,9 +108,13 @@ def budget_view(session: Session) -> BudgetView:
 
     limits = budget.limits
     effective = budget.effective_window
-    free = max(0, effective - budget.used)
+    # docs/dashboard.md#used: "used" is the guard's figure, the one the list,
+    # the badge and the guard read; the segments are our component estimate.
+    used = state.guard.projected
+    free = max(0, effective - budget.used)  # the segments fill the bar
     bar_total = max(
-        limits.context_window, budget.used + limits.buffer_tokens + limits.max_output_tokens
+        limits.context_window,
+        max(used, budget.used) + limits.buffer_tokens + limits.max_output_tokens,
     )
 
     def seg(
@@ -165,9 +151,9 @@ def budget_view(session: Session) -> BudgetView:
         bar_total=bar_total,
         context_window=limits.context_window,
         effective_window=effective,
-        used=budget.used,
-        remaining=budget.remaining,
-        used_pct=budget.used_pct,
+        used=used,
+        remaining=effective - used,
+        used_pct=status.used_pct(used, effective),
         compact_at=budget.compact_at,
         block_at=budget.block_at,
         compact_pct=_pct(budget.compact_at, bar_total),
@@ -175,7 +161,7 @@ def budget_view(session: Session) -> BudgetView:
         effective_pct=_pct(effective, bar_total),
         compact_ratio=budget.thresholds.compact_ratio,
         block_ratio=budget.thresholds.block_ratio,
-        status="final" if session.status == Session.Status.FINAL else state.guard.status,
+        status=status.badge_status(session, used, state.guard.status),
         guard_projected=state.guard.projected,
         guard_limit=state.guard.limit,
         estimated=state.estimated,

@@ -12,7 +12,9 @@ from django.core.paginator import Page, Paginator
 from django.db.models import ExpressionWrapper, F, FloatField, Q, QuerySet
 from django.db.models.functions import Greatest
 
+from sessions import status
 from sessions.models import Session
+from sessions.status import usable_tokens
 
 GUARD_STATUSES = ("ok", "compact", "block", "final")
 SORTS = {
@@ -75,11 +77,7 @@ def session_agents() -> list[str]:
     )
 
 
-def usable_tokens(session: Session) -> int:
-    """The effective window: window − buffer − reserved output (the guard's limit)."""
-    return max(1, session.context_window - session.buffer_tokens - session.max_output_tokens)
-
-
 def usage_pct(session: Session) -> float:
-    """Used tokens as a % of the effective window, from the row's cached counters."""
-    return round(100 * session.used_tokens / usable_tokens(session), 1)
+    """ "used" as a % of the usable window, from the row's cached guard figure
+    (docs/dashboard.md#used): the same function as the inspector's."""
+    return status.used_pct(session.used_tokens, usable_tokens(session))
