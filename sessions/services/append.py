@@ -17,6 +17,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from contextsvc import telemetry
+from contextsvc.engine import user_agents
 from contextsvc.errors import ValidationFailed
 from sessions import hotpath, status
 from sessions.extensions import REGISTRY
@@ -149,6 +150,20 @@ def session_append_messages(
         return response
 
 
+def _first_user_text(session: Session, messages: Sequence[MessageData]) -> tuple[str, ...]:
+    """Set ``first_user_text`` once, from the session's first user message with text: the
+    extra field to save, or () (every later append costs one attribute read)."""
+    if session.first_user_text:
+        return ()
+    for data in messages:
+        if data.get("role") == "user":
+            text = user_agents.first_user_text(dict(data))
+            if text:
+                session.first_user_text = text
+                return ("first_user_text",)
+    return ()
+
+
 def _append(
     session: Session,
     messages: Sequence[MessageData],
@@ -194,7 +209,7 @@ def _append(
             session.conversation_tokens += added
             session.updated_at = now
             state = status.refresh_guard(session)
-            hotpath.save_fields(session, APPEND_FIELDS)
+            hotpath.save_fields(session, APPEND_FIELDS + _first_user_text(session, messages))
         response = {
             "session_id": session.external_id,
             "messages": [
