@@ -91,7 +91,15 @@
     var box = tab.closest("section");
     if (box) box.scrollIntoView();
   }
+  // Once the page has loaded (charts and panels sized), bring the named part back into
+  // view: content that grew above it may have pushed it down since the first jump.
+  function revisitHash() {
+    var name = location.hash.slice(1);
+    var part = name && /^[a-z][a-z0-9-]*$/i.test(name) && document.getElementById(name);
+    if (part && part.closest(".inspector-main")) part.scrollIntoView();
+  }
   document.addEventListener("DOMContentLoaded", openHashTab);
+  window.addEventListener("load", revisitHash);
   window.addEventListener("hashchange", openHashTab);
 
   document.addEventListener("click", function (e) {
