@@ -10,6 +10,7 @@ from ninja import Body, Header, Query, Router, Schema, Status
 from pydantic import Field
 
 from contextsvc import nul
+from contextsvc.engine import user_agents
 from contextsvc.errors import ValidationFailed
 from contextsvc.http import json_response
 from contextsvc.openapi import ErrorOut, declare_errors
@@ -85,6 +86,7 @@ class ListFilters(Schema):
 def create_session(request: ApiRequest, payload: SessionCreateIn) -> Status:
     data = cast(SessionCreateData, payload.model_dump(exclude_unset=True))
     data["policy"] = payload.policy.model_dump(exclude_unset=True)
+    data["client"] = user_agents.client_label(request.headers.get("User-Agent"))
     session = session_create(owner=_owner(request), data=data)
     return Status(201, selectors.session_to_dict(session))
 

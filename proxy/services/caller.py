@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from contextsvc.engine import user_agents
 from contextsvc.engine.providers import openai_chat
 from contextsvc.engine.providers.fingerprint import conversation_key
 from contextsvc.errors import Conflict, NotFound, ServiceError, Unauthorized, ValidationFailed
@@ -163,12 +164,19 @@ def session_for_call(
     if isinstance(max_tokens, int) and max_tokens > 0:
         data["max_output_tokens"] = max_tokens
     data["provider"] = dialect.provider or dialect.name
+    data["via"] = "proxy"
+    data["client"] = request_client(headers)
     try:
         session = session_create(owner=key, data=data)  # type: ignore[arg-type]
     except Conflict:
         return session_get(owner=key, external_id=sid)  # created by a concurrent first call
     session.created_by_call = True  # type: ignore[attr-defined]
     return session
+
+
+def request_client(headers: Mapping[str, str]) -> str:
+    """The label of the client that sent ``headers`` (its user agent; Codex's originator)."""
+    return user_agents.client_label(headers.get("user-agent"), headers.get("originator"))
 
 
 def discard_if_new(session: Session) -> None:

@@ -107,6 +107,8 @@ def session_for_side_request(
         "provider": main.provider,
         "context_window": main.context_window,
         "buffer_tokens": main.buffer_tokens,
+        "via": "proxy",
+        "client": main.client,
     }
     max_tokens = body.get("max_tokens")
     if isinstance(max_tokens, int) and 0 < max_tokens < main.context_window:

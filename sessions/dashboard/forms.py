@@ -25,6 +25,11 @@ class SessionFilterForm(forms.Form):
     sort = forms.ChoiceField(required=False, choices=SORT_CHOICES)
     page = forms.IntegerField(required=False, min_value=1)
     key = forms.IntegerField(required=False, min_value=1)
+    via = forms.ChoiceField(
+        required=False, choices=[("", "API and proxy"), ("api", "API"), ("proxy", "Proxy")]
+    )
+    client = forms.CharField(required=False, max_length=64)
+    failed = forms.BooleanField(required=False)
 
     def filters(self) -> SessionFilters:
         """Valid fields are used; an invalid one falls back to its default."""
@@ -37,6 +42,9 @@ class SessionFilterForm(forms.Form):
             sort=data.get("sort") or "activity",
             page=data.get("page") or 1,
             key=data.get("key"),
+            via=data.get("via") or "",
+            client=data.get("client") or "",
+            failed=bool(data.get("failed")),
         )
 
 

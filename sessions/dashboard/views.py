@@ -36,7 +36,13 @@ from .selectors.detail import (
     session_for_operator,
 )
 from .selectors.keys import agent_key_for_operator, agent_key_or_none, agent_keys
-from .selectors.listing import session_agents, session_page, usable_tokens, usage_pct
+from .selectors.listing import (
+    session_agents,
+    session_clients,
+    session_page,
+    usable_tokens,
+    usage_pct,
+)
 from .selectors.outputs import (
     OUTPUT_PAGE_LINES,
     output_for_operator,
@@ -73,6 +79,7 @@ def session_list(request: HtmxHttpRequest) -> HttpResponse:
     if is_partial(request):
         return render(request, "sessions/list.html#results", context)
     context["agents"] = session_agents()
+    context["clients"] = session_clients()
     context["key_filter"] = agent_key_or_none(filters.key)
     return render(request, "sessions/list.html", context)
 

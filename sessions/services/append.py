@@ -17,6 +17,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from contextsvc import telemetry
+from contextsvc.engine import user_agents
 from contextsvc.errors import ValidationFailed
 from sessions import hotpath, status
 from sessions.extensions import REGISTRY
@@ -149,6 +150,20 @@ def session_append_messages(
         return response
 
 
+def _first_user_text(session: Session, messages: Sequence[MessageData]) -> tuple[str, ...]:
+    """Set ``first_user_text`` once, from the session's first user message with text: the
+    extra field to save, or () (every later append costs one attribute read)."""
+    if session.first_user_text:
+        return ()
+    for data in messages:
+        if data.get("role") == "user":
+            text = user_agents.first_user_text(dict(data))
+            if text:
+                session.first_user_text = text
+                return ("first_user_text",)
+    return ()
+
+
 def _append(
     session: Session,
     messages: Sequence[MessageData],
@@ -166,7 +181,7 @@ def _append(
     # Tokenizing is the slow part: do it before taking the row lock.
     prepared = prepare_messages_storing_outputs(session, messages)
     if not idempotency_key:
-        response = _append_unlocked(session, prepared, notify)
+        response = _append_unlocked(session, prepared, messages, notify)
         if response is not None:
             return response
     with transaction.atomic(savepoint=savepoint):
@@ -187,7 +202,7 @@ def _append(
         rows, state = _count_in(session, prepared, first)
         with hotpath.pipelined():  # the INSERT and the UPDATE in one round trip
             hotpath.insert_messages(rows)
-            hotpath.save_fields(session, APPEND_FIELDS)
+            hotpath.save_fields(session, APPEND_FIELDS + _first_user_text(session, messages))
         response = _response(session, rows, prepared, tool_effects, state)
         if idempotency_key:
             idempotency_record_create(
@@ -198,7 +213,7 @@ def _append(
 
 
 def _append_unlocked(
-    session: Session, prepared: list[Prepared], notify: bool
+    session: Session, prepared: list[Prepared], messages: Sequence[MessageData], notify: bool
 ) -> dict[str, Any] | None:
     """The append without the row lock, when it writes nothing but the
     messages and the session row (no tool results, no idempotency record):
@@ -223,7 +238,8 @@ def _append_unlocked(
     first = session.last_seq + 1
     tool_effects = apply_tool_outputs(session, prepared, first)
     rows, state = _count_in(session, prepared, first)
-    if not hotpath.append_unlocked(session, version, APPEND_FIELDS, rows):
+    fields = APPEND_FIELDS + _first_user_text(session, messages)
+    if not hotpath.append_unlocked(session, version, fields, rows):
         return None
     response = _response(session, rows, prepared, tool_effects, state)
     _after_commit(session, rows, state, tool_effects, notify)

@@ -109,6 +109,8 @@ def session_create(*, owner: AgentKey, data: SessionCreateData) -> Session:
                 buffer_tokens=limits.buffer_tokens,
                 tokenizer=limits.tokenizer,
                 policy=policy,
+                via=data.get("via") or "api",
+                client=(data.get("client") or "")[:64],
             )
     except IntegrityError as exc:
         raise Conflict(f"Session {external_id!r} already exists", details={"field": "id"}) from exc

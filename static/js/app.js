@@ -77,9 +77,38 @@
     if (panel) panel.setAttribute("aria-labelledby", tab.id);
   }
 
+  // Tabs with [data-hash] keep their place in the URL (#compactions, ...): a reload
+  // or a shared link opens the same tab; the jump bar's links open them too.
+  function tabForHash() {
+    var name = location.hash.slice(1);
+    if (!name) return null;
+    return document.querySelector('[role=tab][data-hash="' + name.replace(/[^a-z0-9-]/gi, "") + '"]');
+  }
+  function openHashTab() {
+    var tab = tabForHash();
+    if (!tab) return;
+    if (tab.getAttribute("aria-selected") !== "true") tab.click();
+    var box = tab.closest("section");
+    if (box) box.scrollIntoView();
+  }
+  // Once the page has loaded (charts and panels sized), bring the named part back into
+  // view: content that grew above it may have pushed it down since the first jump.
+  function revisitHash() {
+    var name = location.hash.slice(1);
+    var part = name && /^[a-z][a-z0-9-]*$/i.test(name) && document.getElementById(name);
+    if (part && part.closest(".inspector-main")) part.scrollIntoView();
+  }
+  document.addEventListener("DOMContentLoaded", openHashTab);
+  window.addEventListener("load", revisitHash);
+  window.addEventListener("hashchange", openHashTab);
+
   document.addEventListener("click", function (e) {
     var tab = e.target.closest && e.target.closest("[role=tab]");
-    if (tab) select(tab);
+    if (tab) {
+      select(tab);
+      var hash = tab.getAttribute("data-hash");
+      if (hash && location.hash !== "#" + hash) history.replaceState(null, "", "#" + hash);
+    }
 
     var copy = e.target.closest && e.target.closest("[data-copy]");
     if (copy) {

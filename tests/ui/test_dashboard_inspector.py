@@ -139,7 +139,7 @@ def test_timeline_groups_by_turn_and_pairs_calls_with_results(op, make_dash_sess
     assert "Turn 2" in html and "Turn 1" in html
 
 
-def test_timeline_paginates_by_turns_with_revealed_trigger(op, make_dash_session):
+def test_timeline_paginates_by_turns_with_intersect_trigger(op, make_dash_session):
     session = make_dash_session(turns=25, tool_lines=2, usage=False)  # 100 messages
     first = timeline_page(session)
     assert first.before is not None
@@ -147,7 +147,7 @@ def test_timeline_paginates_by_turns_with_revealed_trigger(op, make_dash_session
     oldest = first.turns[-1]
     assert not oldest.continued
     html = op.get(detail(session)).content.decode()
-    assert f'?before={first.before}" hx-trigger="revealed"' in html
+    assert f'?before={first.before}" hx-trigger="intersect once"' in html
     seen = {m for t in first.turns for m in range(t.first_seq, t.last_seq + 1)}
     before = first.before
     while before:

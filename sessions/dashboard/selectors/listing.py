@@ -35,10 +35,21 @@ class SessionFilters:
     sort: str = "activity"
     page: int = 1
     key: int | None = None  # an agent key's pk
+    via: str = ""  # "api", "proxy", or "" for both
+    client: str = ""  # a client label, exactly
+    failed: bool = False  # only sessions with failed calls
 
     @property
     def active(self) -> bool:
-        return bool(self.q or self.agent or self.status or self.key)
+        return bool(
+            self.q
+            or self.agent
+            or self.status
+            or self.key
+            or self.via
+            or self.client
+            or self.failed
+        )
 
 
 def _with_usage_ratio(qs: QuerySet[Session]) -> QuerySet[Session]:
@@ -53,11 +64,21 @@ def session_page(filters: SessionFilters, *, per_page: int = PER_PAGE) -> Page:
     """One page of sessions across all keys: 2 queries (count + rows)."""
     qs = _with_usage_ratio(Session.objects.select_related("owner"))
     if filters.q:
-        qs = qs.filter(Q(external_id__icontains=filters.q) | Q(agent__icontains=filters.q))
+        qs = qs.filter(
+            Q(external_id__icontains=filters.q)
+            | Q(agent__icontains=filters.q)
+            | Q(first_user_text__icontains=filters.q)
+        )
     if filters.agent:
         qs = qs.filter(agent=filters.agent)
     if filters.key:
         qs = qs.filter(owner_id=filters.key)
+    if filters.via:
+        qs = qs.filter(via=filters.via)
+    if filters.client:
+        qs = qs.filter(client=filters.client)
+    if filters.failed:
+        qs = qs.filter(failed_calls__gt=0)
     if filters.status == "final":
         qs = qs.filter(Q(guard_status="final") | Q(status=Session.Status.FINAL))
     elif filters.status in GUARD_STATUSES:
@@ -74,6 +95,16 @@ def session_agents() -> list[str]:
         .order_by("agent")
         .values_list("agent", flat=True)
         .distinct()
+    )
+
+
+def session_clients(limit: int = 50) -> list[str]:
+    """The client labels in use (at most ``limit``), for the filter's choices: 1 query."""
+    return list(
+        Session.objects.exclude(client="")
+        .order_by("client")
+        .values_list("client", flat=True)
+        .distinct()[:limit]
     )
 
 

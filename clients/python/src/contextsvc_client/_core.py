@@ -302,8 +302,16 @@ def api_base(base_url: str) -> str:
     return base if base.endswith("/api/v1") else f"{base}/api/v1"
 
 
+USER_AGENT = "contextsvc-client/0.1.0 (python)"
+
+
 def auth_headers(api_key: str, extra: Mapping[str, str] | None) -> dict[str, str]:
-    return {"Authorization": f"Bearer {api_key}", "Accept": "application/json", **(extra or {})}
+    return {
+        "Authorization": f"Bearer {api_key}",
+        "Accept": "application/json",
+        "User-Agent": USER_AGENT,
+        **(extra or {}),
+    }
 
 
 def http_options(
