@@ -7,19 +7,7 @@ from typing import Any
 from django.db.models import F
 
 from sessions.models import ContextCall, Session
-
-OUTCOME_FIELDS = (
-    "upstream_status",
-    "client_status",
-    "error_type",
-    "error_message",
-    "retries",
-    "stream_cut",
-    "stream_events",
-    "ttfb_ms",
-    "total_ms",
-    "failed",
-)
+from sessions.selectors_calls import OUTCOME_FIELDS
 
 
 def call_outcome_record(*, call_id: int | None, session_pk: int, values: dict[str, Any]) -> None:
@@ -29,5 +17,11 @@ def call_outcome_record(*, call_id: int | None, session_pk: int, values: dict[st
     if call_id is not None:
         fields = {k: v for k, v in values.items() if k in OUTCOME_FIELDS}
         ContextCall.objects.filter(pk=call_id).update(**fields)
+        if values.get("failed"):
+            # No usage came back: upstream bills nothing for an error it answered, so the
+            # build's estimated cost is taken off (a cut stream keeps what it reported).
+            ContextCall.objects.filter(
+                pk=call_id, completed_at__isnull=True, cost_usd__isnull=False
+            ).update(cost_usd=0.0, cost_without_cache_usd=0.0)
     if values.get("failed"):
         Session.objects.filter(pk=session_pk).update(failed_calls=F("failed_calls") + 1)

@@ -57,6 +57,7 @@ def test_an_upstream_error_is_recorded_as_a_failed_call(
     assert (record.upstream_status, record.client_status, record.failed) == (status, status, True)
     assert (record.error_type, record.error_message) == (kind, "busy now")
     assert record.retries == 0 and not record.stream_cut
+    assert record.cost_usd == 0 and record.completed_at is None  # not priced as an answer
     assert record.ttfb_ms is not None and record.total_ms >= record.ttfb_ms
     assert Session.objects.get(external_id="ses_f1").failed_calls == 1
     assert f"upstream {status} {kind}: busy now" in caplog.text
@@ -89,6 +90,7 @@ def test_a_cut_anthropic_stream_is_failed_with_its_event_count(upstreams, alice_
     assert record.failed and record.stream_cut and record.stream_events == 3
     assert (record.upstream_status, record.client_status) == (200, 200)
     assert "stream cut after 3 events" in record.error_message
+    assert record.completed_at is not None  # priced on the usage its events reported
     assert Session.objects.get(external_id="ses_f3").failed_calls == 1
     assert "stream cut after 3 events" in caplog.text
 
