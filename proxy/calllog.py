@@ -26,7 +26,7 @@ def log_call(
     dialect: str,
     session: str | None,
     record: int | None,
-    status: int,
+    status: int | None,
     upstream: int | None,
     detail: str = "",
     level: int = logging.INFO,
@@ -40,7 +40,7 @@ def log_call(
         dialect,
         session or "-",
         record if record is not None else "-",
-        status,
+        status if status is not None else "-",
         upstream if upstream is not None else "-",
         f": {detail}" if detail else "",
         extra={

@@ -56,7 +56,9 @@ class Call:
     record_id: int | None = None  # the last build's record (``ContextCall``), once written
     watch: Watch = field(default_factory=Watch)  # the upstream call's outcome (``outcome``)
 
-    def log(self, status: int, upstream: int | None, detail: str = "", level: int = 20) -> None:
+    def log(
+        self, status: int | None, upstream: int | None, detail: str = "", level: int = 20
+    ) -> None:
         """The call's log line (``calllog``; ``level`` 20 is INFO, 30 WARNING)."""
         session = self.prepared.session.external_id
         log_call(self.dialect.name, session, self.record_id, status, upstream, detail, level)
@@ -70,7 +72,7 @@ class Call:
         **how: Any,
     ) -> None:
         """Log the call and record its outcome (``how``: ``cut``, ``streamed``; ``Watch.values``)."""
-        self.log(status or 0, upstream, detail, level)
+        self.log(status, upstream, detail, level)
         values = self.watch.values(client=status, upstream=upstream, **how)
         await outcome_record(self.record_id, self.prepared.session.pk, values)
 
