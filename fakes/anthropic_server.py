@@ -122,6 +122,7 @@ class FakeAnthropic:
     window: int | None = None
     stream_delay: float = 0.0
     cut_stream_after: int | None = None
+    _cuts: deque[int] = field(default_factory=deque)  # one-shot cuts (``cut_next``)
     models: tuple[str, ...] = MODELS
     # Model-name prefixes that reject a system message inside ``messages``.
     no_mid_system: tuple[str, ...] = OLDER_MODELS
@@ -154,6 +155,11 @@ class FakeAnthropic:
         with self._lock:
             for _ in range(count):
                 self._failures.append((status, message or f"fake failure {status}"))
+
+    def cut_next(self, after: int, count: int = 1) -> None:
+        """The next ``count`` streams drop the connection after ``after`` events."""
+        with self._lock:
+            self._cuts.extend([after] * count)
 
     def messages_requests(self) -> list[RecordedRequest]:
         return [r for r in self.requests if r.path.startswith("/v1/messages")]
@@ -261,12 +267,14 @@ class FakeAnthropic:
                 record.status = 200
                 if record.body.get("stream"):
                     frames = [anthropic_frame(e) for e in anthropic_events(message)]
+                    with fake._lock:
+                        cut = fake._cuts.popleft() if fake._cuts else fake.cut_stream_after
                     return send_stream(
                         self,
                         frames,
                         headers={"request-id": f"req_fake_{number}"},
                         delay=fake.stream_delay,
-                        cut_after=fake.cut_stream_after,
+                        cut_after=cut,
                     )
                 self._send(200, message)
 

@@ -74,6 +74,7 @@ class FakeResponses:
     window: int | None = None
     cache_minimum: int = 1024
     stream_delay: float = 0.0
+    cut_stream_after: int | None = None  # frames sent before the connection drops
     requests: list[RecordedRequest] = field(default_factory=list)
     issued: set[str] = field(default_factory=set)
     _script: deque[ScriptedReply] = field(default_factory=deque)
@@ -257,7 +258,12 @@ class FakeResponses:
                 record.status = 200
                 if not record.body.get("stream"):
                     return self._send(200, response)
-                send_stream(self, stream_frames(response), delay=fake.stream_delay)
+                send_stream(
+                    self,
+                    stream_frames(response),
+                    delay=fake.stream_delay,
+                    cut_after=fake.cut_stream_after,
+                )
 
         self._server = QuietServer(("127.0.0.1", 0), Handler)
         threading.Thread(

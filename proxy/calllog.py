@@ -26,7 +26,7 @@ def log_call(
     dialect: str,
     session: str | None,
     record: int | None,
-    status: int,
+    status: int | None,
     upstream: int | None,
     detail: str = "",
     level: int = logging.INFO,
@@ -40,7 +40,7 @@ def log_call(
         dialect,
         session or "-",
         record if record is not None else "-",
-        status,
+        status if status is not None else "-",
         upstream if upstream is not None else "-",
         f": {detail}" if detail else "",
         extra={
@@ -55,12 +55,7 @@ def log_call(
 def upstream_error(status: int, payload: Any, raw: bytes) -> str:
     """``upstream 529 overloaded_error: Overloaded``: upstream's status, error type and
     message, from either provider's error shape (the body's start when it has none)."""
-    error = payload.get("error") if isinstance(payload, dict) else None
-    if isinstance(error, dict):
-        kind = error.get("type") or error.get("code") or "error"
-        message = str(error.get("message") or "")
-    else:
-        kind, message = "error", raw[:200].decode(errors="replace")
+    kind, message = error_fields(payload, raw)
     return f"upstream {status} {kind}: {message[:300]}" if message else f"upstream {status} {kind}"
 
 
@@ -68,3 +63,13 @@ def logged(response: Answer) -> Answer:
     """Django's request logger skips ``response``: our line has said what it is."""
     response._has_been_logged = True  # type: ignore[attr-defined]  # django.utils.log.log_response
     return response
+
+
+def error_fields(payload: Any, raw: bytes) -> tuple[str, str]:
+    """(type, message) of a provider's error body (Anthropic's or OpenAI's shape); for a body
+    without that shape, ``error`` and the body's start."""
+    error = payload.get("error") if isinstance(payload, dict) else None
+    if isinstance(error, dict):
+        kind = str(error.get("type") or error.get("code") or "error")
+        return kind, str(error.get("message") or "")
+    return "error", raw[:200].decode(errors="replace")

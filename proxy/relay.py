@@ -13,7 +13,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -24,15 +24,16 @@ from contextsvc.engine.providers.common import ConversionError, Reply
 from contextsvc.engine.providers.sse import SseParser
 from sessions.models import Session
 
-from .calllog import log_call, logged, upstream_error
+from .calllog import error_fields, log_call, logged, upstream_error
+from .outcome import Watch, outcome_record
 from .pooled import release_connections
 from .providers import Dialect, relayed_headers
 from .services.builtins import max_rounds, without_builtins
 from .services.calls import Prepared, rebuild, rebuild_after_overflow
 from .services.reply import session_record_reply
 from .services.store import stored_response_add
-from .streaming import AnthropicFilter, OpenAIFilter, UsageStrip
-from .streaming_responses import ResponsesFilter
+from .streaming import error_event
+from .streaming_responses import stream_filter
 from .upstream import Unreachable, open_call, read_body
 
 logger = logging.getLogger(__name__)
@@ -53,11 +54,27 @@ class Call:
     strip_usage: bool = False  # the usage chunk was the proxy's ask, not the client's
     started_ns: int = 0  # when the current upstream round began (the call's span starts there)
     record_id: int | None = None  # the last build's record (``ContextCall``), once written
+    watch: Watch = field(default_factory=Watch)  # the upstream call's outcome (``outcome``)
 
-    def log(self, status: int, upstream: int | None, detail: str = "", level: int = 20) -> None:
+    def log(
+        self, status: int | None, upstream: int | None, detail: str = "", level: int = 20
+    ) -> None:
         """The call's log line (``calllog``; ``level`` 20 is INFO, 30 WARNING)."""
         session = self.prepared.session.external_id
         log_call(self.dialect.name, session, self.record_id, status, upstream, detail, level)
+
+    async def end(
+        self,
+        status: int | None,
+        upstream: int | None,
+        detail: str = "",
+        level: int = 20,
+        **how: Any,
+    ) -> None:
+        """Log the call and record its outcome (``how``: ``cut``, ``streamed``; ``Watch.values``)."""
+        self.log(status, upstream, detail, level)
+        values = self.watch.values(client=status, upstream=upstream, **how)
+        await outcome_record(self.record_id, self.prepared.session.pk, values)
 
 
 def json_or_none(raw: bytes) -> Any:
@@ -138,21 +155,28 @@ async def forward(call: Call) -> HttpResponse | StreamingHttpResponse:
     while True:
         body = _upstream_body(call, streaming, last=rounds + 1 >= limit)
         call.started_ns = time.time_ns()
+        call.watch.start()
         response = await open_call("POST", url, headers=call.headers, json=body, setting=setting)
+        if not streaming:
+            call.watch.first()
         if not streaming or response.status_code >= 300:
             await record_build(call)  # a stream's: once its first chunk is relayed
         if response.status_code >= 300:
             raw = await read_body(response, setting=setting)
             payload = json_or_none(raw)
+            call.watch.first()
+            call.watch.error(*error_fields(payload, raw))
             if not overflowed and dialect.is_overflow(response.status_code, payload):
                 overflowed = True
+                await call.end(None, response.status_code, "overflow: compacted, asked again", 30)
+                call.watch.retries = 1
                 call.prepared = await sync_to_async(rebuild_after_overflow)(
                     prepared=call.prepared, dialect=dialect, converted=call.converted, error=payload
                 )
                 continue
             status = response.status_code
-            call.log(status, status, upstream_error(status, payload, raw), logging.WARNING)
-            return logged(_relay_error(response, raw, call.prepared))
+            await call.end(status, status, upstream_error(status, payload, raw), logging.WARNING)
+            return logged(_answer(response, raw, call.prepared))
         if streaming:
             return _stream_response(response, call)
         raw = await read_body(response, setting=setting)
@@ -161,7 +185,8 @@ async def forward(call: Call) -> HttpResponse | StreamingHttpResponse:
             reply = dialect.reply_from_response(payload if isinstance(payload, dict) else {})
         except ConversionError:
             status = response.status_code
-            call.log(status, status, "upstream answer not understood", logging.WARNING)
+            call.watch.error("not_understood", "upstream answer not understood")
+            await call.end(status, status, "upstream answer not understood", logging.WARNING)
             return _answer(response, raw, call.prepared)
         rounds += 1
         recorded = await sync_to_async(session_record_reply)(
@@ -183,7 +208,7 @@ async def forward(call: Call) -> HttpResponse | StreamingHttpResponse:
         if recorded.shown is not payload:
             raw = json.dumps(recorded.shown).encode()
         await _store(call, recorded.shown)
-        call.log(response.status_code, response.status_code)
+        await call.end(response.status_code, response.status_code)
         return _answer(response, raw, call.prepared)
 
 
@@ -212,14 +237,7 @@ async def _store(call: Call, response: Any) -> None:
 
 
 def _answer(response: httpx.Response, raw: bytes, prepared: Prepared) -> HttpResponse:
-    out = HttpResponse(raw, status=response.status_code, content_type="application/json")
-    for name, value in relayed_headers(response.headers).items():
-        out[name] = value
-    _ours(out, prepared)
-    return out
-
-
-def _relay_error(response: httpx.Response, raw: bytes, prepared: Prepared) -> HttpResponse:
+    """Upstream's answer or error, whole, with its headers (less the hop's) and ours."""
     content_type = response.headers.get("content-type", "application/json")
     out = HttpResponse(raw, status=response.status_code, content_type=content_type)
     for name, value in relayed_headers(response.headers).items():
@@ -242,24 +260,10 @@ def _stream_response(response: httpx.Response, call: Call) -> StreamingHttpRespo
     return out
 
 
-def _stream_filter(
-    call: Call,
-) -> AnthropicFilter | OpenAIFilter | ResponsesFilter | UsageStrip | None:
-    runnable, final = call.prepared.runnable, call.prepared.final_tool
-    if call.dialect.name == "responses":
-        return ResponsesFilter(runnable) if runnable else None
-    if not runnable and not final:
-        # nothing to take out: the upstream bytes go out as they come
-        return UsageStrip() if call.strip_usage else None
-    if call.dialect.name == "anthropic":
-        return AnthropicFilter(runnable, final)
-    return OpenAIFilter(runnable, final, strip_usage=call.strip_usage)
-
-
 async def _relay(response: httpx.Response, call: Call) -> AsyncIterator[bytes]:
     """The client's stream: upstream's, or several rounds of it when built-ins are answered."""
     dialect, converted = call.dialect, call.converted
-    relay = _stream_filter(call)
+    relay = stream_filter(call.dialect.name, call.prepared, strip_usage=call.strip_usage)
     rounds, stored = 0, False
     limit = max_rounds(call.prepared.session)
     accumulator = dialect.stream()
@@ -269,9 +273,11 @@ async def _relay(response: httpx.Response, call: Call) -> AsyncIterator[bytes]:
             broken = ""
             try:
                 async for chunk in response.aiter_raw():
+                    call.watch.first()
                     events = parser.feed(chunk)
                     out = []
                     for event in events:
+                        call.watch.see(event)
                         accumulator.feed(event)
                         if relay is not None:
                             out.append(relay.feed(event))
@@ -282,6 +288,7 @@ async def _relay(response: httpx.Response, call: Call) -> AsyncIterator[bytes]:
                     if call.prepared.record is not None:
                         await record_build(call)
                 for event in parser.close():
+                    call.watch.see(event)
                     accumulator.feed(event)
                     if relay is not None:
                         yield relay.feed(event)
@@ -313,9 +320,19 @@ async def _relay(response: httpx.Response, call: Call) -> AsyncIterator[bytes]:
                 # the response as the client saw it (a filter made several rounds one)
                 final = getattr(relay, "final", None) or _final_response(accumulator)
                 await _store(call, final)
+                cut = not call.watch.ended
                 ended = broken or ("stream incomplete" if reply.incomplete else "stream ended")
-                call.log(
-                    200, response.status_code, ended, logging.WARNING if broken else logging.INFO
+                if cut:
+                    ended = f"{ended}: stream cut after {call.watch.events} events"
+                    call.watch.error_type = call.watch.error_type or "stream_cut"
+                    call.watch.error_message = call.watch.error_message or ended
+                await call.end(
+                    200,
+                    response.status_code,
+                    ended,
+                    logging.WARNING if cut or broken else logging.INFO,
+                    cut=cut,
+                    streamed=True,
                 )
             if relay is None:
                 return
@@ -327,6 +344,7 @@ async def _relay(response: httpx.Response, call: Call) -> AsyncIterator[bytes]:
                 prepared=call.prepared, dialect=dialect, converted=converted
             )
             call.started_ns = time.time_ns()
+            call.watch.start()
             response = await open_call(
                 "POST",
                 dialect.upstream_url(call.path),
@@ -339,14 +357,16 @@ async def _relay(response: httpx.Response, call: Call) -> AsyncIterator[bytes]:
                 raw = await read_body(response, setting=dialect.upstream_setting())
                 payload = json_or_none(raw) or {}
                 said = upstream_error(response.status_code, payload, raw)
-                call.log(200, response.status_code, said, logging.WARNING)
+                call.watch.error(*error_fields(payload, raw))
+                await call.end(200, response.status_code, said, logging.WARNING, streamed=True)
                 error = payload.get("error") if isinstance(payload, dict) else None
-                yield _error_event(dialect, error or {"message": raw.decode(errors="replace")})
+                yield error_event(dialect.name, error or {"message": raw.decode(errors="replace")})
                 return
     except Unreachable as exc:
         await record_build(call)
-        call.log(200, None, exc.message, logging.WARNING)
-        yield _error_event(dialect, {"type": "api_error", "message": exc.message})
+        call.watch.error("unreachable", exc.message)
+        await call.end(200, None, exc.message, logging.WARNING, streamed=True)
+        yield error_event(dialect.name, {"type": "api_error", "message": exc.message})
     finally:
         pending, call.prepared.record = call.prepared.record, None
         if not stored:
@@ -374,14 +394,3 @@ def _final_response(accumulator: Any) -> dict[str, Any] | None:
     """A Responses stream's final ``response`` object (the other dialects have none to give)."""
     response = getattr(accumulator, "response", None)
     return response if accumulator.done and isinstance(response, dict) else None
-
-
-def _error_event(dialect: Dialect, error: dict[str, Any]) -> bytes:
-    """An error inside a stream that has started, in the provider's stream form."""
-    if dialect.name == "anthropic":
-        body = {"type": "error", "error": {"type": error.get("type", "api_error"), **error}}
-        return f"event: error\ndata: {json.dumps(body)}\n\n".encode()
-    if dialect.name == "responses":
-        body = {"type": "error", "code": error.get("code"), "message": error.get("message", "")}
-        return f"event: error\ndata: {json.dumps(body)}\n\n".encode()
-    return f"data: {json.dumps({'error': error})}\n\n".encode()

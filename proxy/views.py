@@ -113,7 +113,8 @@ async def proxy_call(
         return await forward(call)
     except Unreachable as exc:
         await record_build(call)  # the build was made: it is recorded as for any answer
-        call.log(exc.status, None, exc.message, logging.WARNING)
+        call.watch.error("unreachable", exc.message)
+        await call.end(exc.status, None, exc.message, logging.WARNING)
         response = provider_error(dialect, exc.status, exc.message)
         response["X-Contextsvc-Session"] = call.prepared.session.external_id
         return logged(response)  # upstream's failure, not a bug of ours: our line said it

@@ -381,6 +381,16 @@ class ContextCallOut(Out):
     cost_without_cache_usd: float | None
     saved_usd: float | None
     latency_ms: float | None = Field(..., description="from the build to the usage report")
+    upstream_status: int | None = Field(..., description="proxy: upstream's HTTP status")
+    client_status: int | None = Field(..., description="proxy: the status the client got")
+    error_type: str = Field(..., description="proxy: the provider's error type ('' if none)")
+    error_message: str
+    retries: int = Field(..., description="upstream asked again for this call (an overflow)")
+    stream_cut: bool = Field(..., description="the stream ended without its final event")
+    stream_events: int | None = Field(..., description="events a stream relayed")
+    ttfb_ms: float | None = Field(..., description="from sending upstream to its first byte")
+    total_ms: float | None
+    failed: bool = Field(..., description="the model call did not complete")
 
 
 class ContextCallListOut(Out):

@@ -6,6 +6,20 @@ from typing import Any
 
 from sessions.models import ContextCall, Session
 
+# A model call's outcome (the proxy writes them: ``services.outcome``).
+OUTCOME_FIELDS = (
+    "upstream_status",
+    "client_status",
+    "error_type",
+    "error_message",
+    "retries",
+    "stream_cut",
+    "stream_events",
+    "ttfb_ms",
+    "total_ms",
+    "failed",
+)
+
 
 def context_call_page(
     *, session: Session, cursor: int | None = None, limit: int = 50
@@ -50,4 +64,5 @@ def context_call_to_dict(call: ContextCall) -> dict[str, Any]:
         "cost_without_cache_usd": call.cost_without_cache_usd,
         "saved_usd": call.saved_usd,
         "latency_ms": call.latency_ms,
+        **{name: getattr(call, name) for name in OUTCOME_FIELDS},
     }

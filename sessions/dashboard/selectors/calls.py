@@ -26,6 +26,12 @@ TREND_CALLS = 8  # the growth per call is measured over this many recent builds
 # Table fields: the breakdown JSON is read only for the one call looked at.
 _LIST_FIELDS = (
     "id",
+    "failed",
+    "upstream_status",
+    "error_type",
+    "error_message",
+    "stream_cut",
+    "stream_events",
     "session_id",
     "source",
     "format",
