@@ -86,8 +86,8 @@ class ListFilters(Schema):
 def create_session(request: ApiRequest, payload: SessionCreateIn) -> Status:
     data = cast(SessionCreateData, payload.model_dump(exclude_unset=True))
     data["policy"] = payload.policy.model_dump(exclude_unset=True)
-    data["client"] = user_agents.client_label(request.headers.get("User-Agent"))
-    session = session_create(owner=_owner(request), data=data)
+    client = user_agents.client_label(request.headers.get("User-Agent"))
+    session = session_create(owner=_owner(request), data=data, client=client)
     return Status(201, selectors.session_to_dict(session))
 
 

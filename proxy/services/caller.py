@@ -164,10 +164,13 @@ def session_for_call(
     if isinstance(max_tokens, int) and max_tokens > 0:
         data["max_output_tokens"] = max_tokens
     data["provider"] = dialect.provider or dialect.name
-    data["via"] = "proxy"
-    data["client"] = request_client(headers)
     try:
-        session = session_create(owner=key, data=data)  # type: ignore[arg-type]
+        session = session_create(
+            owner=key,
+            data=data,  # type: ignore[arg-type]
+            via="proxy",
+            client=request_client(headers),
+        )
     except Conflict:
         return session_get(owner=key, external_id=sid)  # created by a concurrent first call
     session.created_by_call = True  # type: ignore[attr-defined]

@@ -107,15 +107,18 @@ def session_for_side_request(
         "provider": main.provider,
         "context_window": main.context_window,
         "buffer_tokens": main.buffer_tokens,
-        "via": "proxy",
-        "client": main.client,
     }
     max_tokens = body.get("max_tokens")
     if isinstance(max_tokens, int) and 0 < max_tokens < main.context_window:
         data["max_output_tokens"] = max_tokens
     try:
         with transaction.atomic():
-            side = session_create(owner=owner, data=data)  # type: ignore[arg-type]
+            side = session_create(
+                owner=owner,
+                data=data,  # type: ignore[arg-type]
+                via="proxy",
+                client=main.client,
+            )
             Session.objects.filter(pk=side.pk).update(parent=main)
             side.parent_id = main.pk
             return side

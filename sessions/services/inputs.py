@@ -28,8 +28,6 @@ class SessionCreateData(TypedDict, total=False):
     buffer_tokens: int | None
     tokenizer: str | None
     policy: PolicyData
-    via: str  # "api" (REST) or "proxy"; set by the service, not by the API's payload
-    client: str  # the client's label (``engine.user_agents.client_label``)
 
 
 class SessionPatchData(TypedDict, total=False):

@@ -86,8 +86,13 @@ def _normalise_policy(policy: PolicyData, *, tokenizer: str) -> PolicyData:
     return policy
 
 
-def session_create(*, owner: AgentKey, data: SessionCreateData) -> Session:
-    """Create a session of ``owner``; 409 when its id is taken, 422 for bad limits or policy."""
+def session_create(
+    *, owner: AgentKey, data: SessionCreateData, via: str = "api", client: str = ""
+) -> Session:
+    """Create a session of ``owner``; 409 when its id is taken, 422 for bad limits or policy.
+
+    ``via`` ("api" or "proxy") and ``client`` (``engine.user_agents.client_label``) say
+    where it came from, for the sessions list; the service sets them, not the payload."""
     model = data["model"]
     provider = data.get("provider") or accounting.infer_provider(model)
     explicit: dict[str, Any] = {k: data.get(k) for k in LIMIT_FIELDS}
@@ -109,8 +114,8 @@ def session_create(*, owner: AgentKey, data: SessionCreateData) -> Session:
                 buffer_tokens=limits.buffer_tokens,
                 tokenizer=limits.tokenizer,
                 policy=policy,
-                via=data.get("via") or "api",
-                client=(data.get("client") or "")[:64],
+                via=via,
+                client=client[:64],
             )
     except IntegrityError as exc:
         raise Conflict(f"Session {external_id!r} already exists", details={"field": "id"}) from exc
