@@ -23,6 +23,7 @@ from sessions.models import Session
 from sessions.outputs.read import output_iter_bytes
 from sessions.services.delete import session_delete
 from sessions.services.keys import agent_key_create, agent_key_revoke
+from sessions.status import usable_tokens
 from sessions.transcript_export import export_response
 
 from . import charts
@@ -40,7 +41,6 @@ from .selectors.listing import (
     session_agents,
     session_clients,
     session_page,
-    usable_tokens,
     usage_pct,
 )
 from .selectors.outputs import (

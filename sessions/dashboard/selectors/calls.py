@@ -57,6 +57,12 @@ _LIST_FIELDS = (
 )
 
 
+def cost_basis(reported: int, calls: int) -> str:
+    """ "reported" when every call is priced from the provider's usage, else
+    "estimated" (some calls still count their estimated input cost)."""
+    return "reported" if reported == calls else "estimated"
+
+
 @dataclass(frozen=True, slots=True)
 class CostSummary:
     calls: int
@@ -73,9 +79,7 @@ class CostSummary:
 
     @property
     def basis(self) -> str:
-        """ "reported" when every call is priced from the provider's usage, else
-        "estimated" (some calls still count their estimated input cost)."""
-        return "reported" if self.reported == self.calls else "estimated"
+        return cost_basis(self.reported, self.calls)
 
     @property
     def per_call(self) -> float | None:
@@ -211,7 +215,7 @@ def list_costs(session_ids: list[int]) -> dict[int, dict[str, Any]]:
         r["session_id"]: {
             "cost": r["cost"],
             "calls": r["calls"],
-            "basis": "reported" if r["reported"] == r["calls"] else "estimated",
+            "basis": cost_basis(r["reported"], r["calls"]),
             "trend": 0,
         }
         for r in ContextCall.objects.filter(session_id__in=session_ids, purpose="call")

@@ -64,7 +64,6 @@ class BudgetView:
     compact_ratio: float
     block_ratio: float
     status: str
-    guard_projected: int
     guard_limit: int
     estimated: int
     calibrated: int | None
@@ -79,6 +78,11 @@ class BudgetView:
     @property
     def over(self) -> bool:
         return self.used > self.effective_window
+
+    @property
+    def guard_projected(self) -> int:
+        """The guard's projection: "used" itself (docs/dashboard.md#used)."""
+        return self.used
 
     @property
     def projected_pct(self) -> float | None:
@@ -162,7 +166,6 @@ def budget_view(session: Session) -> BudgetView:
         compact_ratio=budget.thresholds.compact_ratio,
         block_ratio=budget.thresholds.block_ratio,
         status=status.badge_status(session, used, state.guard.status),
-        guard_projected=state.guard.projected,
         guard_limit=state.guard.limit,
         estimated=state.estimated,
         calibrated=state.calibrated,

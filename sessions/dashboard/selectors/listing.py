@@ -14,7 +14,6 @@ from django.db.models.functions import Greatest
 
 from sessions import status
 from sessions.models import Session
-from sessions.status import usable_tokens
 
 GUARD_STATUSES = ("ok", "compact", "block", "final")
 SORTS = {
@@ -111,4 +110,4 @@ def session_clients(limit: int = 50) -> list[str]:
 def usage_pct(session: Session) -> float:
     """ "used" as a % of the usable window, from the row's cached guard figure
     (docs/dashboard.md#used): the same function as the inspector's."""
-    return status.used_pct(session.used_tokens, usable_tokens(session))
+    return status.used_pct(session.used_tokens, status.usable_tokens(session))
