@@ -47,11 +47,13 @@ def client_label(user_agent: str | None, originator: str | None = None) -> str:
 def first_user_text(message: dict[str, object], limit: int = 200) -> str:
     """The text of a user message (string content or its text parts), on one line, cut to ``limit``."""
     content = message.get("content")
+    # Only the head of each text is read: a first message of megabytes costs no more.
+    head = limit * 20
     if isinstance(content, str):
-        text = content
+        text = content[:head]
     elif isinstance(content, list):
         text = " ".join(
-            str(part.get("text") or "")
+            str(part.get("text") or "")[:head]
             for part in content
             if isinstance(part, dict) and part.get("type") in ("text", "input_text")
         )
