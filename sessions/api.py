@@ -29,6 +29,7 @@ from .schemas import (
     UsageIn,
 )
 from .schemas_base import MAX_ID, MAX_TOKENS
+from .schemas_calls import ContextCallDetailOut
 from .schemas_out import (
     AppendOut,
     BudgetDetailOut,
@@ -44,6 +45,7 @@ from .schemas_out import (
     UsageOut,
 )
 from .schemas_transcript import TranscriptPageOut
+from .selectors_call_account import call_account
 from .services.append import session_append_messages
 from .services.delete import session_delete
 from .services.idempotency import request_fingerprint
@@ -241,6 +243,14 @@ def list_calls(request: ApiRequest, sid: str, q: Query[CallListQuery]) -> dict[s
         "items": [selectors_calls.context_call_to_dict(c) for c in page],
         "next_cursor": next_cursor,
     }
+
+
+@router.get("/sessions/{sid}/calls/{call_id}", response=ContextCallDetailOut)
+def get_call(request: ApiRequest, sid: str, call_id: str) -> dict[str, Any]:
+    """One record with its side-by-side: the client's request beside what was sent."""
+    session = _session(request, sid)
+    call = selectors_calls.context_call_get(session=session, call_id=call_id)
+    return {**selectors_calls.context_call_to_dict(call), "account": call_account(session, call)}
 
 
 @router.post("/sessions/{sid}/usage", response=UsageOut)

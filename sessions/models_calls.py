@@ -68,6 +68,10 @@ class ContextCall(models.Model):
     total_ms = models.FloatField(null=True, blank=True)
     failed = models.BooleanField(default=False)
 
+    # A proxied call: what the client's request carried beside what was sent
+    # (``contextsvc.engine.request_account``, docs/proxy.md#what-changed); None otherwise.
+    request = models.JSONField(null=True, blank=True)
+
     # Completed by the usage report that follows (``/usage`` or the proxy's reply).
     completed_at = models.DateTimeField(null=True, blank=True)
     reported_input = models.PositiveIntegerField(null=True, blank=True)

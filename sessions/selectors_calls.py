@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from contextsvc.errors import NotFound
 from sessions.models import ContextCall, Session
 
 # A model call's outcome (the proxy writes them: ``services.outcome``).
@@ -31,6 +32,16 @@ def context_call_page(
     page = list(qs[: limit + 1])
     next_cursor = page[limit - 1].id if len(page) > limit else None
     return page[:limit], next_cursor
+
+
+def context_call_get(*, session: Session, call_id: str) -> ContextCall:
+    """The session's record ``call_id`` (its id as the path gives it), or NotFound."""
+    # isdigit alone accepts "³", which int() refuses; 18 digits fit a bigint.
+    if call_id.isascii() and call_id.isdigit() and len(call_id) <= 18:
+        call = ContextCall.objects.filter(session=session, pk=int(call_id)).first()
+        if call is not None:
+            return call
+    raise NotFound(f"Call {call_id!r} not found")
 
 
 def context_call_to_dict(call: ContextCall) -> dict[str, Any]:

@@ -67,7 +67,7 @@ def context_for_call_deferred(
     extra: int = 0,
     preflight: bool = True,
     source: str = "api",
-) -> tuple[dict[str, Any], Callable[[], int | None]]:
+) -> tuple[dict[str, Any], Callable[..., int | None]]:
     """``context_for_call``'s body, and the writing of its record as a callable.
 
     The proxy calls it once upstream has answered, before the reply is
@@ -84,7 +84,7 @@ def context_for_call_deferred(
 
 def _traced(
     session: Session, fmt: str, **kw: Any
-) -> tuple[dict[str, Any], Callable[[], int | None]]:
+) -> tuple[dict[str, Any], Callable[..., int | None]]:
     """``_context_for_call`` (``kw``: its keyword arguments), in a span when tracing."""
     started = time.perf_counter()
     check_format(fmt)
@@ -109,7 +109,7 @@ def _context_for_call(
     started: float,
     apps_blocks: bool,
     read: bool,
-) -> tuple[dict[str, Any], Callable[[], int | None]]:
+) -> tuple[dict[str, Any], Callable[..., int | None]]:
     if preflight:
         session = session_context_preflight(session=session, extra=extra)
     messages, stats = context_window(session)
@@ -123,8 +123,9 @@ def _context_for_call(
     build_ms = (time.perf_counter() - started) * 1000
     budget = body["budget"]  # the caller may take it out of the body meanwhile
 
-    def record() -> int | None:
-        """Write the record; its ``ContextCall`` id (None: not known)."""
+    def record(request: dict[str, Any] | None = None) -> int | None:
+        """Write the record; its ``ContextCall`` id (None: not known). ``request``: a
+        proxied call's account of the client's request (``ContextCall.request``)."""
         built = account_build(session, fmt, parts, tool_plan, prompt_plan)
         if read:  # the provider sees nothing: its cache and the costs stay as they are
             budget.update(built.blocks())
@@ -148,6 +149,7 @@ def _context_for_call(
                 record=built.record,
                 build_ms=build_ms,
                 stats=stats,
+                request=request,
             )
 
     return body, record

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from contextsvc.engine.build import ContextParts, layout
 from contextsvc.engine.messages import ToolDef
-from contextsvc.engine.window_stats import WindowStats, window_stats
+from contextsvc.engine.window_stats import WindowStats, seq_ranges, window_stats
 from sessions import accounting
 from sessions.models import Session
 from sessions.services.calls import context_call_insert
@@ -95,6 +95,9 @@ def call_breakdown(
     return {
         "sections": sections,
         "tail_tokens": sum(count_text(t, tokenizer) for t in lay.tail),
+        # Per message, as runs of seqs: what went whole, as a view, or not at all.
+        "sent": {**seq_ranges(stats.runs), "window": _window(session)},
+        "added": _added(parts, lay.tail, session),
         "tools": _tools(parts, tool_plan, tokenizer),
         "largest": [
             {
@@ -113,6 +116,35 @@ def call_breakdown(
             "by_state": {k: {"count": n, "tokens": t} for k, n, t in stats.placeholders},
         },
     }
+
+
+def _window(session: Session) -> dict[str, int]:
+    """The live window's bounds: seqs before ``start_seq`` and past the head went into
+    the summary (or, with none, out of the context)."""
+    return {
+        "start_seq": session.window_start_seq,
+        "head_end_seq": session.head_end_seq,
+        "last_seq": session.last_seq,
+    }
+
+
+NOTE_CHARS = 400  # of a note, kept in the record
+
+
+def _added(parts: ContextParts, tail: list[str], session: Session) -> list[dict[str, Any]]:
+    """What the service put in that no message of the transcript holds: the summary,
+    the retained text, the notes after the last item, the final-turn instruction."""
+    added: list[dict[str, Any]] = []
+    if parts.summary:
+        added.append(
+            {"what": "summary", "tokens": session.summary_tokens, "role": parts.summary_role}
+        )
+    if parts.retain:
+        added.append({"what": "retain", "chars": len(parts.retain)})
+    added.extend({"what": "note", "text": text[:NOTE_CHARS]} for text in tail)
+    if parts.final_instruction:
+        added.append({"what": "final_instruction", "text": parts.final_instruction[:NOTE_CHARS]})
+    return added
 
 
 def breakpoint_labels(
@@ -150,6 +182,7 @@ def context_call_record(
     record: dict[str, Any] | None,
     build_ms: float,
     stats: WindowStats | None = None,
+    request: dict[str, Any] | None = None,
 ) -> int | None:
     """Insert the build's record (one INSERT); its id (None if unknown or not written).
     Never raises: a build is not refused because its record could not be written
@@ -195,6 +228,7 @@ def context_call_record(
                 ),
                 "build_ms": round(build_ms, 3),
                 "created_at": timezone.now(),
+                "request": request,
             }
         )
     except Exception:

@@ -33,6 +33,7 @@ from ..gate_fields import check_messages
 from ..providers import Dialect
 from ..selectors import client_view
 from . import responses_body
+from .account import ClientSide, call_account, client_side
 from .builtins import (
     builtin_tool_data,
     client_tool_names,
@@ -82,6 +83,7 @@ class Prepared:
     # Writes the build's record (``context_for_call_deferred``): the relay runs
     # it once upstream has answered (``record_build``), before the reply is stored.
     record: Callable[[], int | None] | None = None
+    client: ClientSide | None = None  # the client's request, for the record's account
 
 
 def _to_transcript(dialect: Dialect, lead: int) -> ToTranscript:
@@ -219,7 +221,14 @@ def prepare_call(
     tools = [*_tools(converted), *builtin_tool_data(runnable)]
     if tools != (session.tools or []):
         session = session_set_tools(session=session, tools=tools)
-    return _build(session, dialect, converted, synced, runnable)
+    client = client_side(
+        body=body,
+        messages=len(messages),
+        synced=synced,
+        last_seq=session.last_seq,
+        same=plan.match.prefix,
+    )
+    return _build(session, dialect, converted, synced, runnable, client)
 
 
 def _follow_max_tokens(session: Session, body: dict[str, Any]) -> Session:
@@ -238,6 +247,7 @@ def _build(
     converted: Converted,
     synced: Synced,
     runnable: frozenset[str],
+    client: ClientSide | None,
 ) -> Prepared:
     built, record = context_for_call_deferred(session=session, fmt=dialect.fmt, source="proxy")
     budget = built.pop("budget")
@@ -252,6 +262,12 @@ def _build(
     final_tool = final_tool_to_answer(
         body.get("tools") or (), final_tool_name(session), client_tool_names(converted)
     )
+
+    def record_with_account() -> int | None:
+        if client is None:
+            return record()
+        return record(request=call_account(client, converted, body, final=guard == "final"))
+
     return Prepared(
         session=session,
         body=body,
@@ -259,14 +275,15 @@ def _build(
         synced=synced,
         runnable=runnable,
         final_tool=final_tool,
-        record=record,
+        record=record_with_account,
+        client=client,
     )
 
 
 def rebuild(*, prepared: Prepared, dialect: Dialect, converted: Converted) -> Prepared:
     """The next body after the proxy answered built-in calls itself."""
     session = read_session(prepared.session.pk)
-    return _build(session, dialect, converted, prepared.synced, prepared.runnable)
+    return _build(session, dialect, converted, prepared.synced, prepared.runnable, prepared.client)
 
 
 def rebuild_after_overflow(
@@ -292,7 +309,7 @@ def rebuild_after_overflow(
         previous_context_window=previous,
     )
     session = read_session(prepared.session.pk)
-    return _build(session, dialect, converted, prepared.synced, prepared.runnable)
+    return _build(session, dialect, converted, prepared.synced, prepared.runnable, prepared.client)
 
 
 def upstream_body(

@@ -31,6 +31,7 @@ from sessions.services.tools import session_set_tools
 from ..models import ClientView, ClientViewEntry
 from ..providers import Dialect
 from ..selectors import client_view
+from .account import client_side
 from .builtins import builtin_tool_data, runnable_names
 from .caller import SESSION_HEADER, Caller, caller_and_session, caller_for, discard_if_new
 from .calls import REFUSALS, Prepared, _build, _follow_max_tokens, _sections, _tools
@@ -120,7 +121,11 @@ def prepare_responses(
     caller, session, synced = session_sync_responses(
         dialect=dialect, headers=headers, body=body, converted=converted
     )
-    return caller, _build(session, dialect, converted, synced, runnable_names(session, converted))
+    client = client_side(
+        body=body, messages=len(client_units(body)), synced=synced, last_seq=session.last_seq
+    )
+    runnable = runnable_names(session, converted)
+    return caller, _build(session, dialect, converted, synced, runnable, client)
 
 
 def _with_prompt(session: Session, converted: Converted, *, tools: bool = True) -> Session:

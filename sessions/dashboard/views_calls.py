@@ -14,6 +14,7 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from sessions.models import Session
+from sessions.selectors_call_account import call_account
 
 from .forms import int_param
 from .http import HtmxHttpRequest, is_partial, operator_required
@@ -58,7 +59,8 @@ def session_call(request: HtmxHttpRequest, pk: int, call_id: int) -> HttpRespons
     """What was sent in one call: figures, sections, tools, largest messages, placeholders."""
     session = session_for_operator(pk)
     call = call_for_operator(session, call_id)
-    return render(request, "sessions/calls.html#call-detail", {"session": session, "call": call})
+    context = {"session": session, "call": call, "account": call_account(session, call)}
+    return render(request, "sessions/calls.html#call-detail", context)
 
 
 @require_GET
@@ -75,7 +77,8 @@ def session_call_at(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         context["error"] = "Give a seq or a turn number."
         return render(request, "partials/_error.html", context)
     try:
-        context["call"] = call_at_seq(session, seq)
+        context["call"] = call = call_at_seq(session, seq)
+        context["account"] = call_account(session, call)
     except Http404:
         context["error"] = f"No context build was recorded at or before seq {seq}."
         return render(request, "partials/_error.html", context)

@@ -310,3 +310,23 @@ def test_post_until_compact_then_next_context_is_small(
     body = alice.get(f"sessions/{sid}/context").json()
     assert body["budget"]["guard"]["status"] == "ok"
     assert alice.get(f"compactions/{run_id}").json()["status"] == "succeeded"
+
+
+def test_a_call_after_a_compaction_accounts_its_messages_as_summarised(alice, sid):
+    """GET /sessions/{sid}/calls/{id}: the seqs the compaction took are 'summarised'
+    (the summary was sent), the live window 'kept'; a REST build has no client side."""
+    done = alice.post(
+        f"sessions/{sid}/compact", {"wait": True, "strategy": "summarize", "retain_last_turns": 1}
+    )
+    assert done.status_code == 200, done.content
+    session = Session.objects.get(external_id=sid)
+    start, last = session.window_start_seq, session.last_seq
+    assert 1 < start <= last
+    assert alice.get(f"sessions/{sid}/context?purpose=call").status_code == 200
+    (call,) = alice.get(f"sessions/{sid}/calls").json()["items"][:1]
+    account = alice.get(f"sessions/{sid}/calls/{call['id']}").json()["account"]
+    assert account["client"] is None and account["changes"] is None
+    rows = [(r["from"], r["to"], r["as"]) for r in account["messages"]]
+    assert rows[0] == (1, start - 1, "summarised")
+    assert rows[-1][1] == last and {r[2] for r in rows[1:]} <= {"kept", "view"}
+    assert [a["what"] for a in account["added"]][:1] == ["summary"]

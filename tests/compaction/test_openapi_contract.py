@@ -189,6 +189,9 @@ def test_every_answer_matches_its_declared_schema(document, alice, anon, session
     # One record per context build above (three formats, two overflows), newest first.
     records = call("GET", "/api/v1/sessions/{sid}/calls", f"/sessions/{sid}/calls", limit=2)
     assert len(records.json()["items"]) == 2 and records.json()["next_cursor"]
+    newest = records.json()["items"][0]["id"]
+    one = call("GET", "/api/v1/sessions/{sid}/calls/{call_id}", f"/sessions/{sid}/calls/{newest}")
+    assert one.json()["account"]["messages"]
     # The transcript out: a page of it, and the whole of it as JSONL.
     page = call("GET", "/api/v1/sessions/{sid}/messages", f"/sessions/{sid}/messages", limit=2)
     assert len(page.json()["items"]) == 2 and page.json()["next_cursor"]

@@ -70,3 +70,26 @@ def test_figures_of_a_longer_window_are_not_reused_for_a_shorter_one():
     messages = [Message(role="tool", token_count=i, seq=i) for i in range(10)]
     longer = window_stats(messages)
     assert window_stats(messages[:4], longer).outputs_tokens == 0 + 1 + 2 + 3
+
+
+def test_runs_extended_equal_one_pass_and_break_on_state_or_gap():
+    states = ["full", "full", "trimmed", "trimmed", "full", "cleared", "full", "full"]
+    seqs = [1, 2, 3, 4, 5, 6, 9, 10]  # 7 and 8 are not live
+    messages = [
+        Message(
+            role="tool" if s != "full" else "user", content="x", seq=q, token_count=q, view_state=s
+        )
+        for s, q in zip(states, seqs, strict=True)
+    ]
+    whole = window_stats(messages)
+    assert whole.runs == (
+        (1, 2, "full", 3),
+        (3, 4, "trimmed", 7),
+        (5, 5, "full", 5),
+        (6, 6, "cleared", 6),
+        (9, 10, "full", 19),
+    )
+    stats = None
+    for cut in range(1, len(messages) + 1):
+        stats = window_stats(messages[:cut], stats)
+    assert stats.runs == whole.runs
