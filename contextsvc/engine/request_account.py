@@ -15,8 +15,10 @@ from the two bodies once the call's first byte has gone out:
 - ``synthetic``: what the sent history holds that nobody wrote — results for
   calls that got none, and the user line a request must start with.
 
-Every function is pure and reads each body once; none is on a call's path
-to its first byte.
+Every function is pure and none is on a call's path to its first byte. None
+reads the whole history either: cache markers are looked for on the messages
+the caller names (the newest), and missing results only when the transcript
+has a call left unanswered.
 """
 
 from __future__ import annotations
@@ -91,9 +93,14 @@ def _marked(value: Any) -> bool:
     return isinstance(value, Mapping) and "cache_control" in value
 
 
-def cache_marks(body: Mapping[str, Any]) -> list[str]:
+def cache_marks(body: Mapping[str, Any], *, first: int = 0) -> list[str]:
     """Where ``body`` carries ``cache_control`` markers: ``top``, ``tools[i]``,
-    ``system[i]``, ``messages[i]`` (a message once, whichever of its blocks)."""
+    ``system[i]``, ``messages[i]`` (a message once, whichever of its blocks).
+
+    Only messages from index ``first`` on are looked at: the markers that move
+    sit on the newest messages, and a caller that knows which messages it
+    already saw passes where they end, so the work does not grow with the
+    history (module doc)."""
     marks = ["top"] if "cache_control" in body else []
     tools = body.get("tools")
     if isinstance(tools, list):
@@ -103,7 +110,7 @@ def cache_marks(body: Mapping[str, Any]) -> list[str]:
         marks.extend(f"system[{i}]" for i, block in enumerate(system) if _marked(block))
     messages = body.get("messages")
     if isinstance(messages, list):
-        for i, message in enumerate(messages):
+        for i, message in enumerate(messages[first:], start=first):
             content = message.get("content") if isinstance(message, Mapping) else None
             if isinstance(content, list) and any(_marked(block) for block in content):
                 marks.append(f"messages[{i}]")
@@ -123,18 +130,18 @@ def _texts(content: Any) -> Iterable[str]:
                     yield from _texts(inner)
 
 
-def synthetic(messages: Iterable[Any]) -> dict[str, int]:
+def synthetic(messages: Sequence[Any], *, open_calls: bool = True) -> dict[str, int]:
     """What the sent history holds that nobody wrote (``engine.wellformed``):
     ``results``, answers to calls that got none, and ``user_lines``, the user
-    turn a request starts with."""
+    turn a request starts with. ``open_calls`` False (the transcript has no
+    call left unanswered) means no result can be missing: the history is
+    not read for them."""
     results = lines = 0
-    for message in messages:
-        if not isinstance(message, Mapping):
-            continue
-        content = message.get("content", message.get("output"))
-        for text in _texts(content):
-            if text == NO_RESULT_TEXT:
-                results += 1
-            elif text in _LEADING:
-                lines += 1
+    first = messages[0] if messages else None
+    if isinstance(first, Mapping):
+        lines = sum(1 for text in _texts(first.get("content")) if text in _LEADING)
+    for message in messages if open_calls else ():
+        if isinstance(message, Mapping):
+            content = message.get("content", message.get("output"))
+            results += sum(1 for text in _texts(content) if text == NO_RESULT_TEXT)
     return {"results": results, "user_lines": lines}

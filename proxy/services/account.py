@@ -15,10 +15,16 @@ from typing import Any
 
 from contextsvc.engine import request_account as account
 from contextsvc.engine.providers.common import Converted
+from sessions.models import Session
 
 from .sync import Synced
 
 log = logging.getLogger("contextsvc.proxy")
+
+# Cache markers are looked for on the newest messages only (the ones that move
+# from call to call): the client's from a few before those its previous request
+# had, ours on the last few (``engine.prompt`` marks the newest history block).
+MOVING = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,13 +37,20 @@ class ClientSide:
     appended: int  # written to the transcript by this call
     new_seqs: tuple[int, int] | None  # where they are (first, last seq)
     diverged: bool  # it changed a message it had sent (the proxy marked a client compaction)
+    open_calls: bool = True  # the transcript has tool calls left unanswered
 
 
 def client_side(
-    *, body: dict[str, Any], messages: int, synced: Synced, last_seq: int, same: int | None = None
+    *,
+    body: dict[str, Any],
+    messages: int,
+    synced: Synced,
+    session: Session,
+    same: int | None = None,
 ) -> ClientSide:
-    """``ClientSide`` of a synced request; ``last_seq``: the session's after the sync;
+    """``ClientSide`` of a synced request; ``session`` as read after the sync;
     ``same``: the common prefix with the previous request when the sync planned one."""
+    last_seq = session.last_seq
     appended = synced.appended
     if same is None:
         same = 0 if synced.diverged else max(messages - appended, 0)
@@ -48,6 +61,7 @@ def client_side(
         appended=appended,
         new_seqs=(last_seq - appended + 1, last_seq) if appended else None,
         diverged=synced.diverged,
+        open_calls=bool(session.open_tool_calls),
     )
 
 
@@ -69,6 +83,8 @@ def _account(
     body = client.body
     tools = account.tool_names(body.get("tools") or ())
     sent_history = sent.get("messages", sent.get("input"))
+    if not isinstance(sent_history, list):
+        sent_history = []
     return {
         "client": {
             "messages": client.messages,
@@ -89,7 +105,10 @@ def _account(
             "tools": account.tool_changes(
                 tools, account.tool_names(sent.get("tools") or ()), final=final
             ),
-            "cache": {"client": account.cache_marks(body), "sent": account.cache_marks(sent)},
-            "synthetic": account.synthetic(sent_history if isinstance(sent_history, list) else ()),
+            "cache": {
+                "client": account.cache_marks(body, first=max(client.same - MOVING, 0)),
+                "sent": account.cache_marks(sent, first=max(len(sent_history) - MOVING, 0)),
+            },
+            "synthetic": account.synthetic(sent_history, open_calls=client.open_calls),
         },
     }

@@ -225,7 +225,7 @@ def prepare_call(
         body=body,
         messages=len(messages),
         synced=synced,
-        last_seq=session.last_seq,
+        session=session,
         same=plan.match.prefix,
     )
     return _build(session, dialect, converted, synced, runnable, client)

@@ -122,7 +122,7 @@ def prepare_responses(
         dialect=dialect, headers=headers, body=body, converted=converted
     )
     client = client_side(
-        body=body, messages=len(client_units(body)), synced=synced, last_seq=session.last_seq
+        body=body, messages=len(client_units(body)), synced=synced, session=session
     )
     runnable = runnable_names(session, converted)
     return caller, _build(session, dialect, converted, synced, runnable, client)

@@ -99,3 +99,12 @@ def test_seq_ranges_join_runs_and_list_views_by_state():
         "ranges": [[1, 4], [9, 9]],
         "views": {"trimmed": [[3, 3]], "cleared": [[9, 9]]},
     }
+
+
+def test_the_history_is_not_read_for_what_cannot_be_there():
+    chat = [{"role": "tool", "tool_call_id": "t", "content": NO_RESULT_TEXT}]
+    assert account.synthetic(chat, open_calls=False) == {"results": 0, "user_lines": 0}
+    marked = [{"role": "user", "content": [{"type": "text", "text": "x", "cache_control": MARK}]}]
+    body = {"messages": marked * 3}
+    assert account.cache_marks(body) == ["messages[0]", "messages[1]", "messages[2]"]
+    assert account.cache_marks(body, first=2) == ["messages[2]"]
