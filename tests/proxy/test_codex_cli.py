@@ -16,7 +16,7 @@ import pytest
 from compaction.models import CompactionRun
 from fakes.codex import FINAL, ShellLoop, run_codex
 from fakes.responses_server import FakeResponses
-from sessions.models import Session
+from sessions.models import ContextCall, Session
 from sessions.services.sessions import session_create
 from tests.live_server import database_url
 from tests.proxy.conftest import PROXY_DB, UPSTREAM_KEY
@@ -84,6 +84,24 @@ def test_codex_long_loop_through_the_proxy_stays_in_its_window(
         assert any(f"STEP-{k}" in text for text in texts), k
     # sent directly, the same history would not fit the fake's window
     assert sum(len(text) for text in texts) // 4 > upstream.window
+    # Each call's record keeps Codex's request beside what was sent
+    # (docs/proxy.md#what-changed): its input grew by the turn since the last call,
+    # its fields passed, the outputs that went as views listed by seq.
+    accounts = [
+        c.request
+        for c in ContextCall.objects.filter(session=session, request__isnull=False).order_by("pk")
+    ]
+    assert len(accounts) >= steps + 1
+    later = accounts[-1]["client"]
+    assert 0 < later["same_as_previous"] < later["messages"] and later["new_seqs"]
+    assert "exec_command" in " ".join(later["tools"]["names"])
+    changes = accounts[-1]["changes"]["fields"]
+    assert "input" in changes["replaced"] and "model" in changes["passed"]
+    views = [
+        c.breakdown["sent"]["views"]
+        for c in ContextCall.objects.filter(session=session).order_by("pk")
+    ]
+    assert any(v for v in views)  # some outputs went as views
 
 
 def test_codex_own_compaction_gets_our_summary(proxy, upstream, alice_key, tmp_path):
