@@ -80,7 +80,7 @@ def run(dialect_name: str, agent_key: str, size: int, profile: bool) -> tuple[fl
     from proxy.services.calls import prepare
     from proxy.services.reply import session_record_reply
     from proxy.services.responses import prepare_responses
-    from proxy.views import _body
+    from proxy.gate import read
 
     dialect = {"anthropic": ANTHROPIC, "openai": OPENAI, "responses": RESPONSES}[dialect_name]
     prepare_fn = prepare_responses if dialect_name == "responses" else prepare
@@ -93,14 +93,19 @@ def run(dialect_name: str, agent_key: str, size: int, profile: bool) -> tuple[fl
         base = {"model": MODEL[dialect_name], "stream": True, "store": False}
 
     class Request:
+        """What the body gate reads of a request."""
+
+        path = f"/proxy/{dialect_name}/v1/messages"
+
         def __init__(self, raw: bytes) -> None:
             self.body = raw
+            self.headers = {"content-length": str(len(raw))}
 
     walls: list[float] = []
 
     def one(n: int, trips: RoundTrips | None = None) -> None:
         request = Request(orjson.dumps({**base, key: messages}))
-        body = _body(request)
+        body = read(request, dialect)
         converted = dialect.envelope(body)
         wall = time.perf_counter()
         _, prepared = prepare_fn(dialect=dialect, headers=headers, body=body, converted=converted)
