@@ -203,6 +203,17 @@ def resolve_limits(
         max_output = _check_int(window, "context_window") // 4
     if buffer is None:
         buffer = DEFAULT_BUFFER_TOKENS
+    if (
+        explicit.get("context_window") is not None
+        and explicit.get("max_output_tokens") is None
+        and isinstance(window, int)
+        and isinstance(buffer, int)
+        and max_output + buffer >= window
+    ):
+        # docs/concepts/context-build.md#profile-output-cap: a profile's maximum output is
+        # for the profile's window; in a smaller window the request chose it would leave
+        # no room, so it takes the default share instead.
+        max_output = max(window // 4, 0)
     return Limits(
         context_window=window,
         max_output_tokens=max_output,

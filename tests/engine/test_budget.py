@@ -264,3 +264,17 @@ def test_budget_to_dict_is_json_ready_with_api_keys():
         },
         "history_budget": 128_000 - 1 - 2 - 3 - 4 - 16_384,
     }
+
+
+def test_a_profiles_output_that_leaves_no_room_in_a_smaller_window_takes_the_default_share():
+    """docs/concepts/context-build.md#profile-output-cap."""
+    profile = {"context_window": 400_000, "max_output_tokens": 128_000}
+    limits = resolve_limits(explicit={"context_window": 48_000}, model=profile)
+    assert (limits.context_window, limits.max_output_tokens) == (48_000, 12_000)
+    # A figure that fits is kept; one the request sets is never changed.
+    roomy = resolve_limits(explicit={"context_window": 200_000}, model=profile)
+    assert roomy.max_output_tokens == 128_000
+    asked = resolve_limits(
+        explicit={"context_window": 48_000, "max_output_tokens": 30_000}, model=profile
+    )
+    assert asked.max_output_tokens == 30_000
