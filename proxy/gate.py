@@ -108,7 +108,7 @@ def check_tools(body: dict[str, Any], converted: Converted) -> None:
             "name": t.name,
             "description": t.description,
             "input_schema": t.input_schema,
-            "category": "mcp",
+            "category": t.category,
         }
         for t in converted.tools
     ]

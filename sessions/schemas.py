@@ -93,7 +93,7 @@ class ToolDefIn(In):
     input_schema: dict[str, Any] = Field(
         default_factory=lambda: {"type": "object", "properties": {}}
     )
-    category: Literal["builtin", "mcp", "skill"] = "mcp"
+    category: Literal["builtin", "mcp", "skill", "client"] = "mcp"
     # Keywords tool_search matches (docs/concepts/deferral.md#tool-search): what the tool is for in
     # the words a model would search with; never sent to the model.
     search_hint: str = Field("", max_length=MAX_SEARCH_HINT_CHARS)

@@ -12,7 +12,7 @@ from contextsvc import body_gate
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:\-]{0,127}$"
 TOOL_NAME_PATTERN = r"^[A-Za-z0-9_\-]{1,64}$"
 SECTION_KINDS = ("base", "rules", "memory", "skill", "scratchpad", "status")
-TOOL_CATEGORIES = ("builtin", "mcp", "skill")
+TOOL_CATEGORIES = ("builtin", "mcp", "skill", "client")
 
 # Bounds on numbers (documented in docs/api.md): each fits its column
 # (PositiveIntegerField: 2**31 - 1) with room for the sums the service stores,

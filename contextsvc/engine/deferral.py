@@ -3,10 +3,12 @@
 When the registered tools' descriptions exceed ``tool_deferral_threshold``
 (default 0.10) of the effective window, the least useful ones are held back:
 
-1. built-in tools — never deferred;
+1. built-in tools (the service's own) — never deferred;
 2. MCP tools — deferred first (largest schemas, external);
 3. skill tools — deferred second;
-4. within a category, least recently used first (tools never used count as
+4. the client's own tools (category ``client``: Bash, Read, … sent through the
+   proxy) — deferred last, the agent reaches for them on most turns;
+5. within a category, least recently used first (tools never used count as
    oldest; among those, the ones the agent listed last go first).
 
 The context then carries a ``tool_search`` tool and the note
@@ -36,7 +38,7 @@ from .messages import ToolDef
 
 DEFAULT_DEFERRAL_THRESHOLD = 0.10
 # Deferred first → deferred last; anything else (builtin) is never deferred.
-DEFER_ORDER: tuple[str, ...] = ("mcp", "skill")
+DEFER_ORDER: tuple[str, ...] = ("mcp", "skill", "client")
 
 TOOL_SEARCH_NAME = "tool_search"
 TOOL_SEARCH = ToolDef(

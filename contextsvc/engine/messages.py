@@ -130,7 +130,7 @@ class ToolDef:
     name: str
     description: str = ""
     input_schema: dict[str, Any] = field(default_factory=lambda: {"type": "object"})
-    category: str = "builtin"  # builtin, mcp, skill
+    category: str = "builtin"  # builtin, mcp, skill, client
     # Keywords ``tool_search`` matches besides the name and description
     # (docs/concepts/deferral.md#tool-search); never sent to the model.
     search_hint: str = ""

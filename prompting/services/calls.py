@@ -27,7 +27,8 @@ log = logging.getLogger("contextsvc.prompting")
 
 
 def tool_server(tool: ToolDef) -> str:
-    """Where a tool comes from: the MCP server of an ``mcp__server__tool`` name, else its category."""
+    """Where a tool comes from: the MCP server of an ``mcp__server__tool`` name (``mcp:server``),
+    else its category (``client`` for the agent's own tools sent through the proxy)."""
     if tool.name.startswith("mcp__"):
         server = tool.name[5:].split("__", 1)[0]
         return f"mcp:{server}" if server else "mcp"

@@ -175,12 +175,13 @@ def _sections(converted: Converted) -> list[SectionData]:
 
 
 def _tools(converted: Converted) -> list[ToolData]:
+    """The client's tools, each with its converter's category: ``mcp`` or ``client``."""
     return [
         {
             "name": t.name,
             "description": t.description,
             "input_schema": t.input_schema,
-            "category": "mcp",
+            "category": t.category,
         }
         for t in converted.tools
     ]

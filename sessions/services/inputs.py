@@ -58,7 +58,7 @@ class ToolData(TypedDict):
     name: str
     input_schema: dict[str, Any]
     description: NotRequired[str]
-    category: NotRequired[Literal["builtin", "mcp", "skill"]]
+    category: NotRequired[Literal["builtin", "mcp", "skill", "client"]]
     search_hint: NotRequired[str]
 
 

@@ -58,6 +58,16 @@ def test_s002_5_mcp_tools_before_skill_tools():
     assert deferred == ["m2", "m1", "s2"]
 
 
+def test_s002_5_the_clients_own_tools_go_after_mcp_and_skill_tools():
+    # Bash is the least recently used, yet the MCP tool goes first, then the skill tool.
+    tools = [T("Bash", "client"), T("mcp__github__create_issue"), T("s1", "skill")]
+    used = {"Bash": 1, "mcp__github__create_issue": 9, "s1": 9}
+    deferred = choose_deferred(tools, tokens_of(tools), used, limit_tokens=250, scale=1.0)
+    assert deferred == ["mcp__github__create_issue"]  # 300 → 200 and its listing line: fits
+    deferred = choose_deferred(tools, tokens_of(tools), used, limit_tokens=10, scale=1.0)
+    assert deferred == ["mcp__github__create_issue", "s1", "Bash"]
+
+
 def test_s002_5_least_recently_used_first_within_a_category():
     tools = [T("m1"), T("m2"), T("m3")]
     used = {"m1": 50, "m2": 10, "m3": 30}
@@ -151,7 +161,7 @@ def test_s002_5_tokens_match_the_budget_estimate():
 @settings(max_examples=150, deadline=None)
 @given(
     spec=st.lists(
-        st.tuples(st.sampled_from(["builtin", "mcp", "skill"]), st.integers(1, 500)),
+        st.tuples(st.sampled_from(["builtin", "mcp", "skill", "client"]), st.integers(1, 500)),
         min_size=1,
         max_size=25,
     ),
@@ -169,7 +179,8 @@ def test_s002_5_deferral_properties(spec, used, limit, search_tokens):
     by_name = {t.name: t for t in tools}
     assert all(by_name[n].category != "builtin" for n in deferred)
     cats = [by_name[n].category for n in deferred]
-    assert cats == sorted(cats, key=["mcp", "skill"].index)  # all MCP before any skill
+    # all MCP before any skill, all skill before any of the client's own
+    assert cats == sorted(cats, key=["mcp", "skill", "client"].index)
     sel = assemble(tools, counts, deferred, scale=1.0, search_tool_tokens=search_tokens)
     deferrable = [t for t in tools if t.category != "builtin"]
     if deferred:
@@ -177,7 +188,7 @@ def test_s002_5_deferral_properties(spec, used, limit, search_tokens):
         assert sel.tokens_sent <= limit or len(deferred) == len(deferrable)
     else:
         assert sum(counts.values()) <= limit or not deferrable
-    for cat in ("mcp", "skill"):
+    for cat in ("mcp", "skill", "client"):
         chosen = [n for n in deferred if by_name[n].category == cat]
         kept = [t.name for t in deferrable if t.category == cat and t.name not in deferred]
         if chosen and kept:  # nothing kept is older than something deferred

@@ -196,8 +196,8 @@ def test_system_string_or_blocks(system, sections):
 def test_tools_split_into_client_tools_server_tools_and_extras():
     converted = anthropic.request_to_transcript(agent_request())
     assert converted.tools == [
-        ToolDef("read_file", "Read a file", READ_TOOL["input_schema"], category="mcp"),
-        ToolDef("ls", "", {"type": "object"}, category="mcp"),
+        ToolDef("read_file", "Read a file", READ_TOOL["input_schema"], category="client"),
+        ToolDef("ls", "", {"type": "object"}, category="client"),
     ]
     assert converted.other_tools == [
         {"type": "web_search_20250305", "name": "web_search", "max_uses": 3}

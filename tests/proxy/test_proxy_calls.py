@@ -76,3 +76,32 @@ def test_a_streamed_call_is_recorded_before_its_reply_completes_it(upstreams, al
     assert record.source == "proxy" and record.through_seq == 1
     assert record.completed_at is not None
     assert record.reported_input == report.input_tokens
+
+
+def test_a_proxied_clients_tools_are_stored_as_client_and_mcp_tools(upstreams, alice_key):
+    """The agent's own Bash is a ``client`` tool, ``mcp__github__create_issue`` an MCP
+    server's; only the service's tools are ``builtin``. The call's record lists them so."""
+    fake, _ = upstreams
+    fake.script(ScriptedReply(text="ok"))
+    schema = {"type": "object", "properties": {"command": {"type": "string"}}}
+    tools = [
+        {"name": "Bash", "description": "Run a command", "input_schema": schema},
+        {"name": "mcp__github__create_issue", "description": "Open an issue",
+         "input_schema": schema},
+    ]  # fmt: skip
+
+    async def call():
+        client = asgi_claude(alice_key[1], session="ses_tool_categories")
+        messages = [{"role": "user", "content": "hi"}]
+        await client.messages.create(model=MODEL, max_tokens=256, messages=messages, tools=tools)
+
+    async_to_sync(call)()
+    session = Session.objects.get(external_id="ses_tool_categories")
+    categories = {t["name"]: t["category"] for t in session.tools}
+    assert categories.pop("Bash") == "client"
+    assert categories.pop("mcp__github__create_issue") == "mcp"
+    assert categories and set(categories.values()) == {"builtin"}  # the proxy's own
+    (record,) = ContextCall.objects.filter(session=session)
+    sent = {t["name"]: t["server"] for t in record.breakdown["tools"]["sent"]}
+    assert sent["Bash"] == "client"
+    assert sent["mcp__github__create_issue"] == "mcp:github"

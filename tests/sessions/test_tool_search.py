@@ -122,6 +122,25 @@ def test_s002_5_mcp_tools_are_deferred_before_skill_tools(alice, sid):
     assert "skill" in categories
 
 
+def test_s002_5_the_clients_own_tools_are_deferred_last(alice, make_session):
+    own = {
+        "name": "Grep",
+        "description": "Search files. " + "Matches a pattern in every file. " * 20,
+        "category": "client",
+        "input_schema": {"type": "object", "properties": {"pattern": {"type": "string"}}},
+    }
+    sid = make_session(id="defer-client")["id"]
+    response = alice.put(f"sessions/{sid}/tools", [own, *BUILTINS, *SKILLS, *MCP])
+    assert response.status_code == 200, response.content
+    assert Session.objects.get(external_id=sid).tools[0]["category"] == "client"
+    alice.post(f"sessions/{sid}/messages", {"messages": [{"role": "user", "content": "Go"}]})
+    alice.patch(f"sessions/{sid}", {"policy": {"tool_deferral_threshold": 0.001}})
+    by_name = {t["name"]: t for t in [own, *BUILTINS, *SKILLS, *MCP]}
+    deferred = context(alice, sid)["budget"]["deferral"]["deferred"]
+    categories = [by_name[n]["category"] for n in deferred]
+    assert categories == ["mcp"] * len(MCP) + ["skill"] * len(SKILLS) + ["client"]
+
+
 def test_s002_5_no_deferral_below_the_threshold(alice, sid):
     alice.patch(f"sessions/{sid}", {"policy": {"tool_deferral_threshold": 1.0}})
     body = context(alice, sid)

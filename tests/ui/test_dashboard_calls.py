@@ -300,3 +300,26 @@ def test_each_bar_draws_the_call_that_its_answer_came_from(op, make_dash_session
         bar = drawn[call.pk]
         assert bar.first_seq <= call.through_seq + 1 <= bar.last_seq
         assert bar.total == call.estimated_input
+
+
+def test_each_tool_of_a_call_shows_its_mcp_server_or_its_category(op, alice, make_session):
+    schema = {"type": "object", "properties": {"q": {"type": "string"}}}
+    make_session(id="sources")
+    tools = [
+        {"name": "Bash", "description": "Run a command", "input_schema": schema,
+         "category": "client"},
+        {"name": "mcp__github__create_issue", "description": "Open an issue",
+         "input_schema": schema},
+    ]  # fmt: skip
+    assert alice.put("sessions/sources/tools", tools).status_code == 200
+    alice.post("sessions/sources/messages", {"messages": [{"role": "user", "content": "go"}]})
+    alice.get("sessions/sources/context")
+    session = Session.objects.get(external_id="sources")
+    call = ContextCall.objects.get(session=session)
+    body = op.get(
+        reverse("dashboard:session_call", args=[session.pk, call.pk]), headers=HX
+    ).content.decode()
+    assert ">Source</th>" in body
+    assert re.search(r'<th scope="row" class="mono">client</th>', body)
+    assert re.search(r'<th scope="row" class="mono">mcp:github</th>', body)
+    assert re.search(r'>Bash</th><td class="muted small">client<', body)

@@ -45,6 +45,7 @@ from .common import (
     Usage,
     as_int,
     attach_meta,
+    client_tool_category,
     take_meta,
 )
 
@@ -141,7 +142,7 @@ def tools_to_defs(
                 name=tool["name"],
                 description=tool.get("description") or "",
                 input_schema=tool["input_schema"],
-                category="mcp",
+                category=client_tool_category(tool["name"]),
             )
         )
         extra = {k: v for k, v in clean.items() if k not in _TOOL_KEYS}

@@ -226,6 +226,17 @@ def without_none(value: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in value.items() if v is not None}
 
 
+def client_tool_category(name: str) -> str:
+    """The category of a tool the client defines: ``mcp`` for an MCP server's tool, named
+    ``mcp__<server>__<tool>``; ``client`` for the agent's own (Bash, Read, …).
+
+    The service's own tools never come from the client: the proxy registers them
+    as ``builtin`` beside these.
+    """
+    server, _, tool = name.removeprefix("mcp__").partition("__")
+    return "mcp" if name.startswith("mcp__") and server and tool else "client"
+
+
 def function_tool(name: str, description: Any, parameters: Any) -> ToolDef:
     """An OpenAI function tool (Chat Completions or Responses) as the service's ``ToolDef``.
 
@@ -236,5 +247,5 @@ def function_tool(name: str, description: Any, parameters: Any) -> ToolDef:
         name=name,
         description=description or "",
         input_schema=parameters or {"type": "object", "properties": {}},
-        category="mcp",
+        category=client_tool_category(name),
     )
