@@ -65,9 +65,18 @@ def history(messages: int) -> list[dict]:
 
 
 async def drive(key: str, sid: str, messages: list[dict]) -> list[dict]:
-    from tests.proxy.conftest import asgi_claude
+    import anthropic
+    import httpx2
 
-    client = asgi_claude(key, session=sid, api_key=KEY)
+    from contextsvc.asgi import application
+
+    client = anthropic.AsyncAnthropic(
+        base_url="http://localhost/proxy/anthropic",
+        api_key=KEY,
+        default_headers={"X-Contextsvc-Key": key, "X-Contextsvc-Session": sid},
+        http_client=httpx2.AsyncClient(transport=httpx2.ASGITransport(app=application)),
+        max_retries=0,
+    )
     tools = [{"name": "Bash", "description": "Run a command", "input_schema": {"type": "object"}}]
     system = [{"type": "text", "text": "You are a careful coding agent.",
                "cache_control": {"type": "ephemeral"}}]  # fmt: skip
