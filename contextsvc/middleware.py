@@ -50,7 +50,9 @@ def request_id(request: HttpRequest) -> str:
     """This request's id: the client's ``X-Request-Id`` when sane, else a new one."""
     rid = getattr(request, "request_id", None)
     if rid is None:
-        rid = request.request_id = sane_request_id(request.headers.get(REQUEST_ID_HEADER, ""))
+        # META, not request.headers: that builds a dict of every header first.
+        incoming = request.META.get("HTTP_X_REQUEST_ID", "")
+        rid = request.request_id = sane_request_id(incoming)
     return rid
 
 

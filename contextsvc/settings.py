@@ -136,8 +136,10 @@ MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
+    # Django's user and messages, passed by an agent key's API call (it has
+    # neither): contextsvc/page_middleware.py.
+    "contextsvc.page_middleware.AuthenticationMiddleware",
+    "contextsvc.page_middleware.MessageMiddleware",
     # gives back a request's per-key concurrency slot (contextsvc/ratelimit/)
     "contextsvc.ratelimit.RateLimitMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",

@@ -24,10 +24,13 @@ from .selectors import is_session_id
 LAST_USED_RESOLUTION = timedelta(minutes=1)
 
 
+IDENTITY_CHARS = 16
+
+
 def key_identity(token: str) -> str:
     """The per-key limiter's name for the key ``token`` would be (its hash's
     prefix: random, unlike ids reused by a rolled-back test database)."""
-    return hash_key(token)[:16]
+    return hash_key(token)[:IDENTITY_CHARS]
 
 
 class ApiRequest(HttpRequest):
@@ -51,10 +54,11 @@ class AgentKeyAuth(HttpBearer):
         if not token:
             return None
         digest = hash_key(token)
+        identity = digest[:IDENTITY_CHARS]  # key_identity(token), the hash not taken again
         # Also refused in front of Django (contextsvc/ratelimit/wsgi.py); here
         # for what does not pass the wrapper (the Django test client), and a flood
         # that the wrapper let in just before this process learnt to refuse it.
-        refuse_flooding_key(request, key_identity(token))
+        refuse_flooding_key(request, identity)
         key = None
         match = request.resolver_match
         sid = match.kwargs.get("sid") if match else None
@@ -74,7 +78,7 @@ class AgentKeyAuth(HttpBearer):
         if key.last_used_at is None or now - key.last_used_at > LAST_USED_RESOLUTION:
             AgentKey.objects.filter(pk=key.pk).update(last_used_at=now)
         # Per-key limits, counted once the key is known (a bad key stays a 401).
-        admit_key(request, key_identity(token))
+        admit_key(request, identity)
         return key
 
 

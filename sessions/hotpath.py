@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from functools import cache
 from typing import Any
 
+import orjson
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.models import Model
@@ -303,31 +304,55 @@ def insert_messages(rows: list[Message]) -> None:
             cursor.execute(_insert_sql(len(chunk)), params)
 
 
+def _cast(field: Any) -> str:
+    # No length on a varchar: a cast to varchar(10) would cut a value
+    # silently, the column refuses it.
+    return re.sub(r"[(].*[)]", "", field.cast_db_type(connection))
+
+
 @cache
-def _append_unlocked_sql(fields: tuple[str, ...]) -> str:
+def _append_unlocked_sql(fields: tuple[str, ...], rows_as_json: bool) -> str:
     qn = connection.ops.quote_name
     sets = ", ".join(f"{qn(Session._meta.get_field(f).column)} = %s" for f in fields)
     others = _unlocked_insert_fields()
     columns = ", ".join(qn(f.column) for f in others)
-    # One array per column, whatever the number of rows: one SQL text (and
-    # one prepared statement) for every batch size, and few parameters
-    # (psycopg caches the conversion of a query of at most 50). No length on
-    # a varchar: a cast to varchar(10) would cut a value silently, the
-    # column refuses it.
-    arrays = ", ".join(
-        f"%s::{re.sub(r'[(].*[)]', '', f.cast_db_type(connection))}[]" for f in others
-    )
+    if rows_as_json:
+        # The rows as one JSON array of objects: orjson writes it in a few µs,
+        # where psycopg spent ~60 µs of Python adapting a list per column.
+        shape = ", ".join(f"{qn(f.column)} {_cast(f)}" for f in others)
+        source = f"jsonb_to_recordset(%s::jsonb) AS u({shape})"
+    else:
+        # One array per column, whatever the number of rows: one SQL text (and
+        # one prepared statement) for every batch size, and few parameters
+        # (psycopg caches the conversion of a query of at most 50).
+        source = f"unnest({', '.join(f'%s::{_cast(f)}[]' for f in others)}) AS u"
     return (
         f"WITH s AS (UPDATE {qn(Session._meta.db_table)} SET {sets} "
         f"WHERE {qn('id')} = %s AND xmin::text = %s RETURNING {qn('id')}) "
         f"INSERT INTO {qn(Message._meta.db_table)} ({qn('session_id')}, {columns}) "
-        f"SELECT s.{qn('id')}, u.* FROM s, unnest({arrays}) AS u"
+        f"SELECT s.{qn('id')}, u.* FROM s, {source}"
     )
 
 
 @cache
 def _unlocked_insert_fields() -> tuple:
     return tuple(f for f in _insert_fields() if f.attname != "session_id")
+
+
+def _rows_json(rows: list) -> str | None:
+    """The rows as JSON for ``jsonb_to_recordset`` (a JSON null is SQL NULL
+    there, as ``None`` is in a column), or None for a value orjson does not
+    write as the ORM would have (an integer past 64 bits, a lone surrogate):
+    those rows go as arrays, through each field's own conversion."""
+    names = [(f.column, f.attname) for f in _unlocked_insert_fields()]
+    try:
+        data = orjson.dumps(
+            [{column: getattr(row, name) for column, name in names} for row in rows],
+            option=orjson.OPT_NON_STR_KEYS,
+        )
+    except (orjson.JSONEncodeError, TypeError):
+        return None
+    return data.decode()
 
 
 def append_unlocked(session: Session, version: str, fields: tuple[str, ...], rows: list) -> bool:
@@ -342,8 +367,13 @@ def append_unlocked(session: Session, version: str, fields: tuple[str, ...], row
     """
     conn = connections[DEFAULT_DB_ALIAS]
     values = [prep(getattr(session, name), conn) for name, prep in _preps(Session, fields)]
-    preps = _preps(Message, tuple(f.name for f in _unlocked_insert_fields()))
-    columns = [[prep(getattr(row, name), conn) for row in rows] for name, prep in preps]
+    batch = _rows_json(rows)
+    if batch is not None:
+        data = [batch]
+    else:
+        preps = _preps(Message, tuple(f.name for f in _unlocked_insert_fields()))
+        data = [[prep(getattr(row, name), conn) for row in rows] for name, prep in preps]
     with _cursor() as cursor:
-        cursor.execute(_append_unlocked_sql(fields), [*values, session.pk, version, *columns])
+        sql = _append_unlocked_sql(fields, batch is not None)
+        cursor.execute(sql, [*values, session.pk, version, *data])
         return cursor.cursor.rowcount == len(rows)

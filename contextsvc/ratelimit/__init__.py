@@ -4,12 +4,14 @@ gives a request's slot back before its response is sent. The limiter itself is `
 
 from __future__ import annotations
 
+import operator
 import threading
 from functools import lru_cache
 from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
+from django.utils.functional import empty
 
 from .hold import hold
 from .limiter import KeyLimiter, RateLimited, Slot, parse_rates
@@ -47,9 +49,15 @@ _BUILT_FROM = (
 )
 
 
+_read_settings = operator.attrgetter(*_BUILT_FROM)
+
+
 def get_limiter() -> KeyLimiter | None:
     """The process's limiter from settings (None when both limits are off)."""
-    values = tuple(getattr(settings, name) for name in _BUILT_FROM)
+    # Read off the settings object itself: each read through the lazy proxy
+    # runs its Python hook, and this runs up to three times per API call.
+    wrapped = settings._wrapped
+    values = _read_settings(settings if wrapped is empty else wrapped)
     # Built once under a lock: the first requests arrive on several threads at
     # once, and limits' lazy dependency check is not safe to run concurrently
     # (it reported redis as version 0.0.0 to one of them).
