@@ -28,7 +28,7 @@ import statistics
 import time
 from functools import partial
 
-from common import django_on_scratch_database, drop_database, pct
+from common import django_on_scratch_database, drop_database, figure, pct, recording
 
 from fakes.anthropic_server import FakeAnthropic
 from fakes.streams import ScriptedReply, tool_call
@@ -166,10 +166,10 @@ def run(fake: FakeAnthropic) -> None:
         rest, rest_q = timed(lambda u=one: api.get(u), REPEAT)
         print(f"\n{session.last_seq:,} messages ({views} view runs), built through the proxy in "
               f"{built:.1f} s")  # fmt: skip
-        print(f"  call detail page   p50 {statistics.median(html):6.1f} ms  p99 "
-              f"{pct(html, 99):6.1f} ms  {html_q} queries   (target ≤ 100 ms)")  # fmt: skip
-        print(f"  GET calls/{{id}}     p50 {statistics.median(rest):6.1f} ms  p99 "
-              f"{pct(rest, 99):6.1f} ms  {rest_q} queries")  # fmt: skip
+        figure(f"  call detail page, {size:,} messages: p50 {statistics.median(html):.1f} ms, p99 "
+               f"{pct(html, 0.99):.1f} ms, {html_q} queries (target ≤ 100 ms)")  # fmt: skip
+        figure(f"  GET calls/{{id}}, {size:,} messages: p50 {statistics.median(rest):.1f} ms, p99 "
+               f"{pct(rest, 0.99):.1f} ms, {rest_q} queries")  # fmt: skip
 
         # The account, as the record computes it, beside a digest per client message.
         body = {"model": MODEL, "max_tokens": 1000, "messages": sent_messages,
@@ -183,10 +183,11 @@ def run(fake: FakeAnthropic) -> None:
         per_message = partial(digest_each, request_account.digest, sent_messages)
         naive = [timed_once(per_message) for _ in range(5)]
         size_json = len(json.dumps(call.request)) + len(json.dumps(call.breakdown["sent"]))
-        print(f"  account per call   p50 {statistics.median(ours):6.2f} ms   naive (a digest "
-              f"per message) {statistics.median(naive):6.1f} ms   "
-              f"×{statistics.median(naive) / statistics.median(ours):.0f}")  # fmt: skip
-        print(f"  kept per call      {size_json / 1024:.1f} KiB of JSON (account + runs)")
+        figure(f"  the account per call, {size:,} messages: p50 {statistics.median(ours):.2f} ms; "
+               f"naive (a digest per message) {statistics.median(naive):.1f} ms, "
+               f"×{statistics.median(naive) / statistics.median(ours):.0f}")  # fmt: skip
+        figure(f"  kept per call, {size:,} messages: {size_json / 1024:.1f} KiB of JSON "
+               "(account + runs)")  # fmt: skip
 
 
 def digest_each(digest, messages: list[dict]) -> list[str]:
@@ -200,4 +201,5 @@ def timed_once(fn) -> float:
 
 
 if __name__ == "__main__":
-    main()
+    with recording(__file__):
+        main()

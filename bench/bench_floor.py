@@ -29,7 +29,16 @@ import time
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-from common import ROOT, Http, django_on_scratch_database, free_port, gunicorn, pct
+from common import (
+    ROOT,
+    Http,
+    django_on_scratch_database,
+    figure,
+    free_port,
+    gunicorn,
+    pct,
+    recording,
+)
 
 BENCH = Path(__file__).resolve().parent
 CLIENTS = 4
@@ -186,12 +195,14 @@ def main() -> None:
     )
     for name, values in figures.items():
         ratio = "" if name == "floor" else f"  → p50 {pct(values, 0.5) / floor50:.2f}× the floor"
-        print(
-            f"  {name:10}  p50 {pct(values, 0.5):6.2f} ms  p99 {pct(values, 0.99):6.2f} ms"
+        label = "the floor" if name == "floor" else f"contextsvc, {name}"
+        figure(
+            f"  {label}: p50 {pct(values, 0.5):6.2f} ms  p99 {pct(values, 0.99):6.2f} ms"
             f"  ({len(values)} calls){ratio}"
         )
     print("  target: contextsvc with the limits on ≤ 1.3× the floor's p50")
 
 
 if __name__ == "__main__":
-    main()
+    with recording(__file__):
+        main()

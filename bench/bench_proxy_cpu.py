@@ -76,11 +76,11 @@ def run(dialect_name: str, agent_key: str, size: int, profile: bool) -> tuple[fl
     """CPU ms per call over CALLS calls on a session of ``size`` messages, and the
     round trips per call: in all, and before the forward."""
     from contextsvc.engine.providers.common import Reply, Usage
+    from proxy.gate import read
     from proxy.providers import ANTHROPIC, OPENAI, RESPONSES
     from proxy.services.calls import prepare
     from proxy.services.reply import session_record_reply
     from proxy.services.responses import prepare_responses
-    from proxy.gate import read
 
     dialect = {"anthropic": ANTHROPIC, "openai": OPENAI, "responses": RESPONSES}[dialect_name]
     prepare_fn = prepare_responses if dialect_name == "responses" else prepare
