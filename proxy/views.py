@@ -92,8 +92,7 @@ async def proxy_call(
             converted=converted,
         )
     except ContextTooLarge as exc:
-        kind = "invalid_request_error" if dialect.name == "anthropic" else "context_length_exceeded"
-        return JsonResponse(dialect.error_body(400, str(exc), kind), status=400)
+        return JsonResponse(dialect.error_body(400, str(exc), dialect.too_large_kind), status=400)
     except ServiceError as exc:
         return service_error(dialect, exc)
     except ConversionError as exc:
