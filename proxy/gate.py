@@ -31,7 +31,7 @@ from sessions.services import tools as tools_service
 from sessions.services.inputs import ToolData
 
 from . import gate_fields as f
-from .providers import ANTHROPIC, OPENAI, Dialect
+from .providers import ANTHROPIC, Dialect, serving
 
 _NUL_ESCAPE = b"\\u0000"
 
@@ -162,7 +162,7 @@ ASGIApp = Callable[[dict, Callable, Callable], Awaitable[None]]
 
 
 def _dialect_of(path: str) -> Dialect:
-    return OPENAI if path.startswith("/proxy/openai/") else ANTHROPIC
+    return serving(path, ANTHROPIC)
 
 
 async def _refuse_size(send: Callable, dialect: Dialect, limit: int) -> None:

@@ -23,7 +23,7 @@ from contextsvc.errors import ServiceError
 from . import gate
 from .calllog import log_call, logged, upstream_error
 from .pooled import released
-from .providers import ANTHROPIC, OPENAI, Dialect, relayed_headers
+from .providers import ANTHROPIC, OPENAI, Dialect, relayed_headers, serving
 from .relay import Call, forward, json_or_none, record_build
 from .services.caller import NoUpstreamKey, caller_for
 from .services.calls import ContextTooLarge, count_body, prepare
@@ -234,5 +234,5 @@ async def openai_models(request: HttpRequest) -> HttpResponse:
 
 async def not_found(request: HttpRequest, rest: str = "") -> HttpResponse:
     """An unknown path under /proxy/: a 404 in the shape of the provider the path names."""
-    dialect = OPENAI if request.path.startswith("/proxy/openai/") else ANTHROPIC
+    dialect = serving(request.path, ANTHROPIC)
     return provider_error(dialect, 404, f"Not found: {request.path}")

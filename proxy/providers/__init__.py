@@ -1,7 +1,7 @@
 """The provider APIs the proxy speaks, one object each (``base.Dialect``), and their registry."""
 
 from .anthropic import ANTHROPIC
-from .base import Dialect, all_registered, error_type, registered, relayed_headers
+from .base import Dialect, all_registered, error_type, registered, relayed_headers, serving
 from .openai_chat import OPENAI
 from .responses import RESPONSES
 
@@ -14,4 +14,5 @@ __all__ = [
     "error_type",
     "registered",
     "relayed_headers",
+    "serving",
 ]

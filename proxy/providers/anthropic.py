@@ -52,6 +52,7 @@ class AnthropicMessages(Dialect):
     provider = "anthropic"
     messages_key = "messages"
     vendor = "Anthropic"
+    path_prefix = "/proxy/anthropic/"
 
     def convert(self, body: dict[str, Any], *, messages: bool = True) -> Converted:
         return anthropic_format.request_to_transcript(body, messages=messages)

@@ -75,6 +75,7 @@ class Dialect(ABC):
     provider: ClassVar[str]  # the session's provider (its model profiles)
     messages_key: ClassVar[str]  # the body's field holding the conversation
     vendor: ClassVar[str]  # the vendor as users know it ("Anthropic"), in messages
+    path_prefix: ClassVar[str]  # where its routes are under the proxy ("/proxy/anthropic/")
     # The ``type`` of the 400 said when even the final-turn context does not fit.
     too_large_kind: ClassVar[str] = "invalid_request_error"
     # The proxy keeps its answers (the Responses store, ``services.store``).
@@ -232,6 +233,16 @@ def registered(name: str) -> Dialect:
 
 def all_registered() -> tuple[Dialect, ...]:
     return tuple(_REGISTRY.values())
+
+
+def serving(path: str, default: Dialect) -> Dialect:
+    """The provider API whose routes hold ``path``, for what is said before a route runs
+    (a body over the limit, an unknown path): the first registered (those sharing a
+    prefix share their error shape), ``default`` when none."""
+    for dialect in _REGISTRY.values():
+        if path.startswith(dialect.path_prefix):
+            return dialect
+    return default
 
 
 def relayed_headers(headers: Mapping[str, str]) -> dict[str, str]:

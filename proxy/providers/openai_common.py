@@ -20,6 +20,7 @@ class OpenAIVendor(Dialect):
 
     provider = "openai"
     vendor = "OpenAI"
+    path_prefix = "/proxy/openai/"
     too_large_kind = "context_length_exceeded"
 
     def error_body(self, status: int, message: str, kind: str | None = None) -> dict[str, Any]:
