@@ -31,7 +31,7 @@ from sessions.services import tools as tools_service
 from sessions.services.inputs import ToolData
 
 from . import gate_fields as f
-from .providers import ANTHROPIC, OPENAI, Dialect
+from .providers import ANTHROPIC, Dialect, serving
 
 _NUL_ESCAPE = b"\\u0000"
 
@@ -61,34 +61,14 @@ def read(request: HttpRequest, dialect: Dialect) -> dict[str, Any]:
 
 
 def check(dialect: Dialect, body: dict[str, Any]) -> None:
-    """The dialect's field rules on a parsed body (``gate_fields``).
+    """The dialect's field rules on a parsed body (``Dialect.check_body``).
 
     The history is not walked whole on every call: each message is checked
     to be an object, and the leading ones (what the conversation's id reads)
-    in full; the rest are checked by ``gate_fields.check_messages`` on the
+    in full; the rest are checked by ``Dialect.check_messages`` on the
     part a call converts, before anything is written.
     """
-    if dialect.name == "anthropic":
-        f.envelope(body, ("system", "tools", "messages"), ("max_tokens",))
-        f.anthropic_system(body.get("system"))
-        if body.get("tools") is not None:
-            f.anthropic_tools(body["tools"])
-        messages = _leading(body.get("messages"), "messages")
-        f.anthropic_messages(messages)
-    elif dialect.name == "openai":
-        f.envelope(body, ("tools", "messages"), ("max_tokens", "max_completion_tokens"))
-        if body.get("tools") is not None:
-            f.chat_tools(body["tools"])
-        messages = _leading(body.get("messages"), "messages")
-        f.chat_messages(messages)
-    else:
-        f.envelope(body, ("tools", "input"), ("max_output_tokens",))
-        f.text(body.get("previous_response_id"), "previous_response_id")
-        f.text(body.get("instructions"), "instructions")
-        if body.get("tools") is not None:
-            f.responses_tools(body["tools"])
-        items = body.get("input")
-        f.responses_input(items if type(items) is not list else _leading(items, "input"))
+    dialect.check_body(body)
 
 
 # Digests of client tool lists already found valid: an agent sends the same
@@ -120,14 +100,6 @@ def check_tools(body: dict[str, Any], converted: Converted) -> None:
     _VALID_TOOLS.put(digest, True)
 
 
-def _leading(messages: Any, field: str) -> list[Any]:
-    """All messages checked to be objects; those through the first user message returned
-    for the full rules (the rest are checked where they are converted: only what is new)."""
-    messages = f.listed(messages, field)
-    f.objects(messages, field)
-    return messages[: f.through_first_user(messages)]
-
-
 def refusal(dialect: Dialect, exc: BodyRefused) -> JsonResponse:
     return shaped(dialect, exc.status, exc.message, exc.field)
 
@@ -144,16 +116,6 @@ def shaped(dialect: Dialect, status: int, message: str, field: str) -> JsonRespo
 # --- NUL ------------------------------------------------------------------------
 
 
-def _is_output(dialect: Dialect, parent: dict[str, Any]) -> str | None:
-    """The key of ``parent`` that holds tool output (its text may hold NULs), if any."""
-    if dialect.name == "anthropic":
-        return "content" if parent.get("type") == "tool_result" else None
-    if dialect.name == "openai":
-        return "content" if parent.get("role") == "tool" else None
-    kind = parent.get("type")
-    return "output" if kind in ("function_call_output", "custom_tool_call_output") else None
-
-
 def find_nul(dialect: Dialect, body: Any) -> str | None:
     """The dotted path of the first string holding a NUL, tool output text excepted.
 
@@ -167,7 +129,7 @@ def find_nul(dialect: Dialect, body: Any) -> str | None:
             if NUL in value and not output:
                 return where or "body"
         elif type(value) is dict:
-            exempt = _is_output(dialect, value)
+            exempt = dialect.output_key(value)
             for key, item in value.items():
                 path = f"{where}.{key}" if where else key
                 if NUL in key:
@@ -200,7 +162,7 @@ ASGIApp = Callable[[dict, Callable, Callable], Awaitable[None]]
 
 
 def _dialect_of(path: str) -> Dialect:
-    return OPENAI if path.startswith("/proxy/openai/") else ANTHROPIC
+    return serving(path, ANTHROPIC)
 
 
 async def _refuse_size(send: Callable, dialect: Dialect, limit: int) -> None:

@@ -121,15 +121,12 @@ def through_first_user(messages: list[dict[str, Any]]) -> int:
     return len(messages)
 
 
-def check_messages(dialect: str, messages: list[Any], base: int) -> None:
-    """The message rules on what a call converts (the part of the history that is new);
-    ``base``: the index of ``messages[0]`` in the request. Responses: ``messages`` are units."""
-    if dialect == "anthropic":
-        anthropic_messages(messages, base)
-    elif dialect == "openai":
-        chat_messages(messages, base)
-    else:
-        responses_input([item for unit in messages for item in unit["items"]], base)
+def leading(messages: Any, field: str) -> list[Any]:
+    """All messages checked to be objects; those through the first user message returned
+    for the full rules (the rest are checked where they are converted: only what is new)."""
+    messages = listed(messages, field)
+    objects(messages, field)
+    return messages[: through_first_user(messages)]
 
 
 # --- Anthropic Messages -----------------------------------------------------------
@@ -295,3 +292,8 @@ def responses_input(items: Any, base: int = 0) -> None:
                 _refuse("expected a string or an array of content parts", f"{where}.output")
         name(item.get("id"), f"{where}.id", required=False)
         free_json(item, where)
+
+
+def responses_units(units: list[dict[str, Any]], base: int) -> None:
+    """The item rules on units (``openai_responses.group_units``) a call converts."""
+    responses_input([item for unit in units for item in unit["items"]], base)

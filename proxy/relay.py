@@ -32,8 +32,6 @@ from .services.builtins import max_rounds, without_builtins
 from .services.calls import Prepared, rebuild, rebuild_after_overflow
 from .services.reply import session_record_reply
 from .services.store import stored_response_add
-from .streaming import error_event
-from .streaming_responses import stream_filter
 from .upstream import Unreachable, open_call, read_body
 
 logger = logging.getLogger(__name__)
@@ -218,17 +216,15 @@ def _upstream_body(call: Call, streaming: bool, *, last: bool = False) -> dict[s
     body = call.prepared.body
     if last:
         body = without_builtins(body, call.prepared.runnable)
-    if streaming and call.dialect.name == "openai" and "stream_options" not in body:
-        # The usage arrives in a last chunk only when asked for; a client that
-        # set stream_options gets what it asked for, nothing added.
-        body = {**body, "stream_options": {"include_usage": True}}
-        call.strip_usage = True
+    if streaming:
+        body, asked = call.dialect.streaming_body(body)
+        call.strip_usage = call.strip_usage or asked
     return body
 
 
 async def _store(call: Call, response: Any) -> None:
     """A Responses answer goes into the proxy's store (``services.store``)."""
-    if call.dialect.name != "responses" or not isinstance(response, dict):
+    if not call.dialect.stores_responses or not isinstance(response, dict):
         return
     stored = call.converted.rest.get("store", True) is not False
     await sync_to_async(stored_response_add)(
@@ -263,7 +259,9 @@ def _stream_response(response: httpx.Response, call: Call) -> StreamingHttpRespo
 async def _relay(response: httpx.Response, call: Call) -> AsyncIterator[bytes]:
     """The client's stream: upstream's, or several rounds of it when built-ins are answered."""
     dialect, converted = call.dialect, call.converted
-    relay = stream_filter(call.dialect.name, call.prepared, strip_usage=call.strip_usage)
+    relay = dialect.stream_filter(
+        call.prepared.runnable, call.prepared.final_tool, strip_usage=call.strip_usage
+    )
     rounds, stored = 0, False
     limit = max_rounds(call.prepared.session)
     accumulator = dialect.stream()
@@ -360,13 +358,13 @@ async def _relay(response: httpx.Response, call: Call) -> AsyncIterator[bytes]:
                 call.watch.error(*error_fields(payload, raw))
                 await call.end(200, response.status_code, said, logging.WARNING, streamed=True)
                 error = payload.get("error") if isinstance(payload, dict) else None
-                yield error_event(dialect.name, error or {"message": raw.decode(errors="replace")})
+                yield dialect.error_event(error or {"message": raw.decode(errors="replace")})
                 return
     except Unreachable as exc:
         await record_build(call)
         call.watch.error("unreachable", exc.message)
         await call.end(200, None, exc.message, logging.WARNING, streamed=True)
-        yield error_event(dialect.name, {"type": "api_error", "message": exc.message})
+        yield dialect.error_event({"type": "api_error", "message": exc.message})
     finally:
         pending, call.prepared.record = call.prepared.record, None
         if not stored:

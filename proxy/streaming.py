@@ -258,14 +258,3 @@ def _joined(reports: dict[int, list[str]]) -> list[str]:
 
 def _without(mapping: dict[str, Any], key: str) -> dict[str, Any]:
     return {k: v for k, v in mapping.items() if k != key}
-
-
-def error_event(dialect_name: str, error: dict[str, Any]) -> bytes:
-    """An error inside a stream that has started, in the provider's stream form."""
-    if dialect_name == "anthropic":
-        body = {"type": "error", "error": {"type": error.get("type", "api_error"), **error}}
-        return f"event: error\ndata: {json.dumps(body)}\n\n".encode()
-    if dialect_name == "responses":
-        body = {"type": "error", "code": error.get("code"), "message": error.get("message", "")}
-        return f"event: error\ndata: {json.dumps(body)}\n\n".encode()
-    return f"data: {json.dumps({'error': error})}\n\n".encode()

@@ -18,8 +18,7 @@ from typing import Any
 from contextsvc.engine.providers.sse import SseEvent
 
 from .services.builtins import note_item
-from .services.calls import Prepared
-from .streaming import AnthropicFilter, OpenAIFilter, UsageStrip, frame
+from .streaming import frame
 
 _OPENING = ("response.created", "response.in_progress", "response.queued")
 _ENDING = ("response.completed", "response.incomplete", "response.failed")
@@ -116,17 +115,3 @@ class ResponsesFilter:
             self._out(SseEvent(event=kind), {"type": kind, **data, "sequence_number": 0})
             for kind, data in events
         )
-
-
-def stream_filter(
-    dialect: str, prepared: Prepared, *, strip_usage: bool
-) -> AnthropicFilter | OpenAIFilter | ResponsesFilter | UsageStrip | None:
-    """The filter a stream goes through (None: upstream's bytes go out as they come)."""
-    runnable, final = prepared.runnable, prepared.final_tool
-    if dialect == "responses":
-        return ResponsesFilter(runnable) if runnable else None
-    if not runnable and not final:
-        return UsageStrip() if strip_usage else None
-    if dialect == "anthropic":
-        return AnthropicFilter(runnable, final)
-    return OpenAIFilter(runnable, final, strip_usage=strip_usage)

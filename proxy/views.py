@@ -23,7 +23,7 @@ from contextsvc.errors import ServiceError
 from . import gate
 from .calllog import log_call, logged, upstream_error
 from .pooled import released
-from .providers import ANTHROPIC, OPENAI, Dialect, relayed_headers
+from .providers import ANTHROPIC, OPENAI, Dialect, relayed_headers, serving
 from .relay import Call, forward, json_or_none, record_build
 from .services.caller import NoUpstreamKey, caller_for
 from .services.calls import ContextTooLarge, count_body, prepare
@@ -92,8 +92,7 @@ async def proxy_call(
             converted=converted,
         )
     except ContextTooLarge as exc:
-        kind = "invalid_request_error" if dialect.name == "anthropic" else "context_length_exceeded"
-        return JsonResponse(dialect.error_body(400, str(exc), kind), status=400)
+        return JsonResponse(dialect.error_body(400, str(exc), dialect.too_large_kind), status=400)
     except ServiceError as exc:
         return service_error(dialect, exc)
     except ConversionError as exc:
@@ -235,5 +234,5 @@ async def openai_models(request: HttpRequest) -> HttpResponse:
 
 async def not_found(request: HttpRequest, rest: str = "") -> HttpResponse:
     """An unknown path under /proxy/: a 404 in the shape of the provider the path names."""
-    dialect = OPENAI if request.path.startswith("/proxy/openai/") else ANTHROPIC
+    dialect = serving(request.path, ANTHROPIC)
     return provider_error(dialect, 404, f"Not found: {request.path}")

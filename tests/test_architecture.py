@@ -378,3 +378,73 @@ def test_comments_give_reasons_not_issue_numbers():
             if ISSUE_REFERENCE.search(line):
                 cited.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
     assert cited == []
+
+
+# The provider APIs' names (``proxy.providers``): code outside those modules asks
+# the provider object (``Dialect``) and never switches on which one it holds.
+PROVIDER_MODULES = "proxy.providers"
+PROVIDER_NAMES = {"anthropic", "openai", "responses"}
+
+
+def _names_a_dialect(node: ast.AST) -> bool:
+    """``dialect.name`` / ``call.dialect.name`` / ``self.name`` of a dialect, or a
+    variable holding one's name (``dialect_name``)."""
+    if isinstance(node, ast.Attribute) and node.attr == "name":
+        inner = node.value
+        label = inner.attr if isinstance(inner, ast.Attribute) else getattr(inner, "id", "")
+        return "dialect" in label.lower()
+    return isinstance(node, ast.Name) and "dialect" in node.id.lower()
+
+
+def _is_name_attribute(node: ast.AST) -> bool:
+    return isinstance(node, ast.Attribute) and node.attr == "name"
+
+
+def _provider_switches(tree: ast.AST) -> list[int]:
+    """Lines that compare a provider's name, or look it up in a table of its own."""
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            named = [s for s in sides if isinstance(s, ast.Constant) and s.value in PROVIDER_NAMES]
+            if any(_names_a_dialect(s) for s in sides) or (
+                named and any(_is_name_attribute(s) or _names_a_dialect(s) for s in sides)
+            ):
+                lines.append(node.lineno)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if node.func.attr == "get" and any(_names_a_dialect(a) for a in node.args):
+                lines.append(node.lineno)
+        elif isinstance(node, ast.Subscript) and _names_a_dialect(node.slice):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_only_the_provider_modules_tell_providers_apart():
+    bad = [
+        _where(module, line)
+        for module, path in MODULES.items()
+        if module.startswith("proxy.")
+        and not (module == PROVIDER_MODULES or module.startswith(PROVIDER_MODULES + "."))
+        for line in _provider_switches(ast.parse(path.read_text()))
+    ]
+    assert bad == [], "ask the provider object (proxy.providers.base.Dialect) instead"
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        'if dialect.name == "anthropic": pass',
+        'x = call.dialect.name != "responses"',
+        'x = dialect.name in ("openai", "responses")',
+        'x = dialect_name == "anthropic"',
+        'x = "openai" == self.name',
+        "x = {'anthropic': 1}.get(dialect.name, 2)",
+        "x = TABLE[dialect.name]",
+    ],
+)
+def test_a_provider_switch_is_seen(source):
+    assert _provider_switches(ast.parse(source)) == [1]
+
+
+def test_a_provider_label_is_not_a_switch():
+    assert _provider_switches(ast.parse('log(dialect.name, "x"); t.name in names')) == []

@@ -186,19 +186,25 @@ def strip_openai(response: dict[str, Any], names: set[str]) -> dict[str, Any]:
     return {**response, "choices": choices}
 
 
-def with_note(dialect: str, response: dict[str, Any], note: str) -> dict[str, Any]:
-    """A whole response with the round-limit note at the end of its answer (a text
-    block, the message's text, a message item) and the stop reason of an answer."""
-    if dialect == "anthropic":
-        out = {**response, "content": [*(response.get("content") or ()), _text_block(note)]}
-        if out.get("stop_reason") == "tool_use" and not any(
-            b.get("type") == "tool_use" for b in out["content"]
-        ):
-            out["stop_reason"] = "end_turn"
-        return out
-    if dialect == "responses":
-        item = note_item(note)
-        return {**response, "output": [*(response.get("output") or ()), item]}
+def anthropic_with_note(response: dict[str, Any], note: str) -> dict[str, Any]:
+    """A Messages response with the round-limit note as a last text block, and the stop
+    reason of an answer."""
+    out = {**response, "content": [*(response.get("content") or ()), _text_block(note)]}
+    if out.get("stop_reason") == "tool_use" and not any(
+        b.get("type") == "tool_use" for b in out["content"]
+    ):
+        out["stop_reason"] = "end_turn"
+    return out
+
+
+def responses_with_note(response: dict[str, Any], note: str) -> dict[str, Any]:
+    """A Responses response with the round-limit note as a last message item."""
+    return {**response, "output": [*(response.get("output") or ()), note_item(note)]}
+
+
+def chat_with_note(response: dict[str, Any], note: str) -> dict[str, Any]:
+    """A chat completion with the round-limit note at the end of its message's text, and
+    the finish reason of an answer."""
     choices = []
     for choice in response.get("choices") or ():
         message = dict(choice.get("message") or {})

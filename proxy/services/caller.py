@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from contextsvc.engine import user_agents
-from contextsvc.engine.providers import openai_chat
 from contextsvc.engine.providers.fingerprint import conversation_key
 from contextsvc.errors import Conflict, NotFound, ServiceError, Unauthorized, ValidationFailed
 from contextsvc.ratelimit import count_key
@@ -24,7 +23,6 @@ from sessions.services.delete import session_delete
 from sessions.services.sessions import session_create
 
 from ..providers import Dialect
-from . import responses_body
 from .identity import client_session_id
 
 SESSION_HEADER = "x-contextsvc-session"
@@ -66,7 +64,7 @@ def _credentials(dialect: Dialect, headers: Mapping[str, str]) -> tuple[str, str
 
 def _no_upstream_key(dialect: Dialect) -> str:
     """What a managed-credentials call on a server without the provider's key is told."""
-    vendor = "Anthropic" if dialect.name == "anthropic" else "OpenAI"
+    vendor = dialect.vendor
     setting = dialect.managed_key_setting()
     return (
         f"contextsvc proxy: managed credentials are on for this agent key (it sent no {vendor} "
@@ -105,32 +103,14 @@ def caller_for(dialect: Dialect, headers: Mapping[str, str], *, upstream: bool =
     return Caller(key=key, upstream_key=upstream_key)
 
 
-def client_messages(dialect: Dialect, body: dict[str, Any]) -> list[dict[str, Any]]:
-    """The conversation part of the client's messages (OpenAI's leading system ones are sections)."""
-    if dialect.name == "responses":
-        return responses_body.client_units(body)
-    messages = body["messages"]
-    if dialect.name == "anthropic":
-        return messages
-    lead = 0
-    while lead < len(messages) and messages[lead].get("role") in openai_chat.INSTRUCTION_ROLES:
-        lead += 1
-    return messages[lead:]
-
-
 def session_id(
     key_hash: str, headers: Mapping[str, str], body: dict[str, Any], dialect: Dialect
 ) -> str:
     """The session the call names, or the one derived from its conversation."""
     sid = headers.get(SESSION_HEADER) or client_session_id(headers)
     if not sid:
-        messages = client_messages(dialect, body)
-        if dialect.name == "anthropic":
-            system = body.get("system")
-        elif dialect.name == "responses":
-            system = responses_body.instruction_items(body)
-        else:
-            system = body["messages"][: len(body["messages"]) - len(messages)]
+        messages = dialect.client_messages(body)
+        system = dialect.instructions(body, messages)
         sid = "px_" + conversation_key(agent=key_hash, system=system, messages=messages)
     if not is_session_id(sid):
         raise ValidationFailed("X-Contextsvc-Session is not a valid session id")
@@ -163,7 +143,7 @@ def session_for_call(
     max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
     if isinstance(max_tokens, int) and max_tokens > 0:
         data["max_output_tokens"] = max_tokens
-    data["provider"] = dialect.provider or dialect.name
+    data["provider"] = dialect.provider
     try:
         session = session_create(
             owner=key,

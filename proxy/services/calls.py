@@ -15,8 +15,6 @@ from typing import Any
 from compaction.services.sync import compaction_overflow
 from contextsvc.body_gate import BodyRefused
 from contextsvc.engine.errors import EngineValidationError
-from contextsvc.engine.providers import anthropic as anthropic_format
-from contextsvc.engine.providers import openai_chat
 from contextsvc.engine.providers.common import ConversionError, Converted
 from contextsvc.errors import NotFound, ServiceError
 from prompting.context.build import context_preview
@@ -29,10 +27,8 @@ from sessions.services.inputs import SectionData, ToolData
 from sessions.services.sessions import session_set_sections, session_update
 from sessions.services.tools import session_set_tools
 
-from ..gate_fields import check_messages
 from ..providers import Dialect
 from ..selectors import client_view
-from . import responses_body
 from .account import ClientSide, call_account, client_side
 from .builtins import (
     builtin_tool_data,
@@ -43,16 +39,14 @@ from .caller import (
     Caller,
     caller_and_session,
     caller_for,
-    client_messages,
     discard_if_new,
     session_id,
 )
-from .client_fit import cap_breakpoints, session_follow_tool_search, window_shortfall
+from .client_fit import session_follow_tool_search, window_shortfall
 from .final import final_tool_to_answer
 from .identity import session_for_side_request
 from .sync import (
     Synced,
-    ToTranscript,
     matched,
     plan_client_sync,
     session_sync_client_view,
@@ -86,21 +80,6 @@ class Prepared:
     client: ClientSide | None = None  # the client's request, for the record's account
 
 
-def _to_transcript(dialect: Dialect, lead: int) -> ToTranscript:
-    """The converter ``session_sync_client_view`` applies to a slice of the client's messages."""
-
-    def convert(messages: list[dict[str, Any]], offset: int) -> list[dict[str, Any]]:
-        if dialect.name == "responses":
-            return responses_body.units_to_transcript(messages, offset)  # checks them too
-        if dialect.name == "anthropic":
-            check_messages(dialect.name, messages, offset)
-            return anthropic_format.messages_to_transcript(messages, offset=offset)
-        check_messages(dialect.name, messages, lead + offset)
-        return openai_chat.messages_to_transcript(messages, offset=lead + offset)
-
-    return convert
-
-
 def prepare(
     *,
     dialect: Dialect,
@@ -114,8 +93,8 @@ def prepare(
     the sync converts those its session does not hold. A session is created
     only for a history that converts whole (a refused call creates nothing).
     """
-    messages = client_messages(dialect, body)
-    to_transcript = _to_transcript(dialect, _lead(body, messages))
+    messages = dialect.client_messages(body)
+    to_transcript = dialect.to_transcript(body, messages)
 
     def validate() -> None:
         to_transcript(list(messages), 0)
@@ -135,11 +114,6 @@ def prepare(
         raise
 
 
-def _lead(body: dict[str, Any], messages: list[dict[str, Any]]) -> int:
-    """How many leading messages are Chat Completions' system ones (sections, not history)."""
-    return len(body.get("messages") or ()) - len(messages)
-
-
 def count_body(
     *, dialect: Dialect, headers: Mapping[str, str], body: dict[str, Any], converted: Converted
 ) -> tuple[Caller, dict[str, Any]]:
@@ -155,15 +129,15 @@ def count_body(
         session = session_get(owner=caller.key, external_id=sid)
     except NotFound:
         return caller, body
-    messages = client_messages(dialect, body)
+    messages = dialect.client_messages(body)
     view = client_view(session.pk)
-    _, match = matched(view, messages, _to_transcript(dialect, _lead(body, messages)))
+    _, match = matched(view, messages, dialect.to_transcript(body, messages))
     prefix = match.prefix
     if prefix < match.stored:
         return caller, body
     built = context_preview(session, dialect.fmt)
     final = built.pop("budget")["guard"]["status"] == "final"
-    out = upstream_body(dialect, converted, built, final=final)
+    out = dialect.upstream_body(converted, built, final=final)
     out["messages"] = [*out["messages"], *messages[prefix:]]
     return caller, out
 
@@ -204,7 +178,7 @@ def prepare_call(
     shortfall = window_shortfall(session, body, converted)
     if shortfall is not None:  # before any write: a refused call changes nothing
         raise ContextTooLarge(shortfall)
-    to_transcript = _to_transcript(dialect, _lead(body, messages))
+    to_transcript = dialect.to_transcript(body, messages)
     # Before any write too: converting what is new validates it (a ConversionError).
     plan = plan_client_sync(
         view=client_view(session.pk), messages=messages, to_transcript=to_transcript
@@ -259,7 +233,7 @@ def _build(
             f"prompt is too long: the managed context needs about {budget['estimated_tokens']} "
             f"tokens > {budget['context_window']} maximum, even after compaction"
         )
-    body = upstream_body(dialect, converted, built, final=guard == "final")
+    body = dialect.upstream_body(converted, built, final=guard == "final")
     final_tool = final_tool_to_answer(
         body.get("tools") or (), final_tool_name(session), client_tool_names(converted)
     )
@@ -311,40 +285,3 @@ def rebuild_after_overflow(
     )
     session = read_session(prepared.session.pk)
     return _build(session, dialect, converted, prepared.synced, prepared.runnable, prepared.client)
-
-
-def upstream_body(
-    dialect: Dialect, converted: Converted, built: dict[str, Any], *, final: bool
-) -> dict[str, Any]:
-    """The client's fields with system, messages and tools replaced by the managed context.
-
-    On a final turn the tools are the final-report tool alone (docs/concepts/guard.md#final-turn),
-    so the client's ``tool_choice`` is dropped with its tools.
-    """
-    if dialect.name == "responses":
-        return responses_body.upstream_body(converted, built, final=final)
-    body = dict(converted.rest)
-    if dialect.name == "anthropic" and built.get("system"):
-        body["system"] = built["system"]
-    body["messages"] = built["messages"]
-    tools = list(built.get("tools") or ())
-    for tool in tools:
-        extra = converted.tool_extras.get(_tool_name(tool))
-        if extra and dialect.name == "anthropic":
-            tool.update(extra)
-        elif extra:
-            tool["function"].update(extra.get("function", {}))
-            tool.update(extra.get("tool", {}))
-    if final:
-        body.pop("tool_choice", None)
-    else:
-        tools.extend(converted.other_tools)
-    if tools:
-        body["tools"] = tools
-    else:
-        body.pop("tool_choice", None)
-    return cap_breakpoints(body) if dialect.name == "anthropic" else body
-
-
-def _tool_name(tool: dict[str, Any]) -> str:
-    return tool.get("name") or (tool.get("function") or {}).get("name", "")

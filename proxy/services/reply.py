@@ -20,17 +20,13 @@ from sessions.services.inputs import MessageData
 from sessions.services.usage import session_record_usage
 
 from ..providers import Dialect
-from . import responses_body
 from .builtins import (
     limit_note,
     max_rounds,
     session_run_builtin_calls,
     split_calls,
-    strip_anthropic,
-    strip_openai,
-    with_note,
 )
-from .final import anthropic_as_text, message_as_text, openai_as_text, with_text
+from .final import message_as_text, with_text
 from .sync import Synced, client_view_add_reply
 
 
@@ -67,18 +63,14 @@ def session_record_reply(
     if final_tool:
         reply = replace(reply, message=message_as_text(reply.message, final_tool))
         if response is not None:
-            as_text = anthropic_as_text if dialect.name == "anthropic" else openai_as_text
-            response = as_text(response, final_tool)
+            response = dialect.final_as_text(response, final_tool)
     ours, theirs = split_calls(reply.message.get("tool_calls") or (), runnable)
     if reply.incomplete:
         ours = []
     note = None
     if ours and not theirs and last_round:
         note = limit_note(max_rounds(session), ours)
-        content = reply.message.get("content")
-        if dialect.name == "anthropic" and isinstance(content, str) and content.strip():
-            content = [{"type": "text", "text": content}]  # the note is a block of its own
-        content = with_text(content, note)
+        content = with_text(dialect.noted_content(reply.message.get("content")), note)
         reply = replace(reply, message={**reply.message, "content": content})
     message: dict[str, Any] = dict(reply.message)
     if reply.incomplete:
@@ -104,12 +96,9 @@ def session_record_reply(
         if has_content and not reply.incomplete and not again:
             hidden = {c["name"] for c in ours}
             if hidden and response is not None:
-                strip = {"anthropic": strip_anthropic, "responses": responses_body.strip_calls}.get(
-                    dialect.name, strip_openai
-                )
-                shown = strip(response, hidden)
+                shown = dialect.strip_calls(response, hidden)
             if note and shown is not None:
-                shown = with_note(dialect.name, shown, note)
+                shown = dialect.with_note(shown, note)
             seen = Reply(
                 message={**reply.message, "tool_calls": theirs} if theirs else _no_calls(reply),
                 usage=reply.usage,
@@ -127,7 +116,7 @@ def _trace_call(session: Session, dialect: Dialect, reply: Reply, started_ns: in
         return
     attributes: dict[str, Any] = {
         **telemetry.session_attributes(session, "chat"),
-        telemetry.PROVIDER: "anthropic" if dialect.name == "anthropic" else "openai",
+        telemetry.PROVIDER: dialect.provider,
         telemetry.RESPONSE_MODEL: reply.model,
         telemetry.RESPONSE_ID: reply.id,
         "gen_ai.response.finish_reasons": [reply.stop_reason] if reply.stop_reason else None,

@@ -14,7 +14,7 @@ from typing import Any
 from contextsvc.engine.providers import openai_responses
 from contextsvc.engine.providers.common import Converted, Reply
 
-from ..gate_fields import check_messages
+from ..gate_fields import responses_units
 from .compaction_token import expanded_summary
 
 # The proxy asks upstream for this when the client reasons and the proxy stores:
@@ -41,7 +41,7 @@ def units_to_transcript(
 
     ``summary``: the session's own (in the context's preamble already, so not repeated).
     """
-    check_messages("responses", units, offset)
+    responses_units(units, offset)
     return openai_responses.units_to_transcript(
         units, offset=offset, expand=lambda item: expanded_summary(item, summary)
     )
