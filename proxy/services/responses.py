@@ -60,10 +60,12 @@ def session_sync_responses(
     headers: Mapping[str, str],
     body: dict[str, Any],
     converted: Converted,
+    units: list[dict[str, Any]] | None = None,
 ) -> tuple[Caller, Session, Synced]:
-    """Caller (counted against its rate limits), session and sync, without the build."""
+    """Caller (counted against its rate limits), session and sync, without the build.
+    ``units``: the body's (``client_units``), when the caller has them already."""
     previous = body.get("previous_response_id")
-    units = client_units(body)
+    units = client_units(body) if units is None else units
     if previous is not None:
         caller = caller_for(dialect, headers)
         if not isinstance(previous, str) or not previous:
@@ -118,12 +120,11 @@ def prepare_responses(
     converted: Converted,
 ) -> tuple[Caller, Prepared]:
     """Caller, session, sync and build for ``POST /responses``."""
+    units = client_units(body)  # grouped once: the sync's and the account's
     caller, session, synced = session_sync_responses(
-        dialect=dialect, headers=headers, body=body, converted=converted
+        dialect=dialect, headers=headers, body=body, converted=converted, units=units
     )
-    client = client_side(
-        body=body, messages=len(client_units(body)), synced=synced, session=session
-    )
+    client = client_side(body=body, messages=len(units), synced=synced, session=session)
     runnable = runnable_names(session, converted)
     return caller, _build(session, dialect, converted, synced, runnable, client)
 
