@@ -92,7 +92,8 @@ class Watch:
         }
 
 
-def _write(call_id: int | None, session_pk: int, values: dict[str, Any]) -> None:
+def write_outcome(call_id: int | None, session_pk: int, values: dict[str, Any]) -> None:
+    """``outcome_record`` from a thread of the caller's (logged, never raised)."""
     try:
         call_outcome_record(call_id=call_id, session_pk=session_pk, values=values)
     except Exception:
@@ -102,4 +103,4 @@ def _write(call_id: int | None, session_pk: int, values: dict[str, Any]) -> None
 
 
 async def outcome_record(call_id: int | None, session_pk: int, values: dict[str, Any]) -> None:
-    await sync_to_async(_write)(call_id, session_pk, values)
+    await sync_to_async(write_outcome)(call_id, session_pk, values)

@@ -12,7 +12,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,13 +20,12 @@ import httpx
 from asgiref.sync import sync_to_async
 from django.http import HttpResponse, StreamingHttpResponse
 
-from contextsvc.engine.providers.common import ConversionError, Reply
+from contextsvc.engine.providers.common import ConversionError
 from contextsvc.engine.providers.sse import SseParser
-from sessions.models import Session
 
 from .calllog import error_fields, log_call, logged, upstream_error
+from .closing import record_closing, write_record
 from .outcome import Watch, outcome_record
-from .pooled import release_connections
 from .providers import Dialect, relayed_headers
 from .services.builtins import max_rounds, without_builtins
 from .services.calls import Prepared, rebuild, rebuild_after_overflow
@@ -87,16 +86,6 @@ def _ours(response: HttpResponse | StreamingHttpResponse, prepared: Prepared) ->
     response[GUARD_HEADER] = prepared.guard
 
 
-def _write_record(record: Callable[[], int | None], session: str) -> int | None:
-    try:
-        return record()
-    except Exception:
-        logger.exception("proxy: could not record the build of session %s", session)
-        return None
-    finally:
-        release_connections()
-
-
 async def record_build(call: Call) -> None:
     """Write the record of the build just forwarded (``Prepared.record``), once.
 
@@ -107,34 +96,7 @@ async def record_build(call: Call) -> None:
     record, call.prepared.record = call.prepared.record, None
     if record is not None:
         session = call.prepared.session.external_id
-        call.record_id = await sync_to_async(_write_record)(record, session)
-
-
-def _record_closing(
-    session: Session,
-    dialect: Dialect,
-    reply: Reply,
-    final_tool: str | None,
-    started_ns: int,
-    record: Callable[[], int | None] | None = None,
-) -> None:
-    """Store a reply from outside the request's thread (the build's record first, if
-    not written yet), then close that thread's connections."""
-    if record is not None:
-        _write_record(record, session.external_id)
-    try:
-        session_record_reply(
-            session=session,
-            dialect=dialect,
-            reply=reply,
-            response=None,
-            final_tool=final_tool,
-            started_ns=started_ns,
-        )
-    except Exception:
-        logger.exception("proxy: could not store the reply of session %s", session.external_id)
-    finally:
-        release_connections()
+        call.record_id = await sync_to_async(write_record)(record, session)
 
 
 async def forward(call: Call) -> HttpResponse | StreamingHttpResponse:
@@ -369,16 +331,27 @@ async def _relay(response: httpx.Response, call: Call) -> AsyncIterator[bytes]:
         pending, call.prepared.record = call.prepared.record, None
         if not stored:
             call.log(200, response.status_code, "the stream ended early: what arrived is stored")
+            # docs/proxy.md#failed-calls: the client went away; not the model's failure.
+            closed = call.watch.values(
+                client=200, upstream=response.status_code, cut=not call.watch.ended, streamed=True
+            )
+            closed.update(
+                error_type=closed["error_type"] or "client_closed",
+                error_message=closed["error_message"]
+                or f"the client closed the stream after {call.watch.events} events",
+                failed=bool(call.watch.error_type) or response.status_code >= 300,
+            )
             # A client disconnect cancels the relay: store what arrived, whatever
             # happens to this task (a thread of its own, not the request's).
             record = asyncio.ensure_future(
-                sync_to_async(_record_closing, thread_sensitive=False)(
+                sync_to_async(record_closing, thread_sensitive=False)(
                     call.prepared.session,
                     dialect,
                     accumulator.result(),
                     call.prepared.final_tool,
                     call.started_ns,
                     pending,
+                    (call.record_id, closed),
                 )
             )
             try:

@@ -17,7 +17,7 @@ import openai
 import pytest
 
 from fakes.streams import ScriptedReply
-from sessions.models import Message, UsageReport
+from sessions.models import ContextCall, Message, Session, UsageReport
 from tests.live_server import database_url
 from tests.proxy.conftest import PROXY_DB, UPSTREAM_KEY
 from tests.proxy.server import proxy_server
@@ -130,3 +130,14 @@ def test_a_client_disconnect_stores_what_arrived_marked_incomplete(
     )
     assert "word" in json.dumps(stored.content)
     assert '"incomplete": true' in json.dumps(stored.parts)
+    # docs/proxy.md#failed-calls: the call's record says the client closed the stream,
+    # after how many events; the model did not fail, so it is not counted as failed.
+    call = wait_for(
+        lambda: ContextCall.objects.filter(
+            session__external_id="ses_live3", client_status__isnull=False
+        ).first()
+    )
+    assert (call.client_status, call.upstream_status, call.stream_cut) == (200, 200, True)
+    assert call.error_type == "client_closed" and not call.failed
+    assert call.stream_events and f"after {call.stream_events} events" in call.error_message
+    assert Session.objects.get(external_id="ses_live3").failed_calls == 0
