@@ -1,7 +1,9 @@
 """The stream filter of the Responses dialect: built-in calls left out of what the client sees.
 
 As ``streaming`` does for the other two: the events of an output item that
-calls a built-in tool are dropped, the other items are renumbered
+calls a built-in tool are dropped, a call to the final report (on a final
+turn, when the client has no tool of that name) goes out as an assistant
+message with the report's text (``final.report_item``), the other items are renumbered
 (``output_index``) so that several upstream rounds read as one response,
 ``sequence_number`` counts the events the client gets, and the events that
 end a response (``response.completed`` / ``.incomplete`` / ``.failed``) are
@@ -18,6 +20,7 @@ from typing import Any
 from contextsvc.engine.providers.sse import SseEvent
 
 from .services.builtins import note_item
+from .services.final import report_item
 from .streaming import frame
 
 _OPENING = ("response.created", "response.in_progress", "response.queued")
@@ -25,8 +28,9 @@ _ENDING = ("response.completed", "response.incomplete", "response.failed")
 
 
 class ResponsesFilter:
-    def __init__(self, runnable: frozenset[str]) -> None:
+    def __init__(self, runnable: frozenset[str], final: str | None = None) -> None:
         self.runnable = runnable
+        self.report = final  # the final-report tool the proxy answers as text
         self.rounds = 0
         self.sequence = 0
         self.shown: list[dict[str, Any]] = []
@@ -34,6 +38,7 @@ class ResponsesFilter:
         self._next = 0  # the client's next output_index, counted across rounds
         self._map: dict[int, int] = {}
         self._hidden: set[int] = set()
+        self._reports: set[int] = set()  # final-report calls, shown as messages when done
         self._held: list[tuple[SseEvent, dict[str, Any]]] = []
         self.response_id: str | None = None  # the first round's: the one response the client sees
         self.final: dict[str, Any] | None = None
@@ -67,10 +72,19 @@ class ResponsesFilter:
             item = data.get("item") or {}
             if item.get("type") == "function_call" and item.get("name") in self.runnable:
                 self._hidden.add(index)
+            elif (
+                item.get("type") == "function_call"
+                and self.report
+                and item.get("name") == self.report
+            ):
+                self._reports.add(index)
             elif index not in self._map:
                 self._map[index] = self._next
                 self._next += 1
                 self.shown_calls += item.get("type") == "function_call"
+        if index in self._reports:
+            done = kind == "response.output_item.done"
+            return self._message_events(report_item(data.get("item") or {})) if done else b""
         if index in self._hidden:
             return b""
         shown_index = self._map.get(index, index)
@@ -81,11 +95,11 @@ class ResponsesFilter:
     def end_round(self, *, again: bool, note: str | None = None) -> bytes:
         """The held end of the response, unless upstream is asked again."""
         held, self._held = self._held, []
-        self._map, self._hidden = {}, set()
+        self._map, self._hidden, self._reports = {}, set(), set()
         self.rounds += 1
         if again:
             return b""
-        out = [self._note_events(note)] if note else []
+        out = [self._message_events(note_item(note))] if note else []
         for event, data in held:
             response = data.get("response")
             if isinstance(response, dict):
@@ -96,17 +110,17 @@ class ResponsesFilter:
             out.append(self._out(event, data))
         return b"".join(out)
 
-    def _note_events(self, note: str) -> bytes:
-        """The note as one assistant message item, in the events a message streams as."""
-        item = note_item(note)
+    def _message_events(self, item: dict[str, Any]) -> bytes:
+        """An assistant message item (a note, a report), in the events a message streams as."""
         index, self._next = self._next, self._next + 1
         part = item["content"][0]
+        text = part["text"]
         at = {"output_index": index, "item_id": item["id"], "content_index": 0}
         events: list[tuple[str, dict[str, Any]]] = [
             ("response.output_item.added", {"output_index": index, "item": {**item, "status": "in_progress", "content": []}}),
             ("response.content_part.added", {**at, "part": {**part, "text": ""}}),
-            ("response.output_text.delta", {**at, "delta": note}),
-            ("response.output_text.done", {**at, "text": note}),
+            ("response.output_text.delta", {**at, "delta": text}),
+            ("response.output_text.done", {**at, "text": text}),
             ("response.content_part.done", {**at, "part": part}),
             ("response.output_item.done", {"output_index": index, "item": item}),
         ]  # fmt: skip

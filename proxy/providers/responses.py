@@ -19,7 +19,7 @@ from contextsvc.engine.providers.openai_responses_reply import ResponsesStream
 from .. import gate_fields as f
 from ..services import responses_body
 from ..services.builtins import responses_with_note
-from ..services.final import openai_as_text
+from ..services.final import responses_as_text
 from ..streaming_responses import ResponsesFilter
 from .base import ToTranscript, register
 from .openai_common import OpenAIVendor
@@ -97,14 +97,13 @@ class Responses(OpenAIVendor):
     def stream_filter(
         self, runnable: frozenset[str], final: str | None, *, strip_usage: bool
     ) -> ResponsesFilter | None:
-        return ResponsesFilter(runnable) if runnable else None
+        return ResponsesFilter(runnable, final) if runnable or final else None
 
     def client_message(self, reply: Reply, response: dict[str, Any] | None) -> dict[str, Any]:
         return responses_body.client_message(reply, response)
 
     def final_as_text(self, response: dict[str, Any], name: str) -> dict[str, Any]:
-        # Kept as it was: the Chat Completions rewrite (it reads ``choices``).
-        return openai_as_text(response, name)
+        return responses_as_text(response, name)
 
     def strip_calls(self, response: dict[str, Any], names: set[str]) -> dict[str, Any]:
         return responses_body.strip_calls(response, names)

@@ -9,6 +9,7 @@ whole (here) or streamed (``proxy.streaming``).
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterable
 from typing import Any
@@ -94,3 +95,33 @@ def openai_as_text(response: dict[str, Any], name: str) -> dict[str, Any]:
                 choice["finish_reason"] = "stop"
         choices.append(choice)
     return {**response, "choices": choices}
+
+
+def report_item(call: dict[str, Any]) -> dict[str, Any]:
+    """A Responses ``function_call`` item of the final report as an assistant message item.
+
+    Its id comes from the call's: the stream's filter and the whole answer make
+    the same item, so the client's echo of it matches (``client_message``).
+    """
+    key = str(call.get("call_id") or call.get("id") or call.get("arguments") or "")
+    text = report_text(call.get("arguments"))
+    return {
+        "type": "message",
+        "id": f"msg_report_{hashlib.sha256(key.encode()).hexdigest()[:24]}",
+        "status": "completed",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
+
+
+def responses_as_text(response: dict[str, Any], name: str) -> dict[str, Any]:
+    """A Responses answer with its ``function_call`` items of ``name`` turned into messages."""
+    output = [
+        report_item(item)
+        if isinstance(item, dict)
+        and item.get("type") == "function_call"
+        and item.get("name") == name
+        else item
+        for item in response.get("output") or ()
+    ]
+    return {**response, "output": output}

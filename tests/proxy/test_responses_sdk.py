@@ -10,6 +10,7 @@ from asgiref.sync import async_to_sync
 
 from fakes.streams import ScriptedReply, tool_call
 from sessions.models import Message, Session, UsageReport
+from sessions.status import session_mark_final
 from tests.proxy import responses_fixtures
 from tests.proxy.conftest import PROXY_DB, UPSTREAM_KEY
 from tests.proxy.responses_fixtures import asgi_responses
@@ -152,3 +153,43 @@ def test_store_previous_response_id_get_and_delete(fake_responses, alice_key, bo
     assert "I am Ann." in texts and "Hello Ann." in texts and "What is my name?" in texts
     session = Message.objects.get(content="What is my name?").session
     assert roles(session.external_id) == ["user", "assistant", "user", "assistant"]
+
+
+def test_a_final_report_call_reaches_the_responses_client_as_a_message(fake_responses, alice_key):
+    """docs/concepts/guard.md#final-turn: on a final turn the client, which has no final-report
+    tool, gets the report as an assistant message, whole and streamed; the stored reply and
+    the client's echo of it agree (no divergence)."""
+    report = "Fixed app.py; the tests of b.py remain."
+    fake = fake_responses
+    items: list = [{"role": "user", "content": "fix app.py"}]
+
+    async def call(stream: bool):
+        client = asgi_responses(alice_key[1], session="ses_rs_final")
+        if not stream:
+            return await client.responses.create(model=MODEL, input=items, tools=TOOLS, store=False)
+        events = []
+        async with client.responses.stream(model=MODEL, input=items, tools=TOOLS, store=False) as s:
+            async for event in s:
+                events.append(event.type)
+            return events, await s.get_final_response()
+
+    first = async_to_sync(call)(False)
+    items += [*[o.model_dump(exclude_none=True) for o in first.output],
+              {"role": "user", "content": "go on"}]  # fmt: skip
+    session_mark_final(session=Session.objects.get(external_id="ses_rs_final"), reason="context")
+    fake.script(ScriptedReply(tool_calls=[tool_call("final_report", {"report": report})]))
+    whole = async_to_sync(call)(False)
+    assert [o.type for o in whole.output] == ["message"] and whole.output_text == report
+    items += [*[o.model_dump(exclude_none=True) for o in whole.output],
+              {"role": "user", "content": "and?"}]  # fmt: skip
+    fake.script(ScriptedReply(tool_calls=[tool_call("final_report", {"report": report})]))
+    kinds, streamed = async_to_sync(call)(True)
+    assert "response.function_call_arguments.delta" not in kinds
+    assert [o.type for o in streamed.output] == ["message"] and streamed.output_text == report
+    last = Message.objects.filter(session__external_id="ses_rs_final", role="assistant").latest(
+        "seq"
+    )
+    assert not last.tool_calls
+    assert not Message.objects.filter(
+        session__external_id="ses_rs_final", content__contains="client's history changed"
+    ).exists()
