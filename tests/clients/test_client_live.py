@@ -262,20 +262,18 @@ def test_the_async_client_does_the_same_round_trip(live_service):
 def test_context_purpose_decides_what_is_a_priced_call(live_service):
     """docs/api.md#context-purpose: a look is free, a build a model takes is a call."""
 
-    def calls(sid: str) -> list[dict]:
-        response = httpx.get(
-            f"{live_service.url}/api/v1/sessions/{sid}/calls",
-            headers={"Authorization": f"Bearer {live_service.key}"},
-        )
-        assert response.status_code == 200, response.text
-        return response.json()["items"]
-
     with Client(live_service.url, live_service.key) as client:
         session = client.create_session("claude-sonnet-4-5", agent="client-purpose", **WINDOW)
         session.append([{"role": "user", "content": "list the files"}])
         session.context("raw")
         session.context("anthropic", purpose="read")
-        assert calls(session.id) == []
+        assert session.calls()["items"] == []
         session.context("anthropic", purpose="call")
-        [call] = calls(session.id)
+        [call] = session.calls()["items"]
         assert call["cost_basis"] == "estimated" and call["cost_usd"] > 0
+        # One record, with what it sent message by message (a REST build: no client side).
+        one = session.call(call["id"])
+        assert one["id"] == call["id"] and one["account"]["client"] is None
+        assert one["account"]["messages"] == [{"from": 1, "to": 1, "as": "kept", "count": 1}]
+        with pytest.raises(NotFoundError):
+            session.call(call["id"] + 1000)

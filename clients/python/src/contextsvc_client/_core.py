@@ -227,6 +227,16 @@ def usage_call(sid: str, report: Mapping[str, Any]) -> Call:
     return Call("POST", f"/sessions/{_sid(sid)}/usage", json=_drop_none(report), idempotent=False)
 
 
+def calls_call(sid: str, *, cursor: int | None, limit: int) -> Call:
+    return Call(
+        "GET", f"/sessions/{_sid(sid)}/calls", params=_drop_none({"cursor": cursor, "limit": limit})
+    )
+
+
+def call_call(sid: str, call_id: int) -> Call:
+    return Call("GET", f"/sessions/{_sid(sid)}/calls/{int(call_id)}")
+
+
 # --- compaction -------------------------------------------------------------------------
 
 

@@ -23,6 +23,8 @@ from ._core import (
     UploadData,
     append_call,
     budget_call,
+    call_call,
+    calls_call,
     compact_call,
     context_call,
     create_session_call,
@@ -248,6 +250,14 @@ class SessionOps(RefOps[JsonR], Generic[ClientT, JsonR, NoneR]):
             input_tokens, output_tokens, cache_creation_tokens, cache_read_tokens, through_seq
         )
         return self._run(usage_call(self.id, fields), _as_json)
+
+    def calls(self, *, cursor: int | None = None, limit: int = 50) -> JsonR:
+        """The session's call records, newest first: ``{"items", "next_cursor"}``."""
+        return self._run(calls_call(self.id, cursor=cursor, limit=limit), _as_json)
+
+    def call(self, call_id: int) -> JsonR:
+        """One call's record with its ``account``: the client's request beside what was sent."""
+        return self._run(call_call(self.id, call_id), _as_json)
 
     def compact(
         self,
