@@ -274,6 +274,7 @@ def list_builtin_tools(request: ApiRequest) -> dict[str, Any]:
     return {
         "anthropic": [builtin_tools.as_format(t, "anthropic") for t in defs],
         "openai": [builtin_tools.as_format(t, "openai") for t in defs],
+        "gemini": [builtin_tools.as_format(t, "gemini") for t in defs],
     }
 
 

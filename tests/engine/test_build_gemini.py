@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from contextsvc.engine.build import ContextParts, build_request
 from contextsvc.engine.messages import Message, PromptSection, ToolCall, ToolDef
+from contextsvc.engine.summary_prefix import prefix_body
 from fakes.gemini_rules import validate
 from tests.engine.test_wellformed_property import parts_for
 from tests.fakes.transcripts import windows
@@ -104,3 +105,17 @@ def test_layout_system_history_tools_tail_and_no_markers():
     }
     assert reminder["text"].endswith("Be careful.") and reminder["text"].startswith("[System")
     assert contents[-1]["parts"] == [{"text": "[context: 10% used]"}, {"text": "Finish now."}]
+
+
+def test_a_summary_call_in_gemini_form_allows_no_function_call():
+    parts = ContextParts(
+        model="gemini-2.5-flash",
+        max_output_tokens=100,
+        messages=[Message(role="user", content="Fix it", seq=1)],
+        tools=[ToolDef(name="bash")],
+    )
+    body = prefix_body("gemini", parts, "Summarise <summary>", "gemini-2.5-flash", 200)
+    validate(body)
+    assert body["toolConfig"] == {"functionCallingConfig": {"mode": "NONE"}}
+    assert "tool_choice" not in body
+    assert body["contents"][-1]["parts"][-1] == {"text": "Summarise <summary>"}

@@ -148,3 +148,18 @@ def test_export_in_gemini_contents(alice, make_session):
     assert response.status_code == 200
     lines = [json.loads(line) for line in b"".join(response.streaming_content).splitlines()]
     assert lines == CONTENTS
+
+
+def test_builtin_tools_are_listed_as_function_declarations(alice):
+    body = alice.get("tools").json()
+    anthropic = {t["name"]: t for t in body["anthropic"]}
+    gemini = {t["name"]: t for t in body["gemini"]}
+    assert gemini.keys() == anthropic.keys()
+    for name, tool in gemini.items():
+        assert tool["parametersJsonSchema"] == anthropic[name]["input_schema"]
+    validate(
+        {
+            "contents": [{"role": "user", "parts": [{"text": "hi"}]}],
+            "tools": [{"functionDeclarations": list(gemini.values())}],
+        }
+    )
