@@ -156,6 +156,23 @@ def test_a_reply_and_the_next_request_make_the_same_id():
     assert reply.message["tool_calls"][0]["id"] == request.messages[1]["tool_calls"][0]["id"]
 
 
+def test_a_response_with_the_clients_own_id_answers_the_id_less_call():
+    # Gemini CLI makes up an id for a call the API sent without one, on its response only.
+    contents = [
+        {"role": "user", "parts": [{"text": "go"}]},
+        {"role": "model", "parts": [{"functionCall": {"name": SHELL, "args": {}}}]},
+        {
+            "role": "user",
+            "parts": [
+                {"functionResponse": {"id": "cli-1", "name": SHELL, "response": {"output": "ok"}}}
+            ],
+        },
+    ]
+    messages = gemini.contents_to_transcript(copy.deepcopy(contents))
+    assert messages[2]["tool_call_id"] == messages[1]["tool_calls"][0]["id"]
+    assert contents_from_transcript(messages) == contents
+
+
 def test_an_id_less_response_pairs_with_a_call_appended_before():
     call_id = "gemini_abc"
     contents = [{"role": "user", "parts": [{"functionResponse": {"name": SHELL, "response": {}}}]}]

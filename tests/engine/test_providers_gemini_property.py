@@ -3,7 +3,8 @@ for the API they pass the fake Gemini server's checks.
 
 Generated conversations as a Gemini client holds them: text, images and
 other parts, thought parts with signatures, calls with and without ids (the
-same call repeated, several in a turn), each answered in the next user turn
+same call repeated, several in a turn; responses with the client's own id for
+an id-less call, as Gemini CLI sends), each answered in the next user turn
 by output, error or JSON responses, sometimes followed by user text.
 """
 
@@ -64,6 +65,8 @@ def conversations(draw) -> list[dict]:
                 response = {"name": function["name"], "response": draw(RESULT)}
                 if "id" in function:
                     response["id"] = function["id"]
+                elif draw(st.booleans()):  # Gemini CLI's own id for a call sent without one
+                    response["id"] = f"{function['name']}-{turn}-{draw(st.integers(0, 9))}"
                 answers.append({"functionResponse": response})
             extra = draw(st.lists(USER_PART, max_size=1))
             contents.append({"role": "user", "parts": answers + extra})

@@ -21,7 +21,8 @@ start with ``gemini_`` so no other converter reads them):
   still unanswered. A reply and the next request that carries it back make the
   same id even when the client compressed its history in between, which a
   position could not promise. A ``functionResponse`` without ``id`` answers the
-  oldest open call of its name. Made-up ids are not sent back (meta).
+  oldest open call of its name; one with an id no open call has, the oldest
+  id-less call of its name (``OpenCalls``). Made-up ids are not sent back (meta).
 - A ``functionResponse``'s ``response`` object is the tool message's text: the
   value of its one ``output`` (or ``error``, flagged as such) key when that is
   a string, else the object as JSON; the way back rebuilds the same object.
@@ -46,6 +47,7 @@ from .gemini_contents import contents_from_transcript
 
 MANAGED_FIELDS = ("contents", "systemInstruction", "system_instruction", "tools")
 ROLES = ("user", "model")
+MADE_PREFIX = "gemini_"  # ids made up for calls sent without one (``made_call_id``)
 _IMAGE_PREFIX = "image/"
 _DECLARATION_KEYS = {"name", "description", "parameters", "parametersJsonSchema"}
 
@@ -172,7 +174,7 @@ def tools_from_defs(
 def made_call_id(name: str, args: Any, open_ids: Sequence[str]) -> str:
     """A stable id for a call sent without one (module doc): hash, then a free suffix."""
     canon = json.dumps([name, args], sort_keys=True, ensure_ascii=False, default=str)
-    base = "gemini_" + hashlib.sha256(canon.encode()).hexdigest()[:12]
+    base = MADE_PREFIX + hashlib.sha256(canon.encode()).hexdigest()[:12]
     candidate, n = base, 1
     while candidate in open_ids:
         n += 1
@@ -181,25 +183,38 @@ def made_call_id(name: str, args: Any, open_ids: Sequence[str]) -> str:
 
 
 class OpenCalls:
-    """Calls waiting for their ``functionResponse``, in order: pairs results by id or by name."""
+    """Calls waiting for their ``functionResponse``, in order: pairs results by id or by name.
+
+    A response without an id answers the oldest open call of its name. A
+    response whose id no open call has answers the oldest open call of its
+    name that came without an id: Gemini CLI makes up ids for the calls the
+    API sends without one, and sends them on its responses only.
+    """
 
     def __init__(self) -> None:
-        self.calls: list[tuple[str, str]] = []  # (id, name)
+        self.calls: list[tuple[str, str, bool]] = []  # (id, name, id made up here)
 
     def ids(self) -> list[str]:
-        return [call_id for call_id, _ in self.calls]
+        return [call[0] for call in self.calls]
 
-    def open(self, call_id: str, name: str) -> None:
-        self.calls.append((call_id, name))
+    def open(self, call_id: str, name: str, *, made: bool = False) -> None:
+        self.calls.append((call_id, name, made))
 
     def answer(self, call_id: str | None, name: str) -> str | None:
-        for k, (open_id, open_name) in enumerate(self.calls):
-            if (call_id is not None and open_id == call_id) or (
-                call_id is None and open_name == name
-            ):
-                del self.calls[k]
-                return open_id
-        return call_id
+        """The id of the call this response answers (now closed), else ``call_id``."""
+        k = next((k for k, c in enumerate(self.calls) if c[0] == call_id), None)
+        if k is None:
+            k = next(
+                (
+                    k
+                    for k, (_, open_name, made) in enumerate(self.calls)
+                    if open_name == name and (call_id is None or made)
+                ),
+                None,
+            )
+        if k is None:
+            return call_id
+        return self.calls.pop(k)[0]
 
 
 def add_meta(content: Any, extra: dict[str, Any]) -> Any:
@@ -250,7 +265,8 @@ def contents_to_transcript(
     """
     out: list[dict[str, Any]] = []
     calls = OpenCalls()
-    calls.calls.extend(open_calls)
+    for call_id, name in open_calls:
+        calls.open(call_id, name, made=call_id.startswith(MADE_PREFIX))
     for i, content in enumerate(contents, offset):
         path = f"contents.{i}"
         if not isinstance(content, dict):
@@ -298,7 +314,7 @@ def model_to_transcript(
         args = call.get("args") if isinstance(call.get("args"), dict) else {}
         given = call.get("id") if isinstance(call.get("id"), str) and call.get("id") else None
         call_id = given or made_call_id(name, args, calls.ids())
-        calls.open(call_id, name)
+        calls.open(call_id, name, made=given is None)
         tool_calls.append({"id": call_id, "name": name, "arguments": args})
         kept: dict[str, Any] = {}
         if given is None:
@@ -364,6 +380,8 @@ def tool_message(
         meta["gemini_json"] = True
     if given is None:
         meta["gemini_made_id"] = True
+    elif given != call_id:  # the client's own id for a call sent without one
+        meta["gemini_response_id"] = given
     if extra := {k: v for k, v in response.items() if k not in ("name", "id", "response")}:
         meta["gemini_response"] = extra
     if extra := {k: v for k, v in part.items() if k != "functionResponse"}:

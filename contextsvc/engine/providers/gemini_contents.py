@@ -76,7 +76,9 @@ def message_turn(message: dict[str, Any], *, strict: bool = False) -> tuple[dict
     parts: list[dict[str, Any]] = []
     if role == "tool":
         response: dict[str, Any] = {"name": message.get("name") or ""}
-        if not meta.get("gemini_made_id"):
+        if "gemini_response_id" in meta:
+            response["id"] = meta["gemini_response_id"]
+        elif not meta.get("gemini_made_id"):
             response["id"] = message["tool_call_id"]
         response["response"] = _response_object(_text_of(content), meta)
         response.update(meta.get("gemini_response", {}))
