@@ -143,11 +143,11 @@ def put_tools(request: ApiRequest, sid: str, payload: list[ToolDefIn]) -> dict[s
 
 
 class AppendQuery(Schema):
-    format: Literal["anthropic", "openai", "responses"] | None = Field(
+    format: Literal["anthropic", "openai", "responses", "gemini"] | None = Field(
         None,
         description="Post messages as the agent holds them for this provider (default: "
         "the service's own shape): Anthropic Messages, OpenAI Chat Completions messages, "
-        "or OpenAI Responses input items",
+        "OpenAI Responses input items, or Gemini contents",
     )
 
 
@@ -162,7 +162,7 @@ def post_messages(
     nul.reject_in_text(idempotency_key, "Idempotency-Key")
     session = _session(request, sid)
     if q.format is not None:
-        messages = native_messages(q.format, payload.messages)
+        messages = native_messages(q.format, payload.messages, session.open_tool_calls)
     else:
         messages = cast(list[MessageData], [m.model_dump() for m in payload.messages])
     # Pre-rendered like the context: the hot path skips re-validating its own
@@ -274,6 +274,7 @@ def list_builtin_tools(request: ApiRequest) -> dict[str, Any]:
     return {
         "anthropic": [builtin_tools.as_format(t, "anthropic") for t in defs],
         "openai": [builtin_tools.as_format(t, "openai") for t in defs],
+        "gemini": [builtin_tools.as_format(t, "gemini") for t in defs],
     }
 
 

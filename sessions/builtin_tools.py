@@ -24,6 +24,12 @@ def definitions() -> list[ToolDef]:
 
 
 def as_format(tool: ToolDef, fmt: str) -> dict[str, Any]:
+    if fmt == "gemini":  # a ``functionDeclarations`` entry
+        return {
+            "name": tool.name,
+            "description": tool.description,
+            "parametersJsonSchema": tool.input_schema,
+        }
     if fmt == "openai":
         return {
             "type": "function",

@@ -169,7 +169,7 @@ class MessageIn(In):
 
 
 # ``?format=`` of POST /messages: the agent's own provider shape instead of MessageIn.
-NATIVE_FORMATS = ("anthropic", "openai", "responses")
+NATIVE_FORMATS = ("anthropic", "openai", "responses", "gemini")
 
 
 class AppendIn(In):

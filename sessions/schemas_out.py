@@ -221,6 +221,7 @@ class ContextOut(Out):
 class BuiltinToolsOut(Out):
     anthropic: list[dict[str, Any]]
     openai: list[dict[str, Any]]
+    gemini: list[dict[str, Any]] = Field(..., description="``functionDeclarations`` entries")
 
 
 class BuiltinToolResultOut(Out):

@@ -31,11 +31,11 @@ class TranscriptQuery(Schema):
 
 
 class ExportQuery(Schema):
-    format: Literal["anthropic", "openai"] | None = Field(
+    format: Literal["anthropic", "openai", "gemini"] | None = Field(
         None,
         description="None: one transcript message per line, as GET /messages lists them. "
-        "anthropic / openai: one native message per line (Messages API, Chat Completions), "
-        "retracted messages left out",
+        "anthropic / openai / gemini: one native message per line (Messages API, Chat "
+        "Completions, Gemini contents), retracted messages left out",
     )
 
 

@@ -7,12 +7,13 @@ from the same ``ContextParts`` so the three can never disagree about content.
 Order is the cache order (docs/concepts/caching.md#breakpoints, ``engine.prompt``): tools, the
 system sections base … scratchpad, the history, and last the *tail* — ``status``
 sections and the service's notes — which changes on every call and so comes
-after every cache breakpoint. ``anthropic`` and ``openai`` send the history
-through ``engine.wellformed`` first (tool calls paired, a user turn first), so
-every body is one the provider accepts; ``raw`` is the transcript view and
-keeps the history as stored. ``anthropic`` marks the breakpoints of
-``parts.cache`` with ``cache_control``; ``openai`` keeps the same order
-without markers (its cache is automatic, by prefix); ``raw`` reports the plan.
+after every cache breakpoint. ``anthropic``, ``openai``, ``responses`` and
+``gemini`` send the history through ``engine.wellformed`` first (tool calls
+paired, a user turn first), so every body is one the provider accepts; ``raw``
+is the transcript view and keeps the history as stored. ``anthropic`` marks the
+breakpoints of ``parts.cache`` with ``cache_control``; ``openai``, ``responses``
+and ``gemini`` keep the same order without markers (their caches are automatic,
+by prefix); ``raw`` reports the plan.
 
 A ``system`` message in the history (an instruction the client placed
 mid-conversation) keeps its position. ``openai`` sends it as a ``system``
@@ -35,6 +36,7 @@ from .anthropic_turns import add_turn, restore_strings, strip_prefill
 from .anthropic_turns import system_reminder as system_reminder
 from .messages import Message, PromptSection, ToolDef
 from .prompt import MAX_BREAKPOINTS, CachePlan, plain_concatenation, split_sections
+from .providers.gemini_build import gemini_body
 from .providers.history import openai_message
 from .providers.openai_responses_build import responses_body
 from .reasoning import drop_old_reasoning
@@ -43,7 +45,7 @@ from .summary_placement import SUMMARY_HEADER as SUMMARY_HEADER
 from .summary_placement import preamble, system_summary_text
 from .wellformed import is_synthetic_turn, well_formed, with_user_turn
 
-FORMATS: tuple[str, ...] = ("anthropic", "openai", "raw", "responses")
+FORMATS: tuple[str, ...] = ("anthropic", "openai", "raw", "responses", "gemini")
 
 
 @dataclass(slots=True)
@@ -91,6 +93,8 @@ def build_request(fmt: str, parts: ContextParts) -> dict[str, Any]:
         return _raw(parts)
     if fmt == "responses":
         return _responses(parts)
+    if fmt == "gemini":
+        return _gemini(parts)
     raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
 
 
@@ -295,6 +299,27 @@ def _responses(parts: ContextParts) -> dict[str, Any]:
         tail=lay.tail,
         final_instruction=parts.final_instruction,
         model=parts.model,
+        max_output_tokens=parts.max_output_tokens,
+        tools=parts.tools,
+    )
+
+
+# --- gemini -------------------------------------------------------------------
+
+
+def _gemini(parts: ContextParts) -> dict[str, Any]:
+    """The Gemini API (``providers.gemini_build``): no system role in ``contents``, so a
+    history system message is marked user text, as for a model that takes none."""
+    lay = layout(parts)
+    history = [
+        Message(role="user", content=system_reminder(m), seq=m.seq) if m.role == "system" else m
+        for m in request_history(parts)
+    ]
+    return gemini_body(
+        history=history,
+        system=[s.content for s in lay.system] + [t for t in [_system_summary(parts)] if t],
+        tail=lay.tail,
+        final_instruction=parts.final_instruction,
         max_output_tokens=parts.max_output_tokens,
         tools=parts.tools,
     )

@@ -1,6 +1,6 @@
 """A whole transcript as one provider's native messages, converted a piece at a time.
 
-The transcript export (``GET /sessions/{sid}/export?format=anthropic|openai``)
+The transcript export (``GET /sessions/{sid}/export?format=anthropic|openai|gemini``)
 streams a session of any length with flat memory, so it cannot hand the whole
 history to ``engine.build`` at once. ``NativeTranscript`` is fed the messages
 in seq order, a chunk at a time, and gives back the native messages that are
@@ -11,13 +11,14 @@ pass, as history (``tests/engine/test_native_export.py`` holds it to that):
   result, orphan results as user text, whitespace-only messages left out,
   tool-call ids unique and valid) and the provider converters
   (``providers.history``); Anthropic turns are merged and placed by
-  ``engine.anthropic_turns``;
+  ``engine.anthropic_turns``, Gemini turns as the build merges them
+  (``providers.gemini_build``), a system message as marked user text;
 - a piece ends only where no tool call is waiting for its result, so pairing
   across pieces is what it would be in one pass; the ids handed out so far
   (``wellformed.CallIds``) carry over, so a reused id is renamed the same way,
   and only the first piece gets the synthetic leading user turn;
-- an Anthropic turn may go on in the next piece (merged turns), so the last
-  native message is held back until the next piece or ``finish``.
+- an Anthropic or Gemini turn may go on in the next piece (merged turns), so
+  the last native message is held back until the next piece or ``finish``.
 
 One bound keeps memory flat on any transcript: when a call stays unanswered
 for more than ``max_pending`` messages (a call the agent never answered, or
@@ -35,12 +36,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from .anthropic_turns import add_turn, restore_strings, strip_prefill
+from .anthropic_turns import add_turn, restore_strings, strip_prefill, system_reminder
 from .messages import Message
+from .providers.gemini_build import history_contents
 from .providers.history import openai_message
 from .wellformed import CallIds, well_formed
 
-NATIVE_FORMATS = ("anthropic", "openai")
+NATIVE_FORMATS = ("anthropic", "openai", "gemini")
 # Messages held while a call waits for its result before the piece ends anyway.
 MAX_PENDING = 2_000
 
@@ -86,7 +88,10 @@ class NativeTranscript:
         """The rest: the pending messages and the held turn."""
         out = self._convert(self._pending) if self._pending else []
         self._pending, self._open = [], {}
-        if self.fmt == "anthropic" and self._held:
+        if self.fmt == "gemini":
+            out.extend(self._held)
+            self._held = []
+        elif self.fmt == "anthropic" and self._held:
             strip_prefill(self._held)
             restore_strings(self._held, self._held_strings)
             out.extend(self._held)
@@ -110,6 +115,8 @@ class NativeTranscript:
             self._first = False
         if self.fmt == "openai":
             return [openai_message(m) for m in history]
+        if self.fmt == "gemini":
+            return self._gemini(history, leading_user=not self._held)
         messages, strings = self._held, self._held_strings
         for msg in history:
             add_turn(messages, strings, msg, mid_system=self.mid_system)
@@ -120,3 +127,18 @@ class NativeTranscript:
         self._held_strings = {0} if last in strings else set()
         restore_strings(done, {i for i in strings if i < last})
         return done
+
+    def _gemini(self, history: list[Message], *, leading_user: bool) -> list[dict[str, Any]]:
+        """Gemini turns of a piece; the last is held: the next piece may go on with its role."""
+        history = [
+            Message(role="user", content=system_reminder(m), seq=m.seq) if m.role == "system" else m
+            for m in history
+        ]
+        turns = history_contents(history, leading_user=leading_user)
+        if self._held and turns and turns[0]["role"] == self._held[0]["role"]:
+            self._held[0]["parts"].extend(turns.pop(0)["parts"])
+        turns = self._held + turns
+        if not turns:
+            return []
+        self._held = turns[-1:]
+        return turns[:-1]

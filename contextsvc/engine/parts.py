@@ -10,7 +10,8 @@ them on as they are — the API would reject the request — so:
   on assistant messages; thinking and every other Anthropic block are left out;
 - to Anthropic: a refusal is the text the model said; an ``image_url`` is an
   ``image`` (URL or base64 source); OpenAI's audio and files are left out;
-  Anthropic's own blocks pass through.
+  Anthropic's own blocks pass through;
+- Gemini parts with no neutral form (``{"type": "gemini"}``) go to neither.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ _DATA_URL = re.compile(r"^data:(?P<media>[\w/+.-]+);base64,(?P<data>.*)$", re.DO
 def anthropic_part(part: dict[str, Any]) -> dict[str, Any] | None:
     """``part`` as an Anthropic content block, or None to leave it out."""
     kind = part.get("type", "text")
+    if kind == "gemini":
+        return None  # a Gemini part with no neutral form (files, code execution …)
     if kind not in _OPENAI_ONLY:
         return dict(part)
     if kind == "refusal":

@@ -55,6 +55,8 @@ def prefix_body(
         final_instruction=None,
     )
     body = build_request(fmt, parts)
-    if body.get("tools"):
+    if body.get("tools") and fmt == "gemini":
+        body["toolConfig"] = {"functionCallingConfig": {"mode": "NONE"}}
+    elif body.get("tools"):
         body["tool_choice"] = {"type": "none"} if fmt == "anthropic" else "none"
     return body

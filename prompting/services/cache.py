@@ -33,7 +33,7 @@ log = logging.getLogger("contextsvc.prompting")
 
 
 def cache_mode(fmt: str, session: Session, plan: PromptPlan) -> str:
-    if fmt in ("openai", "responses"):
+    if fmt in ("openai", "responses", "gemini"):
         return "automatic"
     if fmt == "raw":
         provider = session.provider or accounting.infer_provider(session.model)

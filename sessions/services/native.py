@@ -1,4 +1,4 @@
-"""Provider-native messages posted to the REST API (``?format=anthropic|openai|responses``).
+"""Provider-native messages posted to the REST API (``?format=anthropic|openai|responses|gemini``).
 
 The proxy's converters (``contextsvc.engine.providers``) turn the agent's
 list into transcript messages; each is then held to ``MessageIn``, the
@@ -9,6 +9,7 @@ format rule it breaks; it is raised before anything is stored.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, cast
 
 import pydantic
@@ -20,10 +21,18 @@ from sessions.schemas import MessageIn
 from .inputs import MessageData
 
 
-def native_messages(fmt: str, raw: Any) -> list[MessageData]:
-    """``raw`` (a list in format ``fmt``) as the messages the append service takes."""
+def native_messages(
+    fmt: str, raw: Any, open_calls: Mapping[str, str] | None = None
+) -> list[MessageData]:
+    """``raw`` (a list in format ``fmt``) as the messages the append service takes.
+
+    ``open_calls``: the session's unanswered calls (id → name, in call order):
+    a Gemini function response without an id answers the oldest of its name.
+    """
     try:
-        converted, starts = native.to_transcript(fmt, raw)
+        converted, starts = native.to_transcript(
+            fmt, raw, open_calls=list((open_calls or {}).items())
+        )
     except native.NativeFormatError as exc:
         raise ValidationFailed(
             f"{exc.path}: not a valid {fmt} message: {exc.message}",

@@ -104,7 +104,7 @@ def test_raw_format_carries_seq_and_token_counts(alice, conversation):
 
 
 def test_unknown_format_is_422(alice, conversation):
-    response = alice.get(f"sessions/{conversation}/context", format="gemini")
+    response = alice.get(f"sessions/{conversation}/context", format="cohere")
     assert response.status_code == 422
 
 

@@ -265,7 +265,7 @@ def test_unknown_result_in_a_native_batch_names_the_native_message(alice, make_s
 
 def test_unknown_format_is_422(alice, make_session):
     sid = make_session(id="fmt")["id"]
-    response = alice.post(f"sessions/{sid}/messages?format=gemini", {"messages": []})
+    response = alice.post(f"sessions/{sid}/messages?format=cohere", {"messages": []})
     assert response.status_code == 422
     assert "format" in str(response.json()["error"]["details"])
 

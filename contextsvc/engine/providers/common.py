@@ -27,7 +27,7 @@ the provider message the converter does not know); ``is_error`` and
 ``call_extra`` (unknown keys of Anthropic ``tool_use`` blocks, by id);
 ``arguments`` (an OpenAI call's argument text that is not a JSON object, by
 id); ``empty_content`` (an OpenAI assistant message with tool calls and
-``""`` rather than ``null`` content).
+``""`` rather than ``null`` content); ``gemini_*`` (``providers.gemini``).
 """
 
 from __future__ import annotations
@@ -149,7 +149,7 @@ def take_meta(content: Any) -> tuple[Any, dict[str, Any]]:
 
 
 # Meta keys that hold one entry per tool call, by the call's id.
-_BY_CALL_ID = ("call_extra", "arguments")
+_BY_CALL_ID = ("call_extra", "arguments", "gemini_calls")
 
 
 def rename_call_meta(content: Any, renames: Sequence[tuple[str, str]]) -> Any:

@@ -12,7 +12,10 @@ rather than a whole request body:
   the session's prompt sections are set with ``PUT /system``, not here;
 - ``responses``: Responses API input items (``message``, ``function_call``,
   ``function_call_output``, ``reasoning`` …); one assistant turn's items
-  become one transcript message.
+  become one transcript message;
+- ``gemini``: Gemini ``contents`` (turns of role ``user`` / ``model`` with
+  ``functionCall`` and ``functionResponse`` parts); a user turn's function
+  responses become one tool message each.
 
 ``to_transcript`` also returns, per transcript message, the index of the
 native message or item it starts at, so an error found later (the service's
@@ -25,10 +28,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from . import anthropic, openai_chat, openai_responses
+from . import anthropic, gemini, openai_chat, openai_responses
 from .common import META, ConversionError
+from .gemini_contents import contents_from_transcript
 
-FORMATS: tuple[str, ...] = ("anthropic", "openai", "responses")
+FORMATS: tuple[str, ...] = ("anthropic", "openai", "responses", "gemini")
 
 # Input item types the Responses API takes (besides messages), as an agent
 # holding a conversation has them: its own calls and their outputs, the
@@ -58,8 +62,9 @@ class NativeFormatError(ConversionError):
 
 def _renamed(fmt: str, exc: ConversionError) -> NativeFormatError:
     path = exc.path
-    if path == "input" or path.startswith("input."):
-        path = "messages" + path[len("input") :]
+    for key in ("input", "contents"):
+        if path == key or path.startswith(key + "."):
+            path = "messages" + path[len(key) :]
     return NativeFormatError(fmt, exc.message, path or "messages")
 
 
@@ -72,6 +77,19 @@ def _anthropic_starts(messages: Sequence[dict[str, Any]]) -> list[int]:
         if message.get("role") == "user" and isinstance(content, list):
             results = sum(1 for b in content if b.get("type") == "tool_result")
             count = results + (1 if results < len(content) or not results else 0)
+        starts.extend([i] * count)
+    return starts
+
+
+def _gemini_starts(contents: Sequence[Any]) -> list[int]:
+    """Per transcript message, the Gemini turn it comes from (``contents_to_transcript``)."""
+    starts: list[int] = []
+    for i, content in enumerate(contents):
+        parts = content.get("parts") or [] if isinstance(content, dict) else []
+        count = 1
+        if isinstance(content, dict) and content.get("role", "user") == "user":
+            results = sum(1 for p in parts if isinstance(p, dict) and "functionResponse" in p)
+            count = results + (1 if results < len(parts) or not results else 0)
         starts.extend([i] * count)
     return starts
 
@@ -100,8 +118,14 @@ def _check_items(items: Sequence[Any]) -> None:
             )
 
 
-def to_transcript(fmt: str, messages: Any) -> tuple[list[dict[str, Any]], list[int]]:
-    """(transcript message dicts, index of the native message each starts at)."""
+def to_transcript(
+    fmt: str, messages: Any, *, open_calls: Sequence[tuple[str, str]] = ()
+) -> tuple[list[dict[str, Any]], list[int]]:
+    """(transcript message dicts, index of the native message each starts at).
+
+    ``open_calls``: the session's unanswered calls (id, name), in order; a
+    Gemini response without an id answers the oldest of its name.
+    """
     if not isinstance(messages, list):
         raise NativeFormatError(fmt, "Input should be a valid list", "messages")
     try:
@@ -119,6 +143,9 @@ def to_transcript(fmt: str, messages: Any) -> tuple[list[dict[str, Any]], list[i
                 starts.append(at)
                 at += len(unit["items"])
             return openai_responses.units_to_transcript(units), starts
+        if fmt == "gemini":
+            converted = gemini.contents_to_transcript(messages, open_calls=open_calls)
+            return converted, _gemini_starts(messages)
     except NativeFormatError:
         raise
     except ConversionError as exc:
@@ -134,4 +161,6 @@ def from_transcript(fmt: str, messages: Sequence[dict[str, Any]]) -> list[dict[s
         return openai_chat.messages_from_transcript(list(messages))
     if fmt == "responses":
         return openai_responses.items_from_transcript(messages)
+    if fmt == "gemini":
+        return contents_from_transcript(messages)
     raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
