@@ -73,6 +73,12 @@ class Call:
         values = self.watch.values(client=status, upstream=upstream, **how)
         await outcome_record(self.record_id, self.prepared.session.pk, values)
 
+    async def round_done(self, upstream: int, *, streamed: bool = False) -> None:
+        """A round of built-in calls answered by the proxy: its record gets upstream's
+        outcome (the client saw no status of its own for it)."""
+        values = self.watch.values(client=None, upstream=upstream, streamed=streamed)
+        await outcome_record(self.record_id, self.prepared.session.pk, values)
+
 
 def json_or_none(raw: bytes) -> Any:
     try:
@@ -161,6 +167,7 @@ async def forward(call: Call) -> HttpResponse | StreamingHttpResponse:
             synced=call.prepared.synced,
         )
         if recorded.again:
+            await call.round_done(response.status_code)
             call.prepared = await sync_to_async(rebuild)(
                 prepared=call.prepared, dialect=dialect, converted=call.converted
             )
@@ -300,6 +307,7 @@ async def _relay(response: httpx.Response, call: Call) -> AsyncIterator[bytes]:
                 yield tail
                 return
             relay.end_round(again=True)
+            await call.round_done(response.status_code, streamed=True)
             call.prepared = await sync_to_async(rebuild)(
                 prepared=call.prepared, dialect=dialect, converted=converted
             )

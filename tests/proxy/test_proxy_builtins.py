@@ -5,7 +5,7 @@ from __future__ import annotations
 from asgiref.sync import async_to_sync
 
 from fakes.streams import ScriptedReply, tool_call
-from sessions.models import AgentKey, Message, Session
+from sessions.models import AgentKey, ContextCall, Message, Session
 from sessions.services.sessions import session_create
 from tests.proxy.conftest import PROXY_DB, asgi_claude, asgi_gpt
 
@@ -52,6 +52,13 @@ def test_a_builtin_call_is_run_by_the_proxy_and_upstream_asked_again(upstreams, 
     second = str(calls[1].body["messages"])
     assert "toolu_b1" in second and "tool_result" in second
     assert roles("ses_b1") == ["user", "assistant", "tool", "assistant"]
+    # docs/proxy.md#failed-calls: each round's record has upstream's outcome; the client
+    # saw only the last round's status.
+    records = ContextCall.objects.filter(session__external_id="ses_b1").order_by("pk")
+    assert [(r.upstream_status, r.client_status, r.failed) for r in records] == [
+        (200, None, False),
+        (200, 200, False),
+    ]
 
 
 def test_a_mixed_answer_reaches_the_client_without_the_builtin_call(upstreams, alice_key):
@@ -141,6 +148,10 @@ def test_streaming_stays_streaming_and_hides_the_builtin_round(upstreams, alice_
     assert final.content[0].text == "Let me look." and final.content[1].text == "Found it."
     assert final.stop_reason == "end_turn"
     assert roles("ses_b5") == ["user", "assistant", "tool", "assistant"]
+    records = ContextCall.objects.filter(session__external_id="ses_b5").order_by("pk")
+    outcomes = [(r.upstream_status, r.client_status, r.stream_cut) for r in records]
+    assert outcomes == [(200, None, False), (200, 200, False)]
+    assert all(r.stream_events for r in records)
 
 
 def test_openai_streaming_hides_the_builtin_call(upstreams, alice_key):
