@@ -43,7 +43,9 @@ def _redis() -> bool:
 
 
 def _agents() -> bool:
-    return AGENTS_WANTED and all((AGENTS_BIN / name).exists() for name in ("claude", "codex"))
+    return AGENTS_WANTED and all(
+        (AGENTS_BIN / name).exists() for name in ("claude", "codex", "gemini")
+    )
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,7 @@ PARTS = (
     ),
     Part(
         "needs_agents",
-        "runs the agent CLIs (Claude Code, Codex)"
+        "runs the agent CLIs (Claude Code, Codex, Gemini CLI)"
         + ("" if AGENTS_WANTED else ", not installed unless asked (~800 MB from npm)"),
         "bin/test --agents (npm ci in tests/agents once, then the tests)",
         _agents,

@@ -1,0 +1,75 @@
+"""Gemini CLI (pinned in tests/agents) run headless and offline against a base URL.
+
+``run_gemini`` gives it a scratch ``HOME`` whose settings make it run without
+a browser or Google's hosts: the API-key auth type (a custom base URL would
+otherwise select the gateway type, which headless mode refuses), folder trust
+off, usage statistics and telemetry off. It sends the key as
+``x-goog-api-key``, and the headers of ``GEMINI_CLI_CUSTOM_HEADERS``
+(``Name: value`` pairs, comma-separated) with every request: that is how a
+proxy's own headers (``X-Contextsvc-Key``) reach the proxy. ``-m`` names the
+model, which skips its routing request to a smaller model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+SETTINGS = {
+    "security": {"auth": {"selectedType": "gemini-api-key"}, "folderTrust": {"enabled": False}},
+    "privacy": {"usageStatisticsEnabled": False},
+    "telemetry": {"enabled": False},
+}
+
+
+def gemini_binary() -> str:
+    """The pinned CLI (``bin/test --agents`` installs it; its tests carry ``needs_agents``)."""
+    bin_dir = os.environ.get("CONTEXTSVC_AGENTS_BIN") or str(
+        Path(__file__).resolve().parents[1] / "tests" / "agents" / "node_modules" / ".bin"
+    )
+    path = Path(bin_dir) / "gemini"
+    if not path.exists():
+        raise FileNotFoundError(f"Gemini CLI is not installed at {path}: run bin/test --agents")
+    return str(path)
+
+
+def run_gemini(
+    base_url: str,
+    api_key: str,
+    home: Path,
+    prompt: str,
+    *,
+    model: str = "gemini-fake-pro",
+    headers: dict[str, str] | None = None,
+    timeout: float = 120,
+) -> tuple[int, dict[str, Any] | None, str]:
+    """``gemini -p <prompt> --yolo`` against ``base_url``: (exit code, its JSON result, stderr)."""
+    (home / ".gemini").mkdir(parents=True, exist_ok=True)
+    (home / ".gemini" / "settings.json").write_text(json.dumps(SETTINGS))
+    work = home / "work"
+    work.mkdir(exist_ok=True)
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home),
+        "GEMINI_API_KEY": api_key,
+        "GOOGLE_GEMINI_BASE_URL": base_url,
+    }
+    if headers:
+        env["GEMINI_CLI_CUSTOM_HEADERS"] = ",".join(f"{k}: {v}" for k, v in headers.items())
+    done = subprocess.run(
+        [gemini_binary(), "-p", prompt, "--yolo", "-m", model, "--output-format", "json"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    try:
+        result = json.loads(done.stdout[done.stdout.index("{") :]) if "{" in done.stdout else None
+    except json.JSONDecodeError:
+        result = None
+    return done.returncode, result, done.stderr
