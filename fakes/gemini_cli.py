@@ -14,9 +14,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from fakes.streams import ScriptedReply, tool_call
 
 SETTINGS = {
     "security": {"auth": {"selectedType": "gemini-api-key"}, "folderTrust": {"enabled": False}},
@@ -73,3 +77,51 @@ def run_gemini(
     except json.JSONDecodeError:
         result = None
     return done.returncode, result, done.stderr
+
+
+STEP_DONE = re.compile(r"STEP-(\d+)-DONE")
+FINAL = "All steps are done."
+
+
+@dataclass
+class ShellSteps:
+    """The fake model as an agent for Gemini CLI: ``steps`` shell steps, then the answer.
+
+    Each step is a ``run_shell_command`` whose output (``lines`` lines between its
+    BEGIN and DONE marks) comes back as a ``functionResponse``; the next step is
+    the one after the highest DONE mark in the request, so a history that was
+    compacted still carries on from the right step. Requests without the shell
+    tool (the CLI's side requests) get a short text.
+    """
+
+    steps: int = 3
+    lines: int = 20
+    calls: int = 0
+
+    def command(self, step: int) -> str:
+        return f"echo STEP-{step}-BEGIN; seq 1 {self.lines}; echo STEP-{step}-DONE"
+
+    def __call__(self, body: dict[str, Any]) -> ScriptedReply:
+        self.calls += 1
+        declared = {
+            d.get("name")
+            for tool in body.get("tools") or ()
+            for d in tool.get("functionDeclarations") or ()
+        }
+        if "run_shell_command" not in declared:
+            return ScriptedReply(text="Side answer.")
+        answers = [
+            part["functionResponse"]
+            for content in body.get("contents") or ()
+            for part in content.get("parts") or ()
+            if "functionResponse" in part
+        ]
+        text = json.dumps(answers) + json.dumps(body.get("contents")[:1])  # a summary goes first
+        done = [int(m) for m in STEP_DONE.findall(text)]
+        step = max(done) + 1 if done else 0
+        if step >= self.steps:
+            return ScriptedReply(text=FINAL)
+        return ScriptedReply(
+            text=f"Step {step}.",
+            tool_calls=[tool_call("run_shell_command", {"command": self.command(step)})],
+        )

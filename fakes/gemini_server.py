@@ -125,6 +125,9 @@ class FakeGemini:
 
     api_key: str = "test-key"
     responder: Responder = default_responder
+    # A scripted agent (``fakes.gemini_cli.ShellSteps``): answers every request it gets,
+    # after the queued replies.
+    agent: Callable[[dict[str, Any]], ScriptedReply] | None = None
     window: int | None = None
     models: tuple[str, ...] = MODELS
     requests: list[RecordedRequest] = field(default_factory=list)
@@ -153,6 +156,8 @@ class FakeGemini:
         with self._lock:
             if self._script:
                 return self._script.popleft()
+        if self.agent is not None:
+            return self.agent(body)
         return ScriptedReply(text=self.responder(body))
 
     def generate_requests(self) -> list[RecordedRequest]:

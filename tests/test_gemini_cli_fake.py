@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import pytest
 
-from fakes.gemini_cli import run_gemini
+from fakes.gemini_cli import FINAL, ShellSteps, run_gemini
 from fakes.gemini_server import FakeGemini
 from fakes.streams import ScriptedReply, tool_call
 
 pytestmark = [pytest.mark.needs_agents]
+
+TASK = "Run the shell steps you are given, then report."
 
 
 def test_gemini_cli_runs_a_shell_step_against_the_fake(tmp_path):
@@ -36,3 +38,13 @@ def test_gemini_cli_runs_a_shell_step_against_the_fake(tmp_path):
     answer = [p for c in second["contents"] for p in c["parts"] if "functionResponse" in p]
     assert answer and answer[-1]["functionResponse"]["name"] == "run_shell_command"
     assert "STEP-0" in str(answer[-1]["functionResponse"]["response"])
+
+
+def test_gemini_cli_follows_the_scripted_agent_through_its_steps(tmp_path):
+    agent = ShellSteps(steps=3, lines=5)
+    with FakeGemini(api_key="test-key", agent=agent) as fake:
+        code, result, err = run_gemini(fake.base_url, "test-key", tmp_path / "home", TASK)
+        statuses = [r.status for r in fake.generate_requests()]
+    assert code == 0, err[-2000:]
+    assert result["response"].strip() == FINAL
+    assert statuses == [200] * 4  # three steps and the answer
