@@ -252,6 +252,15 @@ VARIABLES = (
         "the OpenAI key used for a client that sends its agent key as its API key",
     ),
     Variable(
+        "CONTEXTSVC_UPSTREAM_GEMINI_URL", "upstreams", "url",
+        "https://generativelanguage.googleapis.com",
+        "where `/proxy/gemini` forwards, without the version path: the proxy adds `/v1beta/…`",
+    ),
+    Variable(
+        "CONTEXTSVC_UPSTREAM_GEMINI_API_KEY", "upstreams", "str", None,
+        "the Gemini API key used for a client that sends its agent key as its API key",
+    ),
+    Variable(
         "CONTEXTSVC_UPSTREAM_CONNECT_TIMEOUT", "upstreams", "int", 10,
         "seconds the proxy waits for upstream to connect", minimum=1,
     ),
