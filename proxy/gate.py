@@ -41,6 +41,22 @@ def read(request: HttpRequest, dialect: Dialect) -> dict[str, Any]:
     cached = getattr(request, "_gated_body", None)
     if cached is not None:
         return cached  # a view that looked at it first (the Responses compaction test)
+    body, raw = _object(request)
+    if b"\\" in raw and _NUL_ESCAPE in raw:
+        where = find_nul(dialect, body)
+        if where is not None:
+            raise BodyRefused("text must not contain NUL characters (\\u0000)", where)
+    check(dialect, body)
+    request._gated_body = body  # type: ignore[attr-defined]
+    return body
+
+
+def read_json(request: HttpRequest) -> dict[str, Any]:
+    """The body sized and parsed, a JSON object; no field rules (a body relayed as it is)."""
+    return _object(request)[0]
+
+
+def _object(request: HttpRequest) -> tuple[dict[str, Any], bytes]:
     limit = body_gate.body_limit(request.path)
     body_gate.check_declared(request.headers, limit)
     try:
@@ -51,13 +67,7 @@ def read(request: HttpRequest, dialect: Dialect) -> dict[str, Any]:
     body = body_gate.parse_json(raw)
     if type(body) is not dict:
         raise BodyRefused("expected a JSON object")
-    if b"\\" in raw and _NUL_ESCAPE in raw:
-        where = find_nul(dialect, body)
-        if where is not None:
-            raise BodyRefused("text must not contain NUL characters (\\u0000)", where)
-    check(dialect, body)
-    request._gated_body = body  # type: ignore[attr-defined]
-    return body
+    return body, raw
 
 
 def check(dialect: Dialect, body: dict[str, Any]) -> None:

@@ -115,7 +115,7 @@ async def forward(call: Call) -> HttpResponse | StreamingHttpResponse:
     """
     dialect = call.dialect
     url, setting = dialect.upstream_url(call.path), dialect.upstream_setting()
-    streaming = bool(call.prepared.body.get("stream"))
+    streaming = dialect.streams(call.prepared.body, call.path)
     overflowed, rounds = False, 0
     limit = max_rounds(call.prepared.session)
     while True:

@@ -13,6 +13,9 @@ from sessions.models import Session
 from .json_prefix import json_digests
 from .models import ClientCompaction, ClientView, ClientViewEntry
 
+# The role of a reply in a client's history: ``model`` is Gemini's name for it.
+_REPLY_ROLES = frozenset(("assistant", "model"))
+
 
 @dataclass(frozen=True, slots=True)
 class Match:
@@ -72,7 +75,7 @@ def match_view(
         limit = min(count, m)
     else:
         if chains.at(min(at, m)) == view.reply_chain and m >= at:
-            if m > at and messages[at].get("role") == "assistant":
+            if m > at and messages[at].get("role") in _REPLY_ROLES:
                 # The reply, echoed (or exactly as stored): the view had no entry for it.
                 return Match(prefix=at + 1, same=at, stored=count)
             return Match(prefix=at, same=at, stored=count)

@@ -3,7 +3,7 @@
 from django.urls import path
 from django.views.decorators.csrf import csrf_exempt
 
-from . import views, views_responses
+from . import views, views_gemini, views_responses
 
 urlpatterns = [
     path("anthropic/v1/messages", views.anthropic_messages, name="proxy-anthropic-messages"),
@@ -30,5 +30,11 @@ urlpatterns = [
         name="proxy-openai-response",
     ),
     path("openai/v1/models", views.openai_models, name="proxy-openai-models"),
+    path(
+        "gemini/v1beta/models/<str:target>",
+        views_gemini.gemini_model_call,
+        name="proxy-gemini-model-call",
+    ),
+    path("gemini/v1beta/models", views_gemini.gemini_models, name="proxy-gemini-models"),
     path("<path:rest>", csrf_exempt(views.not_found), name="proxy-not-found"),
 ]

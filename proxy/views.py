@@ -9,6 +9,7 @@ client's SDK raises its usual exception; nothing answers with an HTML page.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -63,6 +64,13 @@ def service_error(dialect: Dialect, exc: ServiceError) -> JsonResponse:
     return response
 
 
+def upstream_path(request: HttpRequest, path: str, query: str | None) -> str:
+    """``path`` with ``query``, or with the client's query when ``query`` is None."""
+    if query is None:
+        return _with_query(request, path)
+    return f"{path}?{query}" if query else path
+
+
 def _with_query(request: HttpRequest, path: str) -> str:
     """The upstream path with the client's query (Claude Code sends ``?beta=true``)."""
     query = request.META.get("QUERY_STRING")
@@ -70,20 +78,33 @@ def _with_query(request: HttpRequest, path: str) -> str:
 
 
 async def proxy_call(
-    request: HttpRequest, dialect: Dialect, path: str, prepare_fn: Any = prepare
+    request: HttpRequest,
+    dialect: Dialect,
+    path: str,
+    prepare_fn: Any = prepare,
+    *,
+    headers: Mapping[str, str] | None = None,
+    route: dict[str, Any] | None = None,
+    query: str | None = None,
 ) -> HttpResponse | StreamingHttpResponse:
-    """Check, sync and build (``prepare_fn``: the dialect's), then forward (module doc)."""
+    """Check, sync and build (``prepare_fn``: the dialect's), then forward (module doc).
+
+    ``headers``: the client's as the dialect reads them (default the request's);
+    ``route``: fields the URL gives (Gemini's model), put on the checked body;
+    ``query``: upstream's query when not the client's (``upstream_path``)."""
     if request.method != "POST":
         return provider_error(dialect, 405, f"Method {request.method} not allowed")
     try:
         body = gate.read(request, dialect)
+        if route:
+            body = {**body, **route}
         converted = dialect.envelope(body)
         gate.check_tools(body, converted)
     except BodyRefused as exc:
         return gate.refusal(dialect, exc)
     except ConversionError as exc:
         return conversion_error(dialect, exc)
-    headers = request.headers
+    headers = request.headers if headers is None else headers
     try:
         caller, prepared = await sync_to_async(released(prepare_fn))(
             dialect=dialect,
@@ -103,7 +124,7 @@ async def proxy_call(
         return provider_error(dialect, 400, str(exc))
     call = Call(
         dialect=dialect,
-        path=_with_query(request, path),
+        path=upstream_path(request, path, query),
         headers=dialect.upstream_headers(headers, caller.upstream_key),
         prepared=prepared,
         converted=converted,
@@ -189,16 +210,28 @@ def _relayed(dialect: Dialect, response: Any, raw: bytes) -> HttpResponse:
     return out
 
 
-async def _pass_through(request: HttpRequest, dialect: Dialect, path: str) -> HttpResponse:
-    """A GET relayed as it is (the model list), with the caller's credentials checked first."""
+async def pass_through(
+    request: HttpRequest,
+    dialect: Dialect,
+    path: str,
+    *,
+    headers: Mapping[str, str] | None = None,
+    query: str | None = None,
+    body: dict[str, Any] | None = None,
+) -> HttpResponse:
+    """A call relayed as it is (the model list; with ``body``, a POST), with the caller's
+    credentials checked first (``headers``, ``query``: as for ``proxy_call``)."""
+    headers = request.headers if headers is None else headers
     try:
-        caller = await sync_to_async(caller_for)(dialect, request.headers)
+        caller = await sync_to_async(caller_for)(dialect, headers)
     except ServiceError as exc:
         return service_error(dialect, exc)
-    url, setting = dialect.upstream_url(_with_query(request, path)), dialect.upstream_setting()
-    headers = dialect.upstream_headers(request.headers, caller.upstream_key)
+    url = dialect.upstream_url(upstream_path(request, path, query))
+    setting = dialect.upstream_setting()
+    sent = dialect.upstream_headers(headers, caller.upstream_key)
+    method = "GET" if body is None else "POST"
     try:
-        response = await open_call("GET", url, headers=headers, setting=setting)
+        response = await open_call(method, url, headers=sent, json=body, setting=setting)
         raw = await read_body(response, setting=setting)
     except Unreachable as exc:
         return _unreachable(dialect, exc)
@@ -225,11 +258,11 @@ async def anthropic_count_tokens(request: HttpRequest) -> HttpResponse:
 
 
 async def anthropic_models(request: HttpRequest) -> HttpResponse:
-    return await _pass_through(request, ANTHROPIC, "models")
+    return await pass_through(request, ANTHROPIC, "models")
 
 
 async def openai_models(request: HttpRequest) -> HttpResponse:
-    return await _pass_through(request, OPENAI, "models")
+    return await pass_through(request, OPENAI, "models")
 
 
 async def not_found(request: HttpRequest, rest: str = "") -> HttpResponse:

@@ -80,6 +80,8 @@ class Dialect(ABC):
     too_large_kind: ClassVar[str] = "invalid_request_error"
     # The proxy keeps its answers (the Responses store, ``services.store``).
     stores_responses: ClassVar[bool] = False
+    # The proxy runs its built-in tools on this API's calls (its stream filter hides them).
+    runs_builtins: ClassVar[bool] = True
 
     # --- the request ---------------------------------------------------------------
 
@@ -117,6 +119,10 @@ class Dialect(ABC):
     @abstractmethod
     def to_transcript(self, body: dict[str, Any], messages: list[dict[str, Any]]) -> ToTranscript:
         """The converter of slices of ``messages`` (``client_messages(body)``), checking them."""
+
+    def streams(self, body: dict[str, Any], path: str) -> bool:
+        """The call asks for a stream (``body``: the managed body; ``path``: upstream's)."""
+        return bool(body.get("stream"))
 
     # --- the managed request -----------------------------------------------------------
 

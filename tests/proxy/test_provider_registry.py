@@ -4,15 +4,25 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.providers import ANTHROPIC, OPENAI, RESPONSES, all_registered, registered, serving
+from proxy.providers import (
+    ANTHROPIC,
+    GEMINI,
+    OPENAI,
+    RESPONSES,
+    all_registered,
+    registered,
+    serving,
+)
 
 
 def test_each_provider_api_is_registered_under_its_name():
-    assert all_registered() == (ANTHROPIC, OPENAI, RESPONSES)
+    assert set(all_registered()) == {ANTHROPIC, GEMINI, OPENAI, RESPONSES}
+    # Responses shares OpenAI's prefix: the first registered of the two answers for it
+    assert all_registered().index(OPENAI) < all_registered().index(RESPONSES)
     for dialect in all_registered():
         assert registered(dialect.name) is dialect
     with pytest.raises(KeyError):
-        registered("gemini")
+        registered("vertex")
 
 
 @pytest.mark.parametrize(
@@ -22,6 +32,7 @@ def test_each_provider_api_is_registered_under_its_name():
         ("/proxy/openai/v1/chat/completions", OPENAI),
         # Responses shares the prefix and the error shape: the first registered answers.
         ("/proxy/openai/v1/nowhere", OPENAI),
+        ("/proxy/gemini/v1beta/models/x:generateContent", GEMINI),
         ("/proxy/elsewhere", ANTHROPIC),
     ],
 )
