@@ -15,6 +15,7 @@ import pytest
 
 from contextsvc.asgi import application
 from fakes.anthropic_server import FakeAnthropic
+from fakes.gemini_server import FakeGemini
 from fakes.openai_server import FakeOpenAI
 
 UPSTREAM_KEY = "sk-upstream-test"
@@ -34,6 +35,15 @@ def fake_anthropic():
 @pytest.fixture
 def fake_openai():
     with FakeOpenAI(api_key=UPSTREAM_KEY) as fake:
+        yield fake
+
+
+@pytest.fixture
+def fake_gemini(settings):
+    """The fake Gemini API, the proxy's Gemini upstream (pass-through credentials)."""
+    with FakeGemini(api_key=UPSTREAM_KEY) as fake:
+        settings.CONTEXTSVC_UPSTREAM_GEMINI_URL = fake.base_url
+        settings.CONTEXTSVC_UPSTREAM_GEMINI_API_KEY = None
         yield fake
 
 

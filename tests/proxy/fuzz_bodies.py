@@ -112,6 +112,34 @@ RESPONSES = {
 }
 
 
+# The model is the URL's (``/proxy/gemini/v1beta/models/{model}:…``); calls carry no id.
+GEMINI = {
+    "systemInstruction": {"parts": [{"text": "You are terse."}]},
+    "generationConfig": {"maxOutputTokens": 256, "temperature": 0.2},
+    "tools": [
+        {
+            "functionDeclarations": [
+                {"name": "read_file", "description": "Read a file", "parameters": SCHEMA}
+            ]
+        }
+    ],
+    "contents": [
+        {"role": "user", "parts": [{"text": "read a.py"}]},
+        {
+            "role": "model",
+            "parts": [{"functionCall": {"name": "read_file", "args": {"path": "a.py"}}}],
+        },
+        {
+            "role": "user",
+            "parts": [
+                {"functionResponse": {"name": "read_file", "response": {"output": "print(1)"}}}
+            ],
+        },
+        {"role": "user", "parts": [{"text": "and now?"}]},
+    ],
+}
+
+
 def paths(value: Any, here: tuple = ()) -> list[tuple]:
     """The paths in ``value`` down to 8 levels (the root included), parents before children."""
     out = [here]
@@ -285,7 +313,7 @@ def _retyped(value: Any, rng: random.Random) -> Any:
 # Free-form JSON (schemas, metadata, a tool call's input) takes any type: a value
 # retyped there is forwarded, at ten times a refusal's cost, so the retyped value
 # is drawn from the fields the gate types (the later mutations go anywhere).
-FREE_FORM = {"input_schema", "parameters", "metadata", "cache_control"}
+FREE_FORM = {"input_schema", "parameters", "metadata", "cache_control", "args", "response"}
 
 
 def typed(path: tuple) -> bool:

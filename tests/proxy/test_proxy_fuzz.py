@@ -1,4 +1,4 @@
-"""The proxy's request gate, fuzzed: hostile mutations of valid bodies on its three endpoints.
+"""The proxy's request gate, fuzzed: hostile mutations of valid bodies on its four endpoints.
 
 Each case is a valid body with mutations (``fuzz_bodies``), sent to the ASGI
 app in this process with the fake upstreams behind it. Whatever the body,
@@ -13,8 +13,8 @@ failure) and a bulk part: batches of bodies from a seeded ``random.Random``
 (``fuzz_bodies.bulk_raw``, a case's seed in the failure message), mostly
 refusals, which cost a few milliseconds where a forwarded call costs tens.
 Generation is deterministic, so CI runs the same cases every time;
-CONTEXTSVC_PROXY_FUZZ_EXAMPLES is the cases per endpoint (6,700 in CI, 20,100
-over the three; 700 elsewhere).
+CONTEXTSVC_PROXY_FUZZ_EXAMPLES is the cases per endpoint (6,700 in CI, 26,800
+over the four; 700 elsewhere).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from tests.proxy.conftest import PROXY_DB, UPSTREAM_KEY
 pytestmark = [*PROXY_DB, pytest.mark.slow]  # thousands of cases: handed out first
 fake_responses = responses_fixtures.fake_responses
 
-# Cases per endpoint: CI runs 20,100 over the three; elsewhere 2,100, so a
+# Cases per endpoint: CI runs 26,800 over the four; elsewhere 2,800, so a
 # newcomer's bin/test stays short.
 EXAMPLES = int(os.environ.get("CONTEXTSVC_PROXY_FUZZ_EXAMPLES") or (6700 if IN_CI else 700))
 # Hypothesis draws 1 case in 50 (at least 100): a drawn case costs ~4 times a bulk one.
@@ -137,6 +137,7 @@ class Runner:
             "X-Contextsvc-Key": agent_key,
             "x-api-key": UPSTREAM_KEY,
             "Authorization": f"Bearer {UPSTREAM_KEY}",
+            "x-goog-api-key": UPSTREAM_KEY,
             "anthropic-version": "2023-06-01",
             "content-type": "application/json",
         }
@@ -179,6 +180,11 @@ def refusal(response: httpx2.Response, dialect: str, raw: bytes) -> None:
         assert body["type"] == "error", body
         assert set(body["error"]) == {"type", "message"}, body
         assert body["error"]["type"] == "invalid_request_error" or response.status_code != 400
+        named = body["error"]["message"].split(":", 1)[0]
+    elif dialect == "gemini":
+        assert set(body["error"]) == {"code", "message", "status"}, body
+        assert body["error"]["code"] == response.status_code, body
+        assert body["error"]["status"] == "INVALID_ARGUMENT" or response.status_code != 400
         named = body["error"]["message"].split(":", 1)[0]
     else:
         assert set(body["error"]) == {"message", "type", "param", "code"}, body
@@ -304,6 +310,22 @@ def test_proxy_fuzz_openai_responses(fake_responses, small_limit, runner):
 
     case()
     bulk(runner, "responses", fb.RESPONSES, ["openai/v1/responses"], "openai")
+    assert runner.cases >= EXAMPLES
+
+
+GEMINI_PATHS = [f"gemini/v1beta/models/gemini-fake-pro:{m}" for m in ("generateContent",) * 3] + [
+    "gemini/v1beta/models/gemini-fake-pro:streamGenerateContent?alt=sse"
+]
+
+
+def test_proxy_fuzz_gemini_generate_content(fake_gemini, small_limit, runner):
+    @FUZZ
+    @given(raw=sized(fb.GEMINI), which=st.integers(0, 3))
+    def case(raw: bytes, which: int) -> None:
+        check(runner, [(GEMINI_PATHS[which], raw)], "gemini")
+
+    case()
+    bulk(runner, "gemini", fb.GEMINI, GEMINI_PATHS, "gemini")
     assert runner.cases >= EXAMPLES
 
 
