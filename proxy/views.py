@@ -97,7 +97,7 @@ async def proxy_call(
     try:
         body = gate.read(request, dialect)
         if route:
-            body = {**body, **route}
+            body = dialect.with_route(body, route)
         converted = dialect.envelope(body)
         gate.check_tools(body, converted)
     except BodyRefused as exc:

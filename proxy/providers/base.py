@@ -120,6 +120,11 @@ class Dialect(ABC):
     def to_transcript(self, body: dict[str, Any], messages: list[dict[str, Any]]) -> ToTranscript:
         """The converter of slices of ``messages`` (``client_messages(body)``), checking them."""
 
+    def with_route(self, body: dict[str, Any], route: dict[str, Any]) -> dict[str, Any]:
+        """The checked body with what the URL names (``route``: Gemini's model), in the
+        fields the services read (``model``, ``max_tokens``)."""
+        return {**body, **route}
+
     def streams(self, body: dict[str, Any], path: str) -> bool:
         """The call asks for a stream (``body``: the managed body; ``path``: upstream's)."""
         return bool(body.get("stream"))

@@ -30,6 +30,8 @@ from .base import Dialect, ToTranscript, error_number, register
 # The client's headers that go upstream; its key is re-set per credentials mode.
 _FORWARDED = ("user-agent", "x-goog-api-client", "x-goog-user-project")
 KEY_HEADER = "x-goog-api-key"
+# The field the services read a call's output limit from (``with_route``).
+ROUTED_LIMIT = "max_tokens"
 # "The input token count (210000) exceeds the maximum number of tokens allowed (200000)."
 _OVERFLOW = "exceeds the maximum number of tokens allowed"
 _WINDOW = re.compile(r"maximum number of tokens allowed \((\d+)\)")
@@ -133,6 +135,15 @@ class GeminiGenerate(Dialect):
 
         return convert
 
+    def with_route(self, body: dict[str, Any], route: dict[str, Any]) -> dict[str, Any]:
+        """Also the output limit as ``max_tokens``: the session follows it and the guard
+        reserves it, as for the other APIs (both leave again in ``upstream_body``)."""
+        out = {**body, **route}
+        limit = (body.get("generationConfig") or {}).get("maxOutputTokens")
+        if limit is not None:
+            out[ROUTED_LIMIT] = limit
+        return out
+
     def streams(self, body: dict[str, Any], path: str) -> bool:
         return ":streamGenerateContent" in path
 
@@ -141,10 +152,10 @@ class GeminiGenerate(Dialect):
     def upstream_body(
         self, converted: Converted, built: dict[str, Any], *, final: bool
     ) -> dict[str, Any]:
-        """The client's fields (less ``model``: the URL names it) with the managed
+        """The client's fields (less those ``with_route`` added) with the managed
         instruction, contents and tools; the client's ``generationConfig`` wins over the
         build's (the build only sets the output limit)."""
-        body = {k: v for k, v in converted.rest.items() if k != "model"}
+        body = {k: v for k, v in converted.rest.items() if k not in ("model", ROUTED_LIMIT)}
         body["contents"] = built["contents"]
         if built.get("systemInstruction"):
             body["systemInstruction"] = built["systemInstruction"]

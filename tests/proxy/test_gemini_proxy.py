@@ -136,6 +136,26 @@ def test_a_function_call_loop_is_answered_and_stored_once(fake_gemini, alice_key
     assert [c["role"] for c in sent[-1].body["contents"]] == ["user", "model", "user"]
 
 
+def test_the_output_limit_is_the_sessions_and_no_model_goes_upstream(fake_gemini, alice_key):
+    async def call():
+        async with asgi_http() as client:
+            return await client.post(
+                f"{BASE}/models/{MODEL}:generateContent",
+                json={
+                    "contents": [{"role": "user", "parts": [{"text": "hi"}]}],
+                    "generationConfig": {"maxOutputTokens": 1234, "temperature": 0.1},
+                },
+                headers=_headers(alice_key[1], "ses_glimit"),
+            )
+
+    response = async_to_sync(call)()
+    assert response.status_code == 200, response.text
+    assert Session.objects.get(external_id="ses_glimit").max_output_tokens == 1234
+    sent = fake_gemini.generate_requests()[-1].body
+    assert sent["generationConfig"] == {"maxOutputTokens": 1234, "temperature": 0.1}
+    assert "model" not in sent and "max_tokens" not in sent
+
+
 def test_the_key_in_the_query_is_passed_through_as_a_header(fake_gemini, alice_key):
     async def call():
         async with asgi_http() as client:
@@ -235,3 +255,24 @@ def test_models_and_count_tokens_are_passed_through(fake_gemini, alice_key):
     assert models.status_code == 200 and models.json()["models"][0]["name"].startswith("models/")
     assert count.status_code == 200 and count.json()["totalTokens"] > 0
     assert missing.status_code == 404 and missing.json()["error"]["status"] == "NOT_FOUND"
+
+
+def test_a_stream_upstream_cuts_is_relayed_and_stored_incomplete(fake_gemini, alice_key):
+    fake_gemini.script(ScriptedReply(text="one two three four five six seven eight nine ten"))
+    fake_gemini.cut_next(after=3)
+
+    async def call():
+        async with asgi_http() as client:
+            return await client.post(
+                f"{BASE}/models/{MODEL}:streamGenerateContent?alt=sse",
+                json={"contents": [{"role": "user", "parts": [{"text": "count"}]}]},
+                headers=_headers(alice_key[1], "ses_gcut"),
+            )
+
+    response = async_to_sync(call)()
+    assert response.status_code == 200
+    relayed = "".join(p["text"] for p in _parts(_sse_chunks(response.text)))
+    assert relayed and "ten" not in relayed
+    stored = Message.objects.get(session__external_id="ses_gcut", role="assistant")
+    assert relayed in json.dumps(stored.content)
+    assert '"incomplete": true' in json.dumps(stored.parts)
