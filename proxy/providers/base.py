@@ -80,8 +80,6 @@ class Dialect(ABC):
     too_large_kind: ClassVar[str] = "invalid_request_error"
     # The proxy keeps its answers (the Responses store, ``services.store``).
     stores_responses: ClassVar[bool] = False
-    # The proxy runs its built-in tools on this API's calls (its stream filter hides them).
-    runs_builtins: ClassVar[bool] = True
 
     # --- the request ---------------------------------------------------------------
 

@@ -5,8 +5,9 @@ body: the view puts it on the body as ``model`` for the session's profile, and
 the managed body leaves it out again; the upstream URL keeps the client's path.
 A stream is asked for by the path (``:streamGenerateContent?alt=sse``), not a
 body field. The key travels as ``x-goog-api-key`` (a ``?key=`` of the query is
-read as that header by the view). No built-in tools are run for this API yet:
-its stream is relayed byte for byte, unfiltered.
+read as that header by the view). With built-in tools or a final-report tool to
+answer, a stream goes through ``GeminiFilter``; otherwise its bytes go out as
+they come.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from contextsvc.engine.providers.gemini_contents import contents_from_transcript
 
 from .. import gate_fields as f
 from ..services.final import report_text
+from ..streaming_gemini import GeminiFilter
 from .base import Dialect, ToTranscript, error_number, register
 
 # The client's headers that go upstream; its key is re-set per credentials mode.
@@ -101,7 +103,6 @@ class GeminiGenerate(Dialect):
     messages_key = "contents"
     vendor = "Gemini"
     path_prefix = "/proxy/gemini/"
-    runs_builtins = False
 
     # --- the request ---------------------------------------------------------------
 
@@ -182,8 +183,10 @@ class GeminiGenerate(Dialect):
 
     def stream_filter(
         self, runnable: frozenset[str], final: str | None, *, strip_usage: bool
-    ) -> None:
-        return None  # nothing of the stream is the proxy's to hide (no built-ins here)
+    ) -> GeminiFilter | None:
+        if not runnable and not final:
+            return None  # nothing of the stream is the proxy's to hide: bytes as they come
+        return GeminiFilter(runnable, final)
 
     def client_message(self, reply: Reply, response: dict[str, Any] | None) -> dict[str, Any]:
         parts = _candidate_parts(response) if response is not None else None

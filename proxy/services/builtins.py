@@ -123,7 +123,7 @@ def without_builtins(body: dict[str, Any], names: frozenset[str]) -> dict[str, A
     if not names or not body.get("tools"):
         return body
     out = dict(body)
-    tools = [t for t in body["tools"] if _tool_name(t) not in names]
+    tools = [t for t in (_without_declared(t, names) for t in body["tools"]) if t is not None]
     choice = body.get("tool_choice")
     if isinstance(choice, dict) and _tool_name(choice) in names:
         out.pop("tool_choice", None)
@@ -133,6 +133,15 @@ def without_builtins(body: dict[str, Any], names: frozenset[str]) -> dict[str, A
         out.pop("tools", None)
         out.pop("tool_choice", None)
     return out
+
+
+def _without_declared(tool: dict[str, Any], names: frozenset[str]) -> dict[str, Any] | None:
+    """``tool`` less the built-ins (None: nothing left); a Gemini entry declares several."""
+    declarations = tool.get("functionDeclarations")
+    if not isinstance(declarations, list):
+        return None if _tool_name(tool) in names else tool
+    kept = [d for d in declarations if not (isinstance(d, dict) and d.get("name") in names)]
+    return {**tool, "functionDeclarations": kept} if kept else None
 
 
 def _tool_name(tool: dict[str, Any]) -> str | None:

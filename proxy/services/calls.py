@@ -184,7 +184,7 @@ def prepare_call(
         view=client_view(session.pk), messages=messages, to_transcript=to_transcript
     )
     session = session_follow_tool_search(session=session, converted=converted)
-    runnable = runnable_names(session, converted) if dialect.runs_builtins else frozenset()
+    runnable = runnable_names(session, converted)
     sections = _sections(converted)
     if sections != (session.sections or []):
         session = session_set_sections(session=session, sections=sections)

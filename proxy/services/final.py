@@ -22,9 +22,19 @@ def final_tool_to_answer(
     if final_name in client:
         return None
     for tool in built_tools:
-        if (tool.get("name") or (tool.get("function") or {}).get("name")) == final_name:
+        if final_name in tool_names(tool):
             return final_name
     return None
+
+
+def tool_names(tool: dict[str, Any]) -> list[str]:
+    """The names a body's tool entry defines: its own (Anthropic, Responses), its
+    function's (Chat Completions), or its ``functionDeclarations``' (Gemini)."""
+    declarations = tool.get("functionDeclarations")
+    if isinstance(declarations, list):
+        return [d["name"] for d in declarations if isinstance(d, dict) and "name" in d]
+    name = tool.get("name") or (tool.get("function") or {}).get("name")
+    return [name] if isinstance(name, str) else []
 
 
 def report_text(arguments: Any) -> str:

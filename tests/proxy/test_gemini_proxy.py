@@ -276,3 +276,35 @@ def test_a_stream_upstream_cuts_is_relayed_and_stored_incomplete(fake_gemini, al
     stored = Message.objects.get(session__external_id="ses_gcut", role="assistant")
     assert relayed in json.dumps(stored.content)
     assert '"incomplete": true' in json.dumps(stored.parts)
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_a_builtin_call_is_run_by_the_proxy_and_never_reaches_the_client(
+    fake_gemini, alice_key, streamed
+):
+    fake_gemini.script(
+        ScriptedReply(tool_calls=[tool_call("tool_output_cache", {"ref_id": "out_x"})]),
+        ScriptedReply(text="The answer, after reading."),
+    )
+    sid = f"ses_gbuiltin_{'s' if streamed else 'w'}"
+    body = {"contents": [{"role": "user", "parts": [{"text": "go"}]}], "tools": TOOLS}
+
+    async def call():
+        async with asgi_http() as client:
+            return await _turn(client, streamed, body, _headers(alice_key[1], sid))
+
+    _, parts = async_to_sync(call)()
+    assert parts == [{"text": "The answer, after reading."}]
+    sent = fake_gemini.generate_requests()
+    assert len(sent) == 2
+    offered = {d["name"] for t in sent[0].body["tools"] for d in t["functionDeclarations"]}
+    # (the client's own tool may be deferred behind tool_search: the profile's window is small)
+    assert "tool_output_cache" in offered
+    assert [c["role"] for c in sent[1].body["contents"]] == ["user", "model", "user"]
+    rows = list(
+        Message.objects.filter(session__external_id=sid)
+        .order_by("seq")
+        .values_list("role", flat=True)
+    )
+    assert rows == ["user", "assistant", "tool", "assistant"]
+    assert UsageReport.objects.filter(session__external_id=sid).count() == 2
