@@ -49,6 +49,13 @@ def fake_gemini(settings):
         yield fake
 
 
+def _deep(levels: int) -> Any:
+    value: Any = 1
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
 def _headers(agent_key: str, session: str) -> dict[str, str]:
     return {
         "x-goog-api-key": UPSTREAM_KEY,
@@ -199,6 +206,11 @@ def test_managed_credentials_use_the_server_key(fake_gemini, alice_key, settings
         {"contents": "hi"},
         {"contents": [{"parts": [{"text": "x"}]}], "tools": [{"functionDeclarations": [{}]}]},
         {"contents": [{"parts": [{"text": "x"}]}], "systemInstruction": {"parts": [1]}},
+        {"contents": [{"role": "user", "parts": [{"text": None}]}]},
+        {
+            "contents": [{"parts": [{"text": "x"}]}],
+            "tools": [{"functionDeclarations": [{"name": "ls"}], "x": _deep(300)}],
+        },
     ],
 )
 def test_a_bad_body_is_a_gemini_400_and_writes_nothing(fake_gemini, alice_key, body):
