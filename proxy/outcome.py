@@ -24,8 +24,14 @@ from .pooled import release_connections
 
 logger = logging.getLogger(__name__)
 
-# The event that ends a stream normally, by its SSE event name.
+# The event that ends a stream normally, by its SSE event name (a provider API whose
+# events have no name says its own: ``Dialect.ends_stream``).
 _FINAL = frozenset({"message_stop", "response.completed", "response.incomplete"})
+
+
+def named_end(event: SseEvent) -> bool:
+    """The final event of a stream whose events are named, or OpenAI's ``[DONE]``."""
+    return event.event in _FINAL or event.data.strip() == "[DONE]"
 
 
 @dataclass(slots=True)
@@ -47,11 +53,11 @@ class Watch:
         if not self.first_ns:
             self.first_ns = time.time_ns()
 
-    def see(self, event: SseEvent) -> None:
-        """One event of the stream: counted; the final one and errors noted."""
+    def see(self, event: SseEvent, *, final: bool) -> None:
+        """One event of the stream (``final``: the one that ends it): counted; errors noted."""
         self.events += 1
         name = event.event
-        if name in _FINAL or event.data.strip() == "[DONE]":
+        if final:
             self.ended = True
         elif name in ("error", "response.failed") or event.data.startswith('{"error"'):
             self._error_from(event.data)

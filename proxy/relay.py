@@ -244,7 +244,7 @@ async def _relay(response: httpx.Response, call: Call) -> AsyncIterator[bytes]:
                     events = parser.feed(chunk)
                     out = []
                     for event in events:
-                        call.watch.see(event)
+                        call.watch.see(event, final=dialect.ends_stream(event))
                         accumulator.feed(event)
                         if relay is not None:
                             out.append(relay.feed(event))
@@ -255,7 +255,7 @@ async def _relay(response: httpx.Response, call: Call) -> AsyncIterator[bytes]:
                     if call.prepared.record is not None:
                         await record_build(call)
                 for event in parser.close():
-                    call.watch.see(event)
+                    call.watch.see(event, final=dialect.ends_stream(event))
                     accumulator.feed(event)
                     if relay is not None:
                         yield relay.feed(event)

@@ -76,7 +76,12 @@ class AnthropicMessages(Dialect):
     def instructions(self, body: dict[str, Any], messages: list[dict[str, Any]]) -> Any:
         return body.get("system")
 
-    def to_transcript(self, body: dict[str, Any], messages: list[dict[str, Any]]) -> ToTranscript:
+    def to_transcript(
+        self,
+        body: dict[str, Any],
+        messages: list[dict[str, Any]],
+        open_calls: Mapping[str, str] | None = None,
+    ) -> ToTranscript:
         def convert(part: list[dict[str, Any]], offset: int) -> list[dict[str, Any]]:
             self.check_messages(part, offset)
             return anthropic_format.messages_to_transcript(part, offset=offset)

@@ -18,6 +18,8 @@ from typing import Any, ClassVar, Protocol
 from contextsvc.engine.providers.common import Converted, Reply
 from contextsvc.engine.providers.sse import SseEvent
 
+from ..outcome import named_end
+
 # The converter a call's sync applies to a slice of the client's messages
 # (``services.sync.ToTranscript``): (messages, their offset) -> transcript messages.
 ToTranscript = Callable[[list[dict[str, Any]], int], list[dict[str, Any]]]
@@ -115,8 +117,18 @@ class Dialect(ABC):
         id of a session derived from it."""
 
     @abstractmethod
-    def to_transcript(self, body: dict[str, Any], messages: list[dict[str, Any]]) -> ToTranscript:
-        """The converter of slices of ``messages`` (``client_messages(body)``), checking them."""
+    def to_transcript(
+        self,
+        body: dict[str, Any],
+        messages: list[dict[str, Any]],
+        open_calls: Mapping[str, str] | None = None,
+    ) -> ToTranscript:
+        """The converter of slices of ``messages`` (``client_messages(body)``), checking them.
+        ``open_calls``: the session's unanswered calls (id → name), when it has one."""
+
+    def ends_stream(self, event: SseEvent) -> bool:
+        """Whether ``event`` is the one that ends a whole stream (its final event)."""
+        return named_end(event)
 
     def with_route(self, body: dict[str, Any], route: dict[str, Any]) -> dict[str, Any]:
         """The checked body with what the URL names (``route``: Gemini's model), in the

@@ -23,6 +23,7 @@ from contextsvc.engine.providers import gemini as gemini_format
 from contextsvc.engine.providers import gemini_stream
 from contextsvc.engine.providers.common import Converted, Reply
 from contextsvc.engine.providers.gemini_contents import contents_from_transcript
+from contextsvc.engine.providers.sse import SseEvent
 
 from .. import gate_fields as f
 from ..services.final import report_text
@@ -80,15 +81,33 @@ def _with_parts(response: dict[str, Any], parts: list[dict[str, Any]]) -> dict[s
     return {**response, "candidates": [{**first, "content": content}, *response["candidates"][1:]]}
 
 
-def _open_calls(before: Any) -> list[tuple[str, str]]:
+def _open_calls(before: Any, stored: Mapping[str, str] | None) -> list[tuple[str, str]]:
     """The calls a slice of contents may answer: those of the model turn just before it
     (the API wants responses right after their calls), with the ids the converter gave
-    them when that turn was synced (made up the same way for id-less calls)."""
+    them when that turn was synced (made up the same way for id-less calls).
+
+    ``stored``: the session's unanswered calls (id → name). The turn before is the
+    reply the proxy stored, echoed by the client; Gemini CLI echoes a call the API
+    sent without an id with an id of its own making (and answers under it), so an
+    echoed id the session does not know stands for the session's oldest open call
+    of that name."""
     if not isinstance(before, dict) or before.get("role") != "model":
         return []
     parts = [p for p in before.get("parts") or () if isinstance(p, dict)]
     calls = gemini_format.model_to_transcript(parts).get("tool_calls") or ()
-    return [(call["id"], call["name"]) for call in calls]
+    echoed = [(call["id"], call["name"]) for call in calls]
+    if not stored:
+        return echoed
+    unused = [cid for cid in stored if cid not in {c for c, _ in echoed}]
+    out = []
+    for call_id, name in echoed:
+        if call_id not in stored:
+            match = next((cid for cid in unused if stored[cid] == name), None)
+            if match is not None:
+                unused.remove(match)
+                call_id = match
+        out.append((call_id, name))
+    return out
 
 
 def _call_name(part: Any) -> str | None:
@@ -100,6 +119,11 @@ class GeminiGenerate(Dialect):
     name = "gemini"
     fmt = "gemini"
     provider = "google"
+
+    def ends_stream(self, event: SseEvent) -> bool:
+        # Gemini's events have no names: the chunk with a finishReason is the last.
+        return '"finishReason"' in event.data
+
     messages_key = "contents"
     vendor = "Gemini"
     path_prefix = "/proxy/gemini/"
@@ -128,10 +152,15 @@ class GeminiGenerate(Dialect):
     def instructions(self, body: dict[str, Any], messages: list[dict[str, Any]]) -> Any:
         return body.get("systemInstruction", body.get("system_instruction"))
 
-    def to_transcript(self, body: dict[str, Any], messages: list[dict[str, Any]]) -> ToTranscript:
+    def to_transcript(
+        self,
+        body: dict[str, Any],
+        messages: list[dict[str, Any]],
+        open_calls: Mapping[str, str] | None = None,
+    ) -> ToTranscript:
         def convert(part: list[dict[str, Any]], offset: int) -> list[dict[str, Any]]:
             self.check_messages(part, offset)
-            opened = _open_calls(messages[offset - 1]) if offset > 0 else ()
+            opened = _open_calls(messages[offset - 1], open_calls) if offset > 0 else ()
             return gemini_format.contents_to_transcript(part, offset=offset, open_calls=opened)
 
         return convert

@@ -55,7 +55,12 @@ class ChatCompletions(OpenAIVendor):
     def instructions(self, body: dict[str, Any], messages: list[dict[str, Any]]) -> Any:
         return body["messages"][: len(body["messages"]) - len(messages)]
 
-    def to_transcript(self, body: dict[str, Any], messages: list[dict[str, Any]]) -> ToTranscript:
+    def to_transcript(
+        self,
+        body: dict[str, Any],
+        messages: list[dict[str, Any]],
+        open_calls: Mapping[str, str] | None = None,
+    ) -> ToTranscript:
         # The slices' offsets count from the first message after the leading system ones.
         lead = len(body.get("messages") or ()) - len(messages)
 

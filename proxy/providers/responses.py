@@ -80,7 +80,12 @@ class Responses(OpenAIVendor):
     def instructions(self, body: dict[str, Any], messages: list[dict[str, Any]]) -> Any:
         return responses_body.instruction_items(body)
 
-    def to_transcript(self, body: dict[str, Any], messages: list[dict[str, Any]]) -> ToTranscript:
+    def to_transcript(
+        self,
+        body: dict[str, Any],
+        messages: list[dict[str, Any]],
+        open_calls: Mapping[str, str] | None = None,
+    ) -> ToTranscript:
         return responses_body.units_to_transcript  # checks them too
 
     def upstream_body(

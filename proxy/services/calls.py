@@ -131,7 +131,9 @@ def count_body(
         return caller, body
     messages = dialect.client_messages(body)
     view = client_view(session.pk)
-    _, match = matched(view, messages, dialect.to_transcript(body, messages))
+    _, match = matched(
+        view, messages, dialect.to_transcript(body, messages, session.open_tool_calls)
+    )
     prefix = match.prefix
     if prefix < match.stored:
         return caller, body
@@ -178,7 +180,7 @@ def prepare_call(
     shortfall = window_shortfall(session, body, converted)
     if shortfall is not None:  # before any write: a refused call changes nothing
         raise ContextTooLarge(shortfall)
-    to_transcript = dialect.to_transcript(body, messages)
+    to_transcript = dialect.to_transcript(body, messages, session.open_tool_calls)
     # Before any write too: converting what is new validates it (a ConversionError).
     plan = plan_client_sync(
         view=client_view(session.pk), messages=messages, to_transcript=to_transcript
