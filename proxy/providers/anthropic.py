@@ -7,8 +7,6 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from django.conf import settings
-
 from contextsvc.engine.providers import anthropic as anthropic_format
 from contextsvc.engine.providers.common import Converted, Reply
 from contextsvc.engine.providers.sse import AnthropicStream
@@ -53,6 +51,9 @@ class AnthropicMessages(Dialect):
     messages_key = "messages"
     vendor = "Anthropic"
     path_prefix = "/proxy/anthropic/"
+    url_setting = "CONTEXTSVC_UPSTREAM_ANTHROPIC_URL"
+    version_path = "/v1/"
+    key_setting = "CONTEXTSVC_UPSTREAM_ANTHROPIC_API_KEY"
 
     def convert(self, body: dict[str, Any], *, messages: bool = True) -> Converted:
         return anthropic_format.request_to_transcript(body, messages=messages)
@@ -156,18 +157,6 @@ class AnthropicMessages(Dialect):
             out["x-api-key"] = key
         out.setdefault("anthropic-version", "2023-06-01")
         return out
-
-    def upstream_url(self, path: str) -> str:
-        return f"{settings.CONTEXTSVC_UPSTREAM_ANTHROPIC_URL}/v1/{path}"
-
-    def upstream_setting(self) -> str:
-        return "CONTEXTSVC_UPSTREAM_ANTHROPIC_URL"
-
-    def managed_key(self) -> str | None:
-        return settings.CONTEXTSVC_UPSTREAM_ANTHROPIC_API_KEY
-
-    def managed_key_setting(self) -> str:
-        return "CONTEXTSVC_UPSTREAM_ANTHROPIC_API_KEY"
 
 
 ANTHROPIC = register(AnthropicMessages())

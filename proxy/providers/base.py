@@ -15,6 +15,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Protocol
 
+from django.conf import settings
+
 from contextsvc.engine.providers.common import Converted, Reply
 from contextsvc.engine.providers.sse import SseEvent
 
@@ -78,6 +80,9 @@ class Dialect(ABC):
     messages_key: ClassVar[str]  # the body's field holding the conversation
     vendor: ClassVar[str]  # the vendor as users know it ("Anthropic"), in messages
     path_prefix: ClassVar[str]  # where its routes are under the proxy ("/proxy/anthropic/")
+    url_setting: ClassVar[str]  # the setting naming upstream's base URL
+    version_path: ClassVar[str] = "/"  # between that URL and the client's path ("/v1/")
+    key_setting: ClassVar[str]  # the setting holding the server's key (managed credentials)
     # The ``type`` of the 400 said when even the final-turn context does not fit.
     too_large_kind: ClassVar[str] = "invalid_request_error"
     # The proxy keeps its answers (the Responses store, ``services.store``).
@@ -221,19 +226,20 @@ class Dialect(ABC):
     def upstream_headers(self, headers: Mapping[str, str], key: str | None) -> dict[str, str]:
         """The headers sent upstream: the client's that go on, and the key (``key``)."""
 
-    @abstractmethod
-    def upstream_url(self, path: str) -> str: ...
+    def upstream_url(self, path: str) -> str:
+        """Upstream's URL of the client's ``path`` (the API's version path in between)."""
+        return f"{getattr(settings, self.url_setting)}{self.version_path}{path}"
 
-    @abstractmethod
     def upstream_setting(self) -> str:
         """The setting that names upstream (error messages name it with the host)."""
+        return self.url_setting
 
-    @abstractmethod
     def managed_key(self) -> str | None:
         """The server's own key for this provider (managed credentials), if set."""
+        return getattr(settings, self.key_setting)
 
-    @abstractmethod
-    def managed_key_setting(self) -> str: ...
+    def managed_key_setting(self) -> str:
+        return self.key_setting
 
 
 _REGISTRY: dict[str, Dialect] = {}

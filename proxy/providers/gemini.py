@@ -17,8 +17,6 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from django.conf import settings
-
 from contextsvc.engine.providers import gemini as gemini_format
 from contextsvc.engine.providers import gemini_stream
 from contextsvc.engine.providers.common import Converted, Reply
@@ -127,6 +125,9 @@ class GeminiGenerate(Dialect):
     messages_key = "contents"
     vendor = "Gemini"
     path_prefix = "/proxy/gemini/"
+    url_setting = "CONTEXTSVC_UPSTREAM_GEMINI_URL"
+    version_path = "/v1beta/"
+    key_setting = "CONTEXTSVC_UPSTREAM_GEMINI_API_KEY"
 
     # --- the request ---------------------------------------------------------------
 
@@ -279,18 +280,6 @@ class GeminiGenerate(Dialect):
         if key:
             out[KEY_HEADER] = key
         return out
-
-    def upstream_url(self, path: str) -> str:
-        return f"{settings.CONTEXTSVC_UPSTREAM_GEMINI_URL}/v1beta/{path}"
-
-    def upstream_setting(self) -> str:
-        return "CONTEXTSVC_UPSTREAM_GEMINI_URL"
-
-    def managed_key(self) -> str | None:
-        return settings.CONTEXTSVC_UPSTREAM_GEMINI_API_KEY
-
-    def managed_key_setting(self) -> str:
-        return "CONTEXTSVC_UPSTREAM_GEMINI_API_KEY"
 
 
 GEMINI = register(GeminiGenerate())

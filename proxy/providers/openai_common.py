@@ -5,8 +5,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from django.conf import settings
-
 from .base import Dialect, error_number, error_type
 
 # "maximum context length is 8192 tokens": the window; "your messages resulted in
@@ -21,6 +19,8 @@ class OpenAIVendor(Dialect):
     provider = "openai"
     vendor = "OpenAI"
     path_prefix = "/proxy/openai/"
+    url_setting = "CONTEXTSVC_UPSTREAM_OPENAI_URL"
+    key_setting = "CONTEXTSVC_UPSTREAM_OPENAI_API_KEY"
     too_large_kind = "context_length_exceeded"
 
     def error_body(self, status: int, message: str, kind: str | None = None) -> dict[str, Any]:
@@ -43,15 +43,3 @@ class OpenAIVendor(Dialect):
 
     def reported_size(self, body: Any) -> int | None:
         return error_number(body, _SIZE)
-
-    def upstream_url(self, path: str) -> str:
-        return f"{settings.CONTEXTSVC_UPSTREAM_OPENAI_URL}/{path}"
-
-    def upstream_setting(self) -> str:
-        return "CONTEXTSVC_UPSTREAM_OPENAI_URL"
-
-    def managed_key(self) -> str | None:
-        return settings.CONTEXTSVC_UPSTREAM_OPENAI_API_KEY
-
-    def managed_key_setting(self) -> str:
-        return "CONTEXTSVC_UPSTREAM_OPENAI_API_KEY"
