@@ -84,7 +84,7 @@ PARTS = (
     Part(
         "needs_agents",
         "runs the agent CLIs (Claude Code, Codex, Gemini CLI)"
-        + ("" if AGENTS_WANTED else ", not installed unless asked (~800 MB from npm)"),
+        + ("" if AGENTS_WANTED else ", not installed unless asked (~900 MB from npm)"),
         "bin/test --agents (npm ci in tests/agents once, then the tests)",
         _agents,
     ),
