@@ -162,7 +162,11 @@ def tool_turn(call_id: str, output: str, *, name: str = "bash", command: str = "
 def _seed_model_profiles(**kwargs: Any) -> None:
     """The model profiles the migrations seed, seeded again: limits and prices
     come from them, and a transactional test's flush empties them."""
-    for name in ("0002_seed_model_profiles", "0011_seed_claude_sonnet_4_6"):
+    for name in (
+        "0002_seed_model_profiles",
+        "0011_seed_claude_sonnet_4_6",
+        "0022_seed_gemini_profiles",
+    ):
         importlib.import_module(f"sessions.migrations.{name}").seed(apps, None)
 
 

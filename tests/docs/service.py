@@ -4,14 +4,14 @@
 server, a real Celery worker, the drop-in proxy) with only what a test must
 change: free ports (``PORT``, ``CONTEXTSVC_PROXY_PORT``), a scratch
 ``CONTEXTSVC_VAR_DIR`` and SQLite file (also in CI: a reader's ``bin/run`` uses
-SQLite), and the proxy's upstreams pointed at the suite's fake Messages and
-Responses servers. What it prints (the ``export CONTEXTSVC_KEY=…`` line, the
+SQLite), and the proxy's upstreams pointed at the suite's fake Messages,
+Responses and Gemini servers. What it prints (the ``export CONTEXTSVC_KEY=…`` line, the
 operator login) is read back and checked.
 
 The blocks see the environment a reader has after ``bin/run``: its
 ``CONTEXTSVC_KEY`` (a fresh agent key per page, so each page's session ids are
-its own), ``ANTHROPIC_API_KEY`` / ``OPENAI_API_KEY`` (keys the fakes accept:
-pass-through credentials), ``OPENAI_BASE_URL`` (the fake Responses API, for the
+its own), ``ANTHROPIC_API_KEY`` / ``OPENAI_API_KEY`` / ``GEMINI_API_KEY`` (keys
+the fakes accept: pass-through credentials), ``OPENAI_BASE_URL`` (the fake Responses API, for the
 Agents SDK used without the proxy), a scratch ``HOME``, and the pinned agent CLIs
 (``tests/agents``) on ``PATH``. Their working directory is a scratch copy of
 the checkout's top level (symlinks; ``bin/*`` are one-line shims to the real
@@ -35,6 +35,8 @@ from pathlib import Path
 
 from fakes.anthropic_server import FakeAnthropic
 from fakes.claude_code import BashAgent
+from fakes.gemini_cli import ShellSteps
+from fakes.gemini_server import FakeGemini
 from fakes.responses_server import FakeResponses
 from tests.live_server import ROOT, free_port
 
@@ -56,6 +58,7 @@ class Service:
     log: Path
     anthropic: FakeAnthropic
     responses: FakeResponses
+    gemini: FakeGemini
     page_keys: dict[str, str] = field(default_factory=dict)
 
     def localize(self, text: str) -> str:
@@ -88,7 +91,9 @@ def _scratch_checkout(work: Path) -> None:
         shim.chmod(0o755)
 
 
-def _server_env(tmp: Path, port: int, proxy_port: int, fakes: tuple[str, str]) -> dict[str, str]:
+def _server_env(
+    tmp: Path, port: int, proxy_port: int, fakes: tuple[str, str, str]
+) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(_DROPPED)}
     env.update(
         HOST="127.0.0.1",
@@ -98,12 +103,14 @@ def _server_env(tmp: Path, port: int, proxy_port: int, fakes: tuple[str, str]) -
         DATABASE_URL=f"sqlite:///{tmp / 'var' / 'contextsvc.sqlite3'}",
         CONTEXTSVC_UPSTREAM_ANTHROPIC_URL=fakes[0],
         CONTEXTSVC_UPSTREAM_OPENAI_URL=fakes[1],
+        CONTEXTSVC_UPSTREAM_GEMINI_URL=fakes[2],
         ANTHROPIC_API_KEY="",
         OPENAI_API_KEY="",
         PYTHONUNBUFFERED="1",
     )
     env.pop("CONTEXTSVC_UPSTREAM_ANTHROPIC_API_KEY", None)
     env.pop("CONTEXTSVC_UPSTREAM_OPENAI_API_KEY", None)
+    env.pop("CONTEXTSVC_UPSTREAM_GEMINI_API_KEY", None)
     return env
 
 
@@ -117,6 +124,7 @@ def _block_env(server_env: dict[str, str], tmp: Path, responses_url: str) -> dic
         "PATH": f"{agents_bin}:{server_env.get('PATH', '/usr/bin:/bin')}",
         "ANTHROPIC_API_KEY": PROVIDER_KEY,
         "OPENAI_API_KEY": PROVIDER_KEY,
+        "GEMINI_API_KEY": PROVIDER_KEY,
         "OPENAI_BASE_URL": responses_url,
         "OPENAI_AGENTS_DISABLE_TRACING": "1",
         # Claude Code offline: no updater, no telemetry, nothing but the API calls.
@@ -204,9 +212,12 @@ def bin_run(tmp: Path, page_names: list[str]) -> Iterator[Service]:
         anthropic = stack.enter_context(FakeAnthropic(api_key=PROVIDER_KEY))
         anthropic.agent = BashAgent(steps=3, lines=200)
         responses = stack.enter_context(FakeResponses(api_key=PROVIDER_KEY))
+        gemini = stack.enter_context(FakeGemini(api_key=PROVIDER_KEY))
+        gemini.agent = ShellSteps(steps=3, lines=200)
         port, proxy_port = free_port(), free_port()
         responses_url = f"{responses.base_url}/v1"
-        env = _server_env(tmp, port, proxy_port, (anthropic.base_url, responses_url))
+        fakes = (anthropic.base_url, responses_url, gemini.base_url)
+        env = _server_env(tmp, port, proxy_port, fakes)
         log = tmp / "bin-run.log"
         run = subprocess.Popen(
             ["bash", str(ROOT / "bin" / "run")],
@@ -237,6 +248,7 @@ def bin_run(tmp: Path, page_names: list[str]) -> Iterator[Service]:
             log=log,
             anthropic=anthropic,
             responses=responses,
+            gemini=gemini,
         )
         service.page_keys = dict(zip(page_names, make_keys(env, page_names), strict=True))
         yield service

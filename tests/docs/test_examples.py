@@ -23,18 +23,19 @@ from tests.live_server import ROOT
 
 ALL = {str(p.relative_to(ROOT)): blocks(p, ROOT) for p in pages(ROOT)}
 RUN_PAGES = [page for page, found in ALL.items() if any(b.runs for b in found)]
-# A shell line that starts Claude Code (after any VAR=value words).
-_CLAUDE = re.compile(r"(?m)^\s*(?:\w+=\S*\s+)*claude\s+[^=\s]")
+# A shell line that starts an agent CLI, Claude Code or Gemini CLI (after any VAR=value
+# words; a line may end a continued one).
+_AGENT = re.compile(r"(?m)^\s*(?:\w+=\S*\s+)*(?:claude|gemini)\s+[^=\s]")
 
 
-def _launches_claude(page: str) -> bool:
-    return any(b.runs and b.lang in SHELL and _CLAUDE.search(b.text) for b in ALL[page])
+def _launches_agent(page: str) -> bool:
+    return any(b.runs and b.lang in SHELL and _AGENT.search(b.text) for b in ALL[page])
 
 
-# A page that runs Claude Code needs the agent CLIs: skipped where they are not
+# A page that runs an agent CLI needs them: skipped where they are not
 # installed (bin/test --agents installs them), a failure in CI (tests/parts.py).
 PAGE_PARAMS = [
-    pytest.param(page, marks=[pytest.mark.needs_agents] if _launches_claude(page) else [])
+    pytest.param(page, marks=[pytest.mark.needs_agents] if _launches_agent(page) else [])
     for page in RUN_PAGES
 ]
 

@@ -193,3 +193,17 @@ def test_unknown_section_kind_is_422(alice, make_session):
         f"sessions/{sid}/system", [{"name": "x", "content": "y", "kind": "secret"}]
     )
     assert response.status_code == 422
+
+
+@pytest.mark.parametrize(
+    ("model", "window", "output"),  # seeded by sessions/migrations/0022
+    [
+        ("gemini-2.5-flash-lite", 1_048_576, 65_536),
+        ("gemini-3.1-pro-preview", 1_048_576, 65_536),  # the "gemini-3" row, by prefix
+        ("gemini-next", 1_048_576, 65_536),  # Google's default row
+        ("gemini-pro", 32_000, 8_192),  # Gemini 1.0 Pro keeps its own
+    ],
+)
+def test_gemini_models_get_their_windows(alice, model, window, output):
+    body = alice.post("sessions", {"model": model, "provider": "google"}).json()
+    assert (body["context_window"], body["max_output_tokens"]) == (window, output)
