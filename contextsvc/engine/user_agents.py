@@ -1,8 +1,9 @@
 """Which client sent a request, from its ``User-Agent`` (and Codex's ``originator`` header).
 
 Pure parsing: a short label for the dashboard's session list ("Claude Code 1.0.83",
-"Codex CLI 0.20.0", "Anthropic SDK Python 0.40.0", ...). An unknown agent gives its
-first product token, cut to ``MAX_LABEL`` characters; no header gives "".
+"Codex CLI 0.20.0", "opencode 1.18.33", "Anthropic SDK Python 0.40.0", ...). An
+unknown agent gives its first product token, cut to ``MAX_LABEL`` characters; no
+header gives "".
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ _KNOWN: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"^claude-cli/(\S+)", re.I), "Claude Code {v}"),
     (re.compile(r"^codex_cli_rs/(\S+)", re.I), "Codex CLI {v}"),
     (re.compile(r"^codex_exec/(\S+)", re.I), "Codex CLI {v}"),
+    # opencode: "opencode/1.18.33 ai-sdk/provider-utils/4.0.23 runtime/bun/1.3.14"
+    (re.compile(r"^opencode/(\S+)", re.I), "opencode {v}"),
     (re.compile(r"^contextsvc-client/(\S+)", re.I), "contextsvc client {v}"),
     (re.compile(r"^Anthropic/Python (\S+)"), "Anthropic SDK Python {v}"),
     (re.compile(r"^AsyncAnthropic/Python (\S+)"), "Anthropic SDK Python {v}"),

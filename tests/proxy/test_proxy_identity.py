@@ -34,6 +34,15 @@ def test_the_client_session_header_names_a_session_only_when_it_is_a_plain_id():
     assert client_session_id({}) is None
 
 
+def test_opencodes_session_header_names_a_session_of_its_own_prefix():
+    sid = "ses_dda00c1deffemEWaGPjH57dsMS"
+    assert client_session_id({"x-session-id": sid}) == f"oc_{sid}"
+    assert client_session_id({"x-session-id": "a/b"}) is None
+    # Claude Code's header is the one that names it when a request carries both.
+    both = {"x-claude-code-session-id": "3c68", "x-session-id": sid}
+    assert client_session_id(both) == "cc_3c68"
+
+
 def test_another_system_prompt_or_a_one_token_probe_is_a_side_request():
     main = main_session([BILLING, PROMPT])
     assert not is_side_request(
