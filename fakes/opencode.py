@@ -192,7 +192,7 @@ class ShellSteps:
     after the highest DONE mark in the request (tool results, and the summary
     after a compaction), so a compacted history carries on from the right step.
     opencode's summarise request (its compaction) gets a summary naming the steps
-    done; any other request without tools (the title) a short title.
+    done; any other request without the ``bash`` tool (the title) a short title.
     """
 
     steps: int = 3
@@ -213,7 +213,9 @@ class ShellSteps:
             if m.get("role") != "system"
             for n in STEP_DONE.findall(_text(m.get("content")))
         ]
-        if not body.get("tools"):
+        # Told apart by the shell tool, not by tools at all: through the proxy a side
+        # request carries the proxy's built-in tools.
+        if "bash" not in {(t.get("function") or {}).get("name") for t in body.get("tools") or ()}:
             if SUMMARISE_REQUEST not in _text(messages[-1].get("content") if messages else ""):
                 return ScriptedReply(text="Shell steps")
             self.compactions += 1
