@@ -46,13 +46,22 @@ def run_gemini(
     home: Path,
     prompt: str,
     *,
-    model: str = "gemini-fake-pro",
+    model: str | None = "gemini-fake-pro",
     headers: dict[str, str] | None = None,
+    compression_threshold: float | None = None,
     timeout: float = 120,
 ) -> tuple[int, dict[str, Any] | None, str]:
-    """``gemini -p <prompt> --yolo`` against ``base_url``: (exit code, its JSON result, stderr)."""
+    """``gemini -p <prompt> --yolo`` against ``base_url``: (exit code, its JSON result, stderr).
+
+    ``model`` None lets the CLI pick its model (a routing request to a smaller
+    model first); ``compression_threshold`` is the share of its window past which
+    it compresses its own history; ``resume`` continues its latest conversation.
+    """
+    settings: dict[str, Any] = dict(SETTINGS)
+    if compression_threshold is not None:
+        settings["model"] = {"compressionThreshold": compression_threshold}
     (home / ".gemini").mkdir(parents=True, exist_ok=True)
-    (home / ".gemini" / "settings.json").write_text(json.dumps(SETTINGS))
+    (home / ".gemini" / "settings.json").write_text(json.dumps(settings))
     work = home / "work"
     work.mkdir(exist_ok=True)
     env = {
@@ -63,8 +72,10 @@ def run_gemini(
     }
     if headers:
         env["GEMINI_CLI_CUSTOM_HEADERS"] = ",".join(f"{k}: {v}" for k, v in headers.items())
+    args = [gemini_binary(), "-p", prompt, "--yolo", "--output-format", "json"]
+    args += ["-m", model] if model else []
     done = subprocess.run(
-        [gemini_binary(), "-p", prompt, "--yolo", "-m", model, "--output-format", "json"],
+        args,
         cwd=work,
         env=env,
         capture_output=True,
@@ -81,6 +92,27 @@ def run_gemini(
 
 STEP_DONE = re.compile(r"STEP-(\d+)-DONE")
 FINAL = "All steps are done."
+
+
+def side_answer(body: dict[str, Any]) -> ScriptedReply:
+    """The answer to one of the CLI's side requests: JSON where it asks for JSON (its
+    routing question wants a complexity score), else a summary that keeps which steps
+    are done, as a model asked to compress the history would."""
+    config = body.get("generationConfig") or {}
+    if config.get("responseMimeType") == "application/json":
+        properties = (config.get("responseJsonSchema") or {}).get("properties") or {}
+        answer = {
+            name: 10
+            if spec.get("type", "").upper() in ("INTEGER", "NUMBER")
+            else "A scripted task."
+            for name, spec in properties.items()
+        }
+        return ScriptedReply(text=json.dumps(answer))
+    done = sorted({int(k) for k in STEP_DONE.findall(json.dumps(body.get("contents")))})
+    if not done:
+        return ScriptedReply(text="Side answer.")
+    marks = " ".join(f"STEP-{k}-DONE" for k in done)
+    return ScriptedReply(text=f"<state_snapshot>Steps done: {marks}</state_snapshot>")
 
 
 @dataclass
@@ -109,7 +141,7 @@ class ShellSteps:
             for d in tool.get("functionDeclarations") or ()
         }
         if "run_shell_command" not in declared:
-            return ScriptedReply(text="Side answer.")
+            return side_answer(body)
         answers = [
             part["functionResponse"]
             for content in body.get("contents") or ()

@@ -17,6 +17,7 @@ _KNOWN: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"^claude-cli/(\S+)", re.I), "Claude Code {v}"),
     (re.compile(r"^codex_cli_rs/(\S+)", re.I), "Codex CLI {v}"),
     (re.compile(r"^codex_exec/(\S+)", re.I), "Codex CLI {v}"),
+    (re.compile(r"^GeminiCLI(?:-\w+)?/([^/\s]+)", re.I), "Gemini CLI {v}"),
     # opencode: "opencode/1.18.33 ai-sdk/provider-utils/4.0.23 runtime/bun/1.3.14"
     (re.compile(r"^opencode/(\S+)", re.I), "opencode {v}"),
     (re.compile(r"^contextsvc-client/(\S+)", re.I), "contextsvc client {v}"),
@@ -26,6 +27,9 @@ _KNOWN: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"^(?:Async)?OpenAI/Python (\S+)"), "OpenAI SDK Python {v}"),
     (re.compile(r"^OpenAI/JS (\S+)"), "OpenAI SDK JS {v}"),
 )
+# Coding agents whose every main call offers tools: a call of theirs without any is a
+# side request (a title, a routing or compression question), never their conversation.
+TOOL_AGENTS = ("Claude Code", "Codex CLI", "Gemini CLI")
 _ORIGINATORS = {"codex_cli_rs": "Codex CLI", "codex_exec": "Codex CLI"}
 _TOKEN = re.compile(r"^([A-Za-z0-9_.\-]+)(?:/([A-Za-z0-9_.\-+]+))?")
 
@@ -45,6 +49,11 @@ def client_label(user_agent: str | None, originator: str | None = None) -> str:
         name, version = match.groups()
         return (f"{name} {version}" if version else name)[:MAX_LABEL]
     return (origin or agent)[:MAX_LABEL]
+
+
+def is_tool_agent(label: str) -> bool:
+    """Whether ``label`` (``client_label``'s) names one of the ``TOOL_AGENTS``."""
+    return label.startswith(TOOL_AGENTS)
 
 
 def first_user_text(message: dict[str, object], limit: int = 200) -> str:

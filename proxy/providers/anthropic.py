@@ -49,6 +49,9 @@ class AnthropicMessages(Dialect):
     fmt = "anthropic"
     provider = "anthropic"
     messages_key = "messages"
+    output_limit_hint = (
+        "lower max_tokens (Claude Code: set CLAUDE_CODE_MAX_OUTPUT_TOKENS, e.g. {suggest})"
+    )
     vendor = "Anthropic"
     path_prefix = "/proxy/anthropic/"
     url_setting = "CONTEXTSVC_UPSTREAM_ANTHROPIC_URL"

@@ -87,6 +87,8 @@ class Dialect(ABC):
     too_large_kind: ClassVar[str] = "invalid_request_error"
     # The proxy keeps its answers (the Responses store, ``services.store``).
     stores_responses: ClassVar[bool] = False
+    # How a client of this API lowers its output limit, for the window's 400.
+    output_limit_hint: ClassVar[str] = "lower max_tokens"
 
     # --- the request ---------------------------------------------------------------
 

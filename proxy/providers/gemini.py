@@ -124,6 +124,7 @@ class GeminiGenerate(Dialect):
 
     messages_key = "contents"
     vendor = "Gemini"
+    output_limit_hint = "lower generationConfig.maxOutputTokens (e.g. {suggest})"
     path_prefix = "/proxy/gemini/"
     url_setting = "CONTEXTSVC_UPSTREAM_GEMINI_URL"
     version_path = "/v1beta/"

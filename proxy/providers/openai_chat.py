@@ -26,6 +26,7 @@ def _add_extra(tool: dict[str, Any], extra: dict[str, Any]) -> None:
 
 class ChatCompletions(OpenAIVendor):
     name = "openai"
+    output_limit_hint = "lower max_completion_tokens (or max_tokens; e.g. {suggest})"
     fmt = "openai"
     messages_key = "messages"
 

@@ -50,6 +50,7 @@ _NOT_FORWARDED = frozenset(
 
 class Responses(OpenAIVendor):
     name = "responses"
+    output_limit_hint = "lower max_output_tokens (e.g. {suggest})"
     fmt = "responses"
     messages_key = "input"
     stores_responses = True

@@ -40,6 +40,7 @@ from .caller import (
     caller_and_session,
     caller_for,
     discard_if_new,
+    request_client,
     session_id,
 )
 from .client_fit import session_follow_tool_search, window_shortfall
@@ -104,7 +105,12 @@ def prepare(
     )
     try:
         side = session_for_side_request(
-            main=session, body=body, converted=converted, before_create=validate
+            main=session,
+            body=body,
+            converted=converted,
+            dialect=dialect,
+            client=request_client(headers),
+            before_create=validate,
         )
         return caller, prepare_call(
             session=side, dialect=dialect, body=body, converted=converted, messages=messages
@@ -177,7 +183,7 @@ def prepare_call(
     compared on the one full read after the sync, which the build needs anyway.
     ``messages``: the client's conversation (``client_messages``).
     """
-    shortfall = window_shortfall(session, body, converted)
+    shortfall = window_shortfall(session, body, converted, dialect.output_limit_hint)
     if shortfall is not None:  # before any write: a refused call changes nothing
         raise ContextTooLarge(shortfall)
     to_transcript = dialect.to_transcript(body, messages, session.open_tool_calls)

@@ -112,8 +112,11 @@ def _tool_tokens(session: Session, converted: Converted) -> int:
     return min(deferral.scaled(raw, scale), limit)
 
 
-def window_shortfall(session: Session, body: dict[str, Any], converted: Converted) -> str | None:
-    """The message of the 400 when the window cannot hold one call (module doc), else None."""
+def window_shortfall(
+    session: Session, body: dict[str, Any], converted: Converted, limit_hint: str
+) -> str | None:
+    """The message of the 400 when the window cannot hold one call (module doc), else None;
+    ``limit_hint`` says how the client lowers its output limit (``Dialect.output_limit_hint``)."""
     tokenizer = accounting.tokenizer_of(session)
     max_tokens = body.get("max_tokens")
     if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
@@ -127,7 +130,8 @@ def window_shortfall(session: Session, body: dict[str, Any], converted: Converte
         f"contextsvc: this session's context window of {session.context_window:,} tokens cannot "
         f"hold one request: the system prompt ({system:,} tokens) + the tools ({tools:,}) + "
         f"max_tokens ({max_tokens:,}) + the safety buffer ({session.buffer_tokens:,}) = "
-        f"{need:,} tokens. Fix: lower max_tokens (Claude Code: set CLAUDE_CODE_MAX_OUTPUT_TOKENS, "
-        f"e.g. {max(1, session.context_window // 8):,}), give session {session.external_id!r} a "
-        "larger context_window (PATCH /api/v1/sessions/<id>), or send fewer tools."
+        f"{need:,} tokens. Fix: "
+        + limit_hint.format(suggest=f"{max(1, session.context_window // 8):,}")
+        + f", give session {session.external_id!r} a larger context_window "
+        "(PATCH /api/v1/sessions/<id>), or send fewer tools."
     )

@@ -13,8 +13,11 @@ a prompt of its own. They carry the same session id (header or
 ``X-Contextsvc-Session`` from ``ANTHROPIC_CUSTOM_HEADERS``), but their
 history is not a continuation of the main one; synced into the main session
 they would look like a divergence and restart its live window. The rule: a
-call whose system prompt differs from the one the session holds, or a
-one-token probe (``max_tokens`` 1), is a side request. It goes to a session
+call whose system prompt differs from the one the session holds, a
+one-token probe (``max_tokens`` 1), or a call without tools from a coding
+agent whose conversation always offers them (``user_agents.TOOL_AGENTS``:
+Gemini CLI's routing and compression questions, a title request; it may be
+the run's very first call) is a side request. It goes to a session
 of its own, ``<main id>~<hash of its system prompt and first message>``,
 created on first use with the main session's window and linked to it
 (``Session.parent``, shown in the dashboard). The main session's transcript
@@ -31,10 +34,13 @@ from django.db import transaction
 
 from contextsvc.engine.providers.common import Converted
 from contextsvc.engine.providers.fingerprint import conversation_key
+from contextsvc.engine.user_agents import is_tool_agent
 from contextsvc.errors import Conflict, NotFound
 from sessions.models import Session
 from sessions.selectors import session_get
 from sessions.services.sessions import session_create
+
+from ..providers import Dialect
 
 # (header, session id prefix): the first of them the request carries names the session.
 CLIENT_SESSION_HEADERS = (
@@ -72,19 +78,25 @@ def _stored_sections(session: Session) -> list[str]:
     return _identity([(str(s.get("name")), str(s.get("content"))) for s in session.sections or ()])
 
 
-def is_side_request(session: Session, body: dict[str, Any], converted: Converted) -> bool:
-    """A call of the same client that is not ``session``'s conversation (module doc)."""
+def is_side_request(
+    session: Session, body: dict[str, Any], converted: Converted, client: str = ""
+) -> bool:
+    """A call of the same client that is not ``session``'s conversation (module doc);
+    ``client`` is the caller's label (``user_agents.client_label``)."""
     if session.parent_id is not None:
         return False  # already a side session: its own calls are its conversation
     if body.get("max_tokens") == 1:
+        return True
+    if is_tool_agent(client) and not converted.tools and not converted.other_tools:
         return True
     stored = _stored_sections(session)
     return bool(stored) and _sections(converted) != stored
 
 
-def side_session_id(main: Session, owner_hash: str, body: dict[str, Any]) -> str:
-    messages = body.get("messages") or []
-    key = conversation_key(agent=owner_hash, system=body.get("system"), messages=messages)
+def side_session_id(main: Session, owner_hash: str, body: dict[str, Any], dialect: Dialect) -> str:
+    messages = dialect.client_messages(body)
+    system = dialect.instructions(body, messages)
+    key = conversation_key(agent=owner_hash, system=system, messages=messages)
     prefix = main.external_id[: 128 - _SIDE_HASH - len(SIDE_SEPARATOR)]
     return f"{prefix}{SIDE_SEPARATOR}{key[:_SIDE_HASH]}"
 
@@ -94,16 +106,18 @@ def session_for_side_request(
     main: Session,
     body: dict[str, Any],
     converted: Converted,
+    dialect: Dialect,
+    client: str = "",
     before_create: Callable[[], None] | None = None,
 ) -> Session:
     """``main`` itself, or the side session this call belongs to (created and linked on first use).
 
     ``before_create`` runs before a side session is created (``caller.session_for_call``).
     """
-    if not is_side_request(main, body, converted):
+    if not is_side_request(main, body, converted, client):
         return main
     owner = main.owner
-    sid = side_session_id(main, owner.key_hash, body)
+    sid = side_session_id(main, owner.key_hash, body, dialect)
     try:
         return session_get(owner=owner, external_id=sid)
     except NotFound:

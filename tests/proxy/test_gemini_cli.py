@@ -11,9 +11,12 @@ import os
 
 import pytest
 
-from fakes.gemini_cli import FINAL, ShellSteps, run_gemini
+from compaction.models import CompactionRun
+from fakes.gemini_cli import FINAL, STEP_DONE, ShellSteps, run_gemini
 from fakes.gemini_server import FakeGemini
-from sessions.models import ContextCall, Message, Session
+from proxy.models import ClientCompaction
+from sessions.models import ContextCall, Message, Session, ToolOutput
+from sessions.outputs.read import output_read_all
 from sessions.services.sessions import session_create
 from tests.live_server import database_url
 from tests.proxy.conftest import PROXY_DB
@@ -78,3 +81,108 @@ def test_gemini_cli_runs_its_shell_steps_through_the_proxy(proxy, upstream, alic
         if r.failed
     ]
     assert records.count() >= steps + 1 and not failed, failed
+
+
+def full_text(message: Message) -> str:
+    """A tool message's output in full: its content, or its ref's stored output when cut."""
+    if message.view is None or not message.output_ref:
+        return message.content or ""
+    stored = ToolOutput.objects.get(session_id=message.session_id, ref=message.output_ref)
+    return output_read_all(stored).decode()
+
+
+def steps_stored(session: Session) -> list[int]:
+    """The steps whose output the session's record holds, in order (with repeats)."""
+    outputs = Message.objects.filter(session=session, role="tool").order_by("seq")
+    return [int(k) for o in outputs for k in STEP_DONE.findall(full_text(o))]
+
+
+def failed_calls(*sessions: Session) -> list[tuple]:
+    records = ContextCall.objects.filter(session__in=sessions, source="proxy")
+    return [
+        (r.upstream_status, r.error_type, r.error_message[:80], r.stream_cut)
+        for r in records
+        if r.failed
+    ]
+
+
+def test_gemini_cli_runs_a_long_task_in_a_window_that_compacts(
+    proxy, upstream, alice_key, tmp_path
+):
+    """The CLI picks its model (a routing request first), the proxy compacts on the way."""
+    steps, window = 16, 28_000
+    upstream.agent = ShellSteps(steps=steps, lines=2_000)
+    upstream.window = window  # the fake refuses what would not fit, as the real API does
+    session_create(
+        owner=alice_key[0],
+        data={"id": "gemini-long", "model": "gemini-fake-pro", "context_window": window,
+              "max_output_tokens": 2_000, "buffer_tokens": 2_000,
+              "policy": {"tool_deferral_threshold": 1.0}},
+    )  # fmt: skip
+    code, result, err = run_gemini(
+        proxy,
+        KEY,
+        tmp_path / "home",
+        TASK,
+        model=None,
+        headers={"X-Contextsvc-Key": alice_key[1], "X-Contextsvc-Session": "gemini-long"},
+        timeout=240,
+    )
+    assert code == 0, err[-2000:]
+    assert result is not None and result["response"].strip() == FINAL
+    assert [r.error for r in upstream.generate_requests() if r.status != 200] == []
+
+    session = Session.objects.get(external_id="gemini-long")
+    assert CompactionRun.objects.filter(session=session).count() >= 1
+    calls = Message.objects.filter(session=session, role="assistant").order_by("seq")
+    commands = [c["arguments"]["command"] for m in calls for c in m.tool_calls or ()]
+    assert commands == [upstream.agent.command(k) for k in range(steps)]  # each step once
+    assert steps_stored(session) == list(range(steps))
+    # Its routing question went to a side session of its own, not into the task's record.
+    sides = list(Session.objects.filter(parent=session))
+    assert sides and not ClientCompaction.objects.filter(session=session).exists()
+    main_text = " ".join(str(c) for c in Message.objects.filter(session=session).values_list(
+        "content", flat=True))  # fmt: skip
+    assert "complexity_score" not in main_text
+    assert not failed_calls(session, *sides)
+
+
+def test_gemini_cli_compresses_its_own_history_and_the_proxy_keeps_everything(
+    proxy, upstream, alice_key, tmp_path
+):
+    """Its own compression (past a threshold of its window) is a client compaction."""
+    steps = 5
+    upstream.agent = ShellSteps(steps=steps, lines=30)
+    session_create(
+        owner=alice_key[0],
+        data={"id": "gemini-self", "model": "gemini-fake-pro", "context_window": 400_000,
+              "max_output_tokens": 4_000},
+    )  # fmt: skip
+    code, result, err = run_gemini(
+        proxy,
+        KEY,
+        tmp_path / "home",
+        TASK,
+        headers={"X-Contextsvc-Key": alice_key[1], "X-Contextsvc-Session": "gemini-self"},
+        compression_threshold=0.0001,
+    )
+    assert code == 0, err[-2000:]
+    assert result is not None and result["response"].strip() == FINAL
+    requests = upstream.generate_requests()
+    assert [r.error for r in requests if r.status != 200] == []
+    snapshots = [r for r in requests if "<state_snapshot>" in str(r.body["contents"][-1])]
+    assert snapshots  # it did compress, through the proxy
+
+    session = Session.objects.get(external_id="gemini-self")
+    assert ClientCompaction.objects.filter(session=session).count() >= 1
+    # Nothing stored is lost: every step's output is in the record.
+    assert set(steps_stored(session)) == set(range(steps))
+    # Its summary requests went to a side session, not into the task's record.
+    sides = list(Session.objects.filter(parent=session))
+    side_users = Message.objects.filter(session__in=sides, role="user")
+    assert any("<state_snapshot>" in str(c) for c in side_users.values_list("content", flat=True))
+    main_users = Message.objects.filter(session=session, role="user")
+    assert not any(
+        "<state_snapshot>" in str(c) for c in main_users.values_list("content", flat=True)
+    )
+    assert not failed_calls(session, *sides)

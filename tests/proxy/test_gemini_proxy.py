@@ -163,6 +163,32 @@ def test_the_output_limit_is_the_sessions_and_no_model_goes_upstream(fake_gemini
     assert "model" not in sent and "max_tokens" not in sent
 
 
+def test_a_window_too_small_for_one_call_names_geminis_output_limit(fake_gemini, alice_key):
+    """The 400 says how a Gemini client lowers its output (not another API's field)."""
+    Session.objects.create(
+        owner=alice_key[0], external_id="ses_gsmall", model=MODEL, context_window=9_000,
+        max_output_tokens=7_000, buffer_tokens=1_000,
+    )  # fmt: skip
+    system = {"parts": [{"text": "Follow the rules. " * 600}]}
+
+    async def call():
+        async with asgi_http() as client:
+            return await client.post(
+                f"{BASE}/models/{MODEL}:generateContent",
+                json={"contents": [{"role": "user", "parts": [{"text": "hi"}]}],
+                      "systemInstruction": system},
+                headers=_headers(alice_key[1], "ses_gsmall"),
+            )  # fmt: skip
+
+    response = async_to_sync(call)()
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["status"] == "INVALID_ARGUMENT"
+    assert "generationConfig.maxOutputTokens" in error["message"]
+    assert "CLAUDE_CODE" not in error["message"] and "9,000" in error["message"]
+    assert fake_gemini.generate_requests() == []
+
+
 def test_the_key_in_the_query_is_passed_through_as_a_header(fake_gemini, alice_key):
     async def call():
         async with asgi_http() as client:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from contextsvc.engine.providers.anthropic import request_to_transcript
-from proxy.services.identity import client_session_id, is_side_request
+from contextsvc.engine.user_agents import client_label
+from proxy.providers import registered
+from proxy.services.identity import client_session_id, is_side_request, side_session_id
 from sessions.models import Session
 
 BILLING = {"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1.332.0b9;"}
@@ -66,3 +68,34 @@ def test_the_billing_line_that_changes_between_runs_is_not_the_conversations_ide
 def test_a_session_without_a_system_prompt_yet_takes_the_first_call_as_its_own():
     fresh = Session(external_id="cc_x", sections=[])
     assert not is_side_request(fresh, body("anything"), request_to_transcript(body("anything")))
+
+
+def test_a_call_without_tools_from_a_coding_agent_is_a_side_request_even_first():
+    """Gemini CLI's routing question comes before its conversation: it must not become it."""
+    fresh = Session(external_id="run", sections=[])
+    routing = body("You are a routing classifier.")
+    gemini = client_label("GeminiCLI-tui/0.61.0/gemini-fake-pro (linux; x64; terminal)")
+    assert gemini == "Gemini CLI 0.61.0"
+    assert is_side_request(fresh, routing, request_to_transcript(routing), gemini)
+    # The same call from a client that may well chat without tools is its conversation.
+    sdk = client_label("Anthropic/Python 0.40.0")
+    assert not is_side_request(fresh, routing, request_to_transcript(routing), sdk)
+    with_tools = {**routing, "tools": [{"name": "run", "input_schema": {"type": "object"}}]}
+    assert not is_side_request(fresh, with_tools, request_to_transcript(with_tools), gemini)
+
+
+def test_a_gemini_side_session_is_named_by_its_own_instruction_and_first_message():
+    main = Session(external_id="gemini-run")
+    dialect = registered("gemini")
+
+    def call(system: str, first: str) -> dict:
+        return {
+            "systemInstruction": {"parts": [{"text": system}]},
+            "contents": [{"role": "user", "parts": [{"text": first}]}],
+        }
+
+    compress = side_session_id(main, "owner", call("Summarise.", "context"), dialect)
+    route = side_session_id(main, "owner", call("Route.", "context"), dialect)
+    assert compress.startswith("gemini-run~") and route.startswith("gemini-run~")
+    assert compress != route
+    assert compress == side_session_id(main, "owner", call("Summarise.", "context"), dialect)
