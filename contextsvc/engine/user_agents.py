@@ -29,7 +29,7 @@ _KNOWN: tuple[tuple[re.Pattern[str], str], ...] = (
 )
 # Coding agents whose every main call offers tools: a call of theirs without any is a
 # side request (a title, a routing or compression question), never their conversation.
-TOOL_AGENTS = ("Claude Code", "Codex CLI", "Gemini CLI")
+TOOL_AGENTS = ("Claude Code", "Codex CLI", "Gemini CLI", "opencode")
 _ORIGINATORS = {"codex_cli_rs": "Codex CLI", "codex_exec": "Codex CLI"}
 _TOKEN = re.compile(r"^([A-Za-z0-9_.\-]+)(?:/([A-Za-z0-9_.\-+]+))?")
 
