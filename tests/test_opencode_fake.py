@@ -91,7 +91,9 @@ def test_opencode_runs_its_bash_steps_against_the_fake(tmp_path):
     # The main calls: opencode's tools, the bash results coming back in order.
     main = [r.body for k, r in enumerate(requests) if k not in titles]
     assert all("bash" in {t["function"]["name"] for t in b["tools"]} for b in main)
-    assert all(_system(b).startswith("You are OpenCode") for b in main)
+    # (Its prompt and tool set depend on the model's name: apply_patch for GPT models,
+    # edit and write for others.)
+    assert all(_system(b).lower().startswith("you are opencode") for b in main)
     results = [m["content"] for m in main[-1]["messages"] if m["role"] == "tool"]
     assert [f"STEP-{k}-DONE" in str(r) for k, r in enumerate(results)] == [True] * steps
     # Offline: the pre-made config folder kept it from installing its plugin package
