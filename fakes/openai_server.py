@@ -10,7 +10,8 @@ at it with ``base_url=f"{fake.base_url}/v1"``. It
 - refuses a prompt estimated above ``window`` tokens with
   ``context_length_exceeded`` (the API's wording);
 - answers scripted replies (``script(ScriptedReply(...))``: text or tool
-  calls), else the responder's text; ``stream: true`` sends the chunk stream
+  calls), else its ``agent``'s reply (a scripted agent such as
+  ``fakes.opencode.ShellSteps``), else the responder's text; ``stream: true`` sends the chunk stream
   (``fakes.streams``), with the usage chunk when
   ``stream_options.include_usage`` asks for it, then ``[DONE]``;
 - can be told to fail the next calls (``fail_next(429 | 500 | 503)``, with
@@ -75,6 +76,8 @@ class FakeOpenAI:
 
     api_key: str = "test-key"
     responder: Callable[[dict[str, Any]], str] = default_responder
+    # A scripted agent: answers every request after the queued replies.
+    agent: Callable[[dict[str, Any]], ScriptedReply] | None = None
     window: int | None = None
     cache_minimum: int = 1024
     stream_delay: float = 0.0
@@ -114,6 +117,8 @@ class FakeOpenAI:
         with self._lock:
             if self._script:
                 return self._script.popleft()
+        if self.agent is not None:
+            return self.agent(body)
         return ScriptedReply(text=self.responder(body))
 
     def completion(self, body: dict[str, Any], number: int) -> dict[str, Any]:

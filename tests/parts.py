@@ -44,7 +44,7 @@ def _redis() -> bool:
 
 def _agents() -> bool:
     return AGENTS_WANTED and all(
-        (AGENTS_BIN / name).exists() for name in ("claude", "codex", "gemini")
+        (AGENTS_BIN / name).exists() for name in ("claude", "codex", "gemini", "opencode")
     )
 
 
@@ -83,8 +83,8 @@ PARTS = (
     ),
     Part(
         "needs_agents",
-        "runs the agent CLIs (Claude Code, Codex, Gemini CLI)"
-        + ("" if AGENTS_WANTED else ", not installed unless asked (~900 MB from npm)"),
+        "runs the agent CLIs (Claude Code, Codex, Gemini CLI, opencode)"
+        + ("" if AGENTS_WANTED else ", not installed unless asked (~1.3 GB from npm)"),
         "bin/test --agents (npm ci in tests/agents once, then the tests)",
         _agents,
     ),

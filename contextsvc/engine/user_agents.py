@@ -1,8 +1,9 @@
 """Which client sent a request, from its ``User-Agent`` (and Codex's ``originator`` header).
 
 Pure parsing: a short label for the dashboard's session list ("Claude Code 1.0.83",
-"Codex CLI 0.20.0", "Anthropic SDK Python 0.40.0", ...). An unknown agent gives its
-first product token, cut to ``MAX_LABEL`` characters; no header gives "".
+"Codex CLI 0.20.0", "opencode 1.18.33", "Anthropic SDK Python 0.40.0", ...). An
+unknown agent gives its first product token, cut to ``MAX_LABEL`` characters; no
+header gives "".
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ _KNOWN: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"^codex_cli_rs/(\S+)", re.I), "Codex CLI {v}"),
     (re.compile(r"^codex_exec/(\S+)", re.I), "Codex CLI {v}"),
     (re.compile(r"^GeminiCLI(?:-\w+)?/([^/\s]+)", re.I), "Gemini CLI {v}"),
+    # opencode: "opencode/1.18.33 ai-sdk/provider-utils/4.0.23 runtime/bun/1.3.14"
+    (re.compile(r"^opencode/(\S+)", re.I), "opencode {v}"),
     (re.compile(r"^contextsvc-client/(\S+)", re.I), "contextsvc client {v}"),
     (re.compile(r"^Anthropic/Python (\S+)"), "Anthropic SDK Python {v}"),
     (re.compile(r"^AsyncAnthropic/Python (\S+)"), "Anthropic SDK Python {v}"),
@@ -26,7 +29,7 @@ _KNOWN: tuple[tuple[re.Pattern[str], str], ...] = (
 )
 # Coding agents whose every main call offers tools: a call of theirs without any is a
 # side request (a title, a routing or compression question), never their conversation.
-TOOL_AGENTS = ("Claude Code", "Codex CLI", "Gemini CLI")
+TOOL_AGENTS = ("Claude Code", "Codex CLI", "Gemini CLI", "opencode")
 _ORIGINATORS = {"codex_cli_rs": "Codex CLI", "codex_exec": "Codex CLI"}
 _TOKEN = re.compile(r"^([A-Za-z0-9_.\-]+)(?:/([A-Za-z0-9_.\-+]+))?")
 

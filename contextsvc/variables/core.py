@@ -216,7 +216,7 @@ VARIABLES = (
     ),
     Variable(
         "CONTEXTSVC_AGENTS", "development", "bool", Derived("true in CI, else false"),
-        "`bin/test` installs the agent CLIs (Claude Code, Codex, Gemini CLI; ~900 MB from npm) and runs "
+        "`bin/test` installs the agent CLIs (Claude Code, Codex, Gemini CLI, opencode; ~1.3 GB from npm) and runs "
         "their tests (`bin/test --agents`)",
     ),
     Variable(
@@ -233,7 +233,7 @@ VARIABLES = (
     ),
     Variable(
         "CONTEXTSVC_AGENTS_BIN", "development", "path", Derived("`tests/agents/node_modules/.bin`"),
-        "where the agent CLIs (Claude Code, Codex, Gemini CLI) of the live proxy tests are",
+        "where the agent CLIs (Claude Code, Codex, Gemini CLI, opencode) of the live proxy tests are",
     ),
     Variable(
         "CONTEXTSVC_CI_TIMEOUT", "development", "int", 1140,

@@ -1,9 +1,11 @@
 """Which session a client's call belongs to: the client's own session id, and its side requests.
 
-**The client's id.** Claude Code names its conversation in
-``x-claude-code-session-id``; without ``X-Contextsvc-Session`` that id names
-the session (``cc_<id>``), so every call of one Claude Code run lands in one
-session even when its first messages change (it compacted itself).
+**The client's id.** Some clients name their conversation in a header of
+their own: Claude Code in ``x-claude-code-session-id``, opencode in
+``x-session-id``. Without ``X-Contextsvc-Session`` that id names the session,
+prefixed per client (``cc_<id>``, ``oc_<id>``: ``CLIENT_SESSION_HEADERS``),
+so every call of one run lands in one session even when its first messages
+change (it compacted itself).
 
 **Side requests.** One client run also sends requests that are not its main
 conversation: a title for the chat, a one-token quota probe, a sub-agent with
@@ -40,16 +42,23 @@ from sessions.services.sessions import session_create
 
 from ..providers import Dialect
 
-CLIENT_SESSION_HEADER = "x-claude-code-session-id"
+# (header, session id prefix): the first of them the request carries names the session.
+CLIENT_SESSION_HEADERS = (
+    ("x-claude-code-session-id", "cc_"),  # Claude Code
+    ("x-session-id", "oc_"),  # opencode (its session id, ses_...)
+)
 _CLIENT_ID = re.compile(r"^[A-Za-z0-9._:-]{1,100}$")
 SIDE_SEPARATOR = "~"
 _SIDE_HASH = 16
 
 
 def client_session_id(headers: Mapping[str, str]) -> str | None:
-    """The session id the client itself names (Claude Code's), or None."""
-    value = (headers.get(CLIENT_SESSION_HEADER) or "").strip()
-    return f"cc_{value}" if _CLIENT_ID.match(value) else None
+    """The session id the client itself names (Claude Code's, opencode's), or None."""
+    for header, prefix in CLIENT_SESSION_HEADERS:
+        value = (headers.get(header) or "").strip()
+        if value:
+            return f"{prefix}{value}" if _CLIENT_ID.match(value) else None
+    return None
 
 
 # Claude Code's first system block is a billing line whose hash changes from

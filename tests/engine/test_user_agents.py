@@ -20,6 +20,12 @@ from contextsvc.engine.user_agents import MAX_LABEL, client_label, first_user_te
         ),
         ("codex_exec/0.46.0 (Ubuntu 24.4.0; x86_64) unknown", "codex_exec", "Codex CLI 0.46.0"),
         ("reqwest/0.12", "codex_cli_rs", "Codex CLI"),
+        # opencode, through the AI SDK it bundles (its own name first, not the SDK's)
+        (
+            "opencode/1.18.33 ai-sdk/provider-utils/4.0.23 runtime/bun/1.3.14",
+            None,
+            "opencode 1.18.33",
+        ),
         # the official SDKs
         ("Anthropic/Python 0.40.0", None, "Anthropic SDK Python 0.40.0"),
         ("AsyncAnthropic/Python 0.40.0", None, "Anthropic SDK Python 0.40.0"),

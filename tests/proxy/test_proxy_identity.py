@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextsvc.engine.providers import openai_chat
 from contextsvc.engine.providers.anthropic import request_to_transcript
 from contextsvc.engine.user_agents import client_label
 from proxy.providers import registered
@@ -34,6 +35,15 @@ def test_the_client_session_header_names_a_session_only_when_it_is_a_plain_id():
     assert client_session_id({"x-claude-code-session-id": "3c68-a4c"}) == "cc_3c68-a4c"
     assert client_session_id({"x-claude-code-session-id": "a b"}) is None
     assert client_session_id({}) is None
+
+
+def test_opencodes_session_header_names_a_session_of_its_own_prefix():
+    sid = "ses_dda00c1deffemEWaGPjH57dsMS"
+    assert client_session_id({"x-session-id": sid}) == f"oc_{sid}"
+    assert client_session_id({"x-session-id": "a/b"}) is None
+    # Claude Code's header is the one that names it when a request carries both.
+    both = {"x-claude-code-session-id": "3c68", "x-session-id": sid}
+    assert client_session_id(both) == "cc_3c68"
 
 
 def test_another_system_prompt_or_a_one_token_probe_is_a_side_request():
@@ -73,6 +83,29 @@ def test_a_call_without_tools_from_a_coding_agent_is_a_side_request_even_first()
     assert not is_side_request(fresh, routing, request_to_transcript(routing), sdk)
     with_tools = {**routing, "tools": [{"name": "run", "input_schema": {"type": "object"}}]}
     assert not is_side_request(fresh, with_tools, request_to_transcript(with_tools), gemini)
+
+
+def test_opencodes_title_request_is_a_side_request_even_as_the_runs_first_call():
+    """opencode sends its title request alongside its first main call: either may come first."""
+    fresh = Session(external_id="oc_ses_x", sections=[])
+    opencode = client_label("opencode/1.18.33 ai-sdk/provider-utils/4.0.23 runtime/bun/1.3.14")
+    title = {
+        "model": "m",
+        "max_tokens": 32_000,
+        "stream": True,
+        "messages": [
+            {
+                "role": "system",
+                "content": "You are a title generator. You output ONLY a thread title.",
+            },
+            {"role": "user", "content": "Generate a title for this conversation:\n"},
+            {"role": "user", "content": '"Fix the parser"'},
+        ],
+    }
+    assert is_side_request(fresh, title, openai_chat.request_to_transcript(title), opencode)
+    tool = {"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}
+    main = {**title, "tools": [tool]}
+    assert not is_side_request(fresh, main, openai_chat.request_to_transcript(main), opencode)
 
 
 def test_a_gemini_side_session_is_named_by_its_own_instruction_and_first_message():
