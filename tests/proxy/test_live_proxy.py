@@ -118,8 +118,8 @@ def test_a_client_disconnect_stores_what_arrived_marked_incomplete(
     }
     received = b""
     with httpx.stream(
-        "POST", f"{proxy}/proxy/anthropic/v1/messages", json=body, headers=headers
-    ) as r:
+        "POST", f"{proxy}/proxy/anthropic/v1/messages", json=body, headers=headers, timeout=60
+    ) as r:  # a loaded machine may take more than httpx's 5 s to the first byte
         assert r.status_code == 200
         for chunk in r.iter_raw():
             received += chunk
