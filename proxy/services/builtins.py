@@ -66,10 +66,15 @@ def client_tool_names(converted: Converted) -> set[str]:
 
 
 def runnable_names(session: Session, converted: Converted) -> frozenset[str]:
-    """The built-ins the proxy runs on this call (none with the policy off)."""
+    """The built-ins the proxy runs on this call (none with the policy off, nor on a side
+    request that offers no tools: a title, routing or summary question answers in one go,
+    and the service's tools would only cost it tokens)."""
     if not builtins_on(session):
         return frozenset()
-    return frozenset(set(REGISTRY.tools) - client_tool_names(converted))
+    client = client_tool_names(converted)
+    if not client and session.parent_id is not None:
+        return frozenset()
+    return frozenset(set(REGISTRY.tools) - client)
 
 
 def builtin_tool_data(names: frozenset[str]) -> list[ToolData]:

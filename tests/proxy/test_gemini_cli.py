@@ -130,7 +130,11 @@ def test_gemini_cli_runs_a_long_task_in_a_window_that_compacts(
     )
     assert code == 0, err[-2000:]
     assert result is not None and result["response"].strip() == FINAL
-    assert [r.error for r in upstream.generate_requests() if r.status != 200] == []
+    requests = upstream.generate_requests()
+    assert [r.error for r in requests if r.status != 200] == []
+    # Its routing question reached upstream as it sent it: no tools of ours added.
+    routing = [r for r in requests if "responseJsonSchema" in r.body.get("generationConfig", {})]
+    assert routing and all("tools" not in r.body for r in routing)
 
     session = Session.objects.get(external_id="gemini-long")
     assert CompactionRun.objects.filter(session=session).count() >= 1
