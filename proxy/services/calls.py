@@ -276,13 +276,19 @@ def rebuild_after_overflow(
 
     When upstream names its window and it is smaller than the session's, the
     session takes it first (the model served there is not the profile's), so the
-    compaction aims inside the window that is really there.
+    compaction aims inside the window that is really there; an output limit that
+    would leave no room in it takes a quarter of it.
     """
     session = prepared.session
     previous = session.context_window
     window = dialect.reported_window(error)
     if window is not None and window < session.context_window:
-        session = session_update(session=session, data={"context_window": window})
+        data: dict[str, Any] = {"context_window": window}
+        if session.max_output_tokens + session.buffer_tokens >= window:
+            # The profile's output limit was for the profile's window: in this one it
+            # would leave no room (docs/concepts/context-build.md#profile-output-cap).
+            data["max_output_tokens"] = window // 4
+        session = session_update(session=session, data=data)  # type: ignore[arg-type]
     compaction_overflow(
         session=session,
         detail=json.dumps(error)[:500],
