@@ -12,10 +12,11 @@ from contextsvc.engine.providers.common import Converted, Reply
 from contextsvc.engine.providers.sse import AnthropicStream
 
 from .. import gate_fields as f
-from ..services.builtins import anthropic_with_note, strip_anthropic
 from ..services.client_fit import cap_breakpoints
-from ..services.final import anthropic_as_text
-from ..streaming import AnthropicFilter, UsageStrip
+from ..services.final import report_text
+from ..streaming import UsageStrip
+from . import anthropic_fields as rules
+from .anthropic_stream import AnthropicFilter
 from .base import Dialect, ToTranscript, error_number, error_type, register, replaced_body
 
 # Headers of the client's request forwarded upstream (lower case); the body's
@@ -63,13 +64,13 @@ class AnthropicMessages(Dialect):
 
     def check_body(self, body: dict[str, Any]) -> None:
         f.envelope(body, ("system", "tools", "messages"), ("max_tokens",))
-        f.anthropic_system(body.get("system"))
+        rules.anthropic_system(body.get("system"))
         if body.get("tools") is not None:
-            f.anthropic_tools(body["tools"])
-        f.anthropic_messages(f.leading(body.get("messages"), "messages"))
+            rules.anthropic_tools(body["tools"])
+        rules.anthropic_messages(f.leading(body.get("messages"), "messages"))
 
     def check_messages(self, messages: list[Any], base: int) -> None:
-        f.anthropic_messages(messages, base)
+        rules.anthropic_messages(messages, base)
 
     def output_key(self, parent: dict[str, Any]) -> str | None:
         return "content" if parent.get("type") == "tool_result" else None
@@ -163,3 +164,46 @@ class AnthropicMessages(Dialect):
 
 
 ANTHROPIC = register(AnthropicMessages())
+
+
+# --- the answer edited for the client -----------------------------------------
+
+
+def strip_anthropic(response: dict[str, Any], names: set[str]) -> dict[str, Any]:
+    """A Messages response without the ``tool_use`` blocks of the given tools."""
+    content = [
+        b
+        for b in response.get("content") or ()
+        if not (b.get("type") == "tool_use" and b.get("name") in names)
+    ]
+    return {**response, "content": content}
+
+
+def anthropic_with_note(response: dict[str, Any], note: str) -> dict[str, Any]:
+    """A Messages response with the round-limit note as a last text block, and the stop
+    reason of an answer."""
+    out = {**response, "content": [*(response.get("content") or ()), _text_block(note)]}
+    if out.get("stop_reason") == "tool_use" and not any(
+        b.get("type") == "tool_use" for b in out["content"]
+    ):
+        out["stop_reason"] = "end_turn"
+    return out
+
+
+def _text_block(text: str) -> dict[str, Any]:
+    return {"type": "text", "text": text}
+
+
+def anthropic_as_text(response: dict[str, Any], name: str) -> dict[str, Any]:
+    """A Messages response with its ``tool_use`` blocks of ``name`` turned into text blocks."""
+    content = []
+    for block in response.get("content") or ():
+        if block.get("type") == "tool_use" and block.get("name") == name:
+            block = {"type": "text", "text": report_text(block.get("input"))}
+        content.append(block)
+    out = {**response, "content": content}
+    if out.get("stop_reason") == "tool_use" and not any(
+        b.get("type") == "tool_use" for b in content
+    ):
+        out["stop_reason"] = "end_turn"
+    return out

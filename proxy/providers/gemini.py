@@ -23,10 +23,10 @@ from contextsvc.engine.providers.common import Converted, Reply
 from contextsvc.engine.providers.gemini_contents import contents_from_transcript
 from contextsvc.engine.providers.sse import SseEvent
 
-from .. import gate_fields as f
 from ..services.final import report_text
-from ..streaming_gemini import GeminiFilter
+from . import gemini_fields as rules
 from .base import Dialect, ToTranscript, error_number, register
+from .gemini_stream import GeminiFilter
 
 # The client's headers that go upstream; its key is re-set per credentials mode.
 _FORWARDED = ("user-agent", "x-goog-api-client", "x-goog-user-project")
@@ -136,14 +136,14 @@ class GeminiGenerate(Dialect):
         return gemini_format.request_to_transcript(body, messages=messages)
 
     def check_body(self, body: dict[str, Any]) -> None:
-        f.gemini_envelope(body)
-        f.gemini_system(body.get("systemInstruction", body.get("system_instruction")))
+        rules.gemini_envelope(body)
+        rules.gemini_system(body.get("systemInstruction", body.get("system_instruction")))
         if body.get("tools") is not None:
-            f.gemini_tools(body["tools"])
-        f.gemini_contents(f.gemini_leading(body.get("contents")))
+            rules.gemini_tools(body["tools"])
+        rules.gemini_contents(rules.gemini_leading(body.get("contents")))
 
     def check_messages(self, messages: list[Any], base: int) -> None:
-        f.gemini_contents(messages, base)
+        rules.gemini_contents(messages, base)
 
     def output_key(self, parent: dict[str, Any]) -> str | None:
         return None

@@ -11,12 +11,13 @@ from contextsvc.engine.providers.common import Converted, Reply
 from contextsvc.engine.providers.sse import OpenAIStream
 
 from .. import gate_fields as f
-from ..services.builtins import chat_with_note, strip_openai
-from ..services.final import openai_as_text
-from ..streaming import OpenAIFilter, UsageStrip
+from ..services.final import report_text, with_text
+from ..streaming import UsageStrip
+from . import openai_fields as rules
 from .anthropic import forwarded_headers
 from .base import ToTranscript, register, replaced_body
 from .openai_common import OpenAIVendor
+from .openai_stream import OpenAIFilter
 
 
 def _add_extra(tool: dict[str, Any], extra: dict[str, Any]) -> None:
@@ -36,11 +37,11 @@ class ChatCompletions(OpenAIVendor):
     def check_body(self, body: dict[str, Any]) -> None:
         f.envelope(body, ("tools", "messages"), ("max_tokens", "max_completion_tokens"))
         if body.get("tools") is not None:
-            f.chat_tools(body["tools"])
-        f.chat_messages(f.leading(body.get("messages"), "messages"))
+            rules.chat_tools(body["tools"])
+        rules.chat_messages(f.leading(body.get("messages"), "messages"))
 
     def check_messages(self, messages: list[Any], base: int) -> None:
-        f.chat_messages(messages, base)
+        rules.chat_messages(messages, base)
 
     def output_key(self, parent: dict[str, Any]) -> str | None:
         return "content" if parent.get("role") == "tool" else None
@@ -124,3 +125,56 @@ class ChatCompletions(OpenAIVendor):
 
 
 OPENAI = register(ChatCompletions())
+
+
+# --- the answer edited for the client -----------------------------------------
+
+
+def strip_openai(response: dict[str, Any], names: set[str]) -> dict[str, Any]:
+    """A chat completion without the tool calls of the given tools."""
+    choices = []
+    for choice in response.get("choices") or ():
+        message = dict(choice.get("message") or {})
+        calls = [
+            c
+            for c in message.get("tool_calls") or ()
+            if (c.get("function") or {}).get("name") not in names
+        ]
+        if message.get("tool_calls") is not None:
+            message["tool_calls"] = calls or None
+        choices.append({**choice, "message": message})
+    return {**response, "choices": choices}
+
+
+def chat_with_note(response: dict[str, Any], note: str) -> dict[str, Any]:
+    """A chat completion with the round-limit note at the end of its message's text, and
+    the finish reason of an answer."""
+    choices = []
+    for choice in response.get("choices") or ():
+        message = dict(choice.get("message") or {})
+        message["content"] = with_text(message.get("content"), note)
+        choice = {**choice, "message": message}
+        if not message.get("tool_calls") and choice.get("finish_reason") == "tool_calls":
+            choice["finish_reason"] = "stop"
+        choices.append(choice)
+    return {**response, "choices": choices}
+
+
+def openai_as_text(response: dict[str, Any], name: str) -> dict[str, Any]:
+    """A chat completion with its tool calls of ``name`` turned into the message's text."""
+    choices = []
+    for choice in response.get("choices") or ():
+        message = dict(choice.get("message") or {})
+        calls = message.get("tool_calls") or []
+        finals = [c for c in calls if (c.get("function") or {}).get("name") == name]
+        if finals:
+            rest = [c for c in calls if c not in finals]
+            message["tool_calls"] = rest or None
+            for call in finals:
+                text = report_text((call.get("function") or {}).get("arguments"))
+                message["content"] = with_text(message.get("content"), text)
+            choice = {**choice, "message": message}
+            if not rest and choice.get("finish_reason") == "tool_calls":
+                choice["finish_reason"] = "stop"
+        choices.append(choice)
+    return {**response, "choices": choices}

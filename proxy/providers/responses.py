@@ -18,11 +18,11 @@ from contextsvc.engine.providers.openai_responses_reply import ResponsesStream
 
 from .. import gate_fields as f
 from ..services import responses_body
-from ..services.builtins import responses_with_note
-from ..services.final import responses_as_text
-from ..streaming_responses import ResponsesFilter
+from . import openai_fields as rules
 from .base import ToTranscript, register
 from .openai_common import OpenAIVendor
+from .responses_items import responses_as_text, responses_with_note
+from .responses_stream import ResponsesFilter
 
 # A Responses client's headers all go upstream (Codex's session-id, thread-id,
 # x-codex-*), but for these: the proxy's own, the credentials, and the
@@ -63,13 +63,13 @@ class Responses(OpenAIVendor):
         f.text(body.get("previous_response_id"), "previous_response_id")
         f.text(body.get("instructions"), "instructions")
         if body.get("tools") is not None:
-            f.responses_tools(body["tools"])
+            rules.responses_tools(body["tools"])
         items = body.get("input")
-        f.responses_input(items if type(items) is not list else f.leading(items, "input"))
+        rules.responses_input(items if type(items) is not list else f.leading(items, "input"))
 
     def check_messages(self, messages: list[Any], base: int) -> None:
         """``messages``: units (``client_messages``)."""
-        f.responses_units(messages, base)
+        rules.responses_units(messages, base)
 
     def output_key(self, parent: dict[str, Any]) -> str | None:
         kind = parent.get("type")

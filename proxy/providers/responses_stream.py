@@ -3,7 +3,7 @@
 As ``streaming`` does for the other two: the events of an output item that
 calls a built-in tool are dropped, a call to the final report (on a final
 turn, when the client has no tool of that name) goes out as an assistant
-message with the report's text (``final.report_item``), the other items are renumbered
+message with the report's text (``responses_items.report_item``), the other items are renumbered
 (``output_index``) so that several upstream rounds read as one response,
 ``sequence_number`` counts the events the client gets, and the events that
 end a response (``response.completed`` / ``.incomplete`` / ``.failed``) are
@@ -19,9 +19,8 @@ from typing import Any
 
 from contextsvc.engine.providers.sse import SseEvent
 
-from .services.builtins import note_item
-from .services.final import report_item
-from .streaming import frame
+from ..streaming import frame
+from .responses_items import note_item, report_item
 
 _OPENING = ("response.created", "response.in_progress", "response.queued")
 _ENDING = ("response.completed", "response.incomplete", "response.failed")

@@ -15,7 +15,6 @@ saying why (``limit_note``), never an empty message.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -28,8 +27,6 @@ from sessions.models import Session
 from sessions.schemas_policy import ProxyPolicy
 from sessions.services.append import session_append_messages
 from sessions.services.inputs import MessageData, ToolData
-
-from .final import with_text
 
 # Rounds of built-in calls one client call may take when the session sets none
 # (the schema's default, so the two cannot drift apart).
@@ -172,78 +169,3 @@ def limit_note(limit: int, calls: Sequence[dict[str, Any]]) -> str:
         f"Its last calls were: {'; '.join(shown)}{more}. Their results are stored in the "
         f"session; send another message to continue.]"
     )
-
-
-def strip_anthropic(response: dict[str, Any], names: set[str]) -> dict[str, Any]:
-    """A Messages response without the ``tool_use`` blocks of the given tools."""
-    content = [
-        b
-        for b in response.get("content") or ()
-        if not (b.get("type") == "tool_use" and b.get("name") in names)
-    ]
-    return {**response, "content": content}
-
-
-def strip_openai(response: dict[str, Any], names: set[str]) -> dict[str, Any]:
-    """A chat completion without the tool calls of the given tools."""
-    choices = []
-    for choice in response.get("choices") or ():
-        message = dict(choice.get("message") or {})
-        calls = [
-            c
-            for c in message.get("tool_calls") or ()
-            if (c.get("function") or {}).get("name") not in names
-        ]
-        if message.get("tool_calls") is not None:
-            message["tool_calls"] = calls or None
-        choices.append({**choice, "message": message})
-    return {**response, "choices": choices}
-
-
-def anthropic_with_note(response: dict[str, Any], note: str) -> dict[str, Any]:
-    """A Messages response with the round-limit note as a last text block, and the stop
-    reason of an answer."""
-    out = {**response, "content": [*(response.get("content") or ()), _text_block(note)]}
-    if out.get("stop_reason") == "tool_use" and not any(
-        b.get("type") == "tool_use" for b in out["content"]
-    ):
-        out["stop_reason"] = "end_turn"
-    return out
-
-
-def responses_with_note(response: dict[str, Any], note: str) -> dict[str, Any]:
-    """A Responses response with the round-limit note as a last message item."""
-    return {**response, "output": [*(response.get("output") or ()), note_item(note)]}
-
-
-def chat_with_note(response: dict[str, Any], note: str) -> dict[str, Any]:
-    """A chat completion with the round-limit note at the end of its message's text, and
-    the finish reason of an answer."""
-    choices = []
-    for choice in response.get("choices") or ():
-        message = dict(choice.get("message") or {})
-        message["content"] = with_text(message.get("content"), note)
-        choice = {**choice, "message": message}
-        if not message.get("tool_calls") and choice.get("finish_reason") == "tool_calls":
-            choice["finish_reason"] = "stop"
-        choices.append(choice)
-    return {**response, "choices": choices}
-
-
-def _text_block(text: str) -> dict[str, Any]:
-    return {"type": "text", "text": text}
-
-
-def note_item(note: str) -> dict[str, Any]:
-    """The note as a Responses output item (an assistant message).
-
-    Its id comes from the note itself: a stream's filter and the stored reply
-    make the same item, so the client's echo of it matches (``client_message``).
-    """
-    return {
-        "type": "message",
-        "id": f"msg_limit_{hashlib.sha256(note.encode()).hexdigest()[:24]}",
-        "status": "completed",
-        "role": "assistant",
-        "content": [{"type": "output_text", "text": note, "annotations": []}],
-    }

@@ -14,7 +14,7 @@ from typing import Any
 from contextsvc.engine.providers import openai_responses
 from contextsvc.engine.providers.common import Converted, Reply
 
-from ..gate_fields import responses_units
+from ..providers.openai_fields import responses_units
 from .compaction_token import expanded_summary
 
 # The proxy asks upstream for this when the client reasons and the proxy stores:

@@ -7,9 +7,9 @@ from typing import Any
 
 from contextsvc.engine.providers.sse import SseEvent
 from proxy.providers import GEMINI
+from proxy.providers.gemini_stream import GeminiFilter
 from proxy.services.builtins import without_builtins
 from proxy.services.final import final_tool_to_answer
-from proxy.streaming_gemini import GeminiFilter
 
 
 def chunk(*parts: dict[str, Any], finish: str | None = None) -> SseEvent:
