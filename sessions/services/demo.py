@@ -170,7 +170,7 @@ def demo_banner(demo: Demo) -> str:
     return "\n".join(
         [
             f"contextsvc is ready on {base}/  (API docs: {base}/api/v1/docs)",
-            f"  proxy       {proxy}/anthropic  and  {proxy}/openai/v1",
+            f"  proxy       {proxy}/anthropic  ·  {proxy}/openai/v1  ·  {proxy}/gemini",
             "  the docs' examples read the key from your shell:",
             f"  export CONTEXTSVC_KEY={demo.key}",
             f"  agent key   {demo.key}",
