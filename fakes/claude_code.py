@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fakes.agent_bin import agent_binary
 from fakes.streams import ScriptedReply
 
 FINAL_ANSWER = "FINAL: every step ran"
@@ -35,15 +36,7 @@ COMPACT_PROMPT = "CRITICAL: Respond with TEXT ONLY. Do NOT call any tools."
 
 
 def claude_binary() -> str:
-    """The pinned CLI (``bin/test --agents`` installs it); the tests that run it carry
-    the ``needs_agents`` mark, so a missing one skips or fails before they start."""
-    bin_dir = os.environ.get("CONTEXTSVC_AGENTS_BIN") or str(
-        Path(__file__).resolve().parents[1] / "tests" / "agents" / "node_modules" / ".bin"
-    )
-    path = Path(bin_dir) / "claude"
-    if not path.exists():
-        raise FileNotFoundError(f"Claude Code is not installed at {path}: run bin/test --agents")
-    return str(path)
+    return agent_binary("claude", "Claude Code")
 
 
 def _texts(body: dict[str, Any]) -> list[str]:

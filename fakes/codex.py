@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fakes.agent_bin import agent_binary
 from fakes.streams import ScriptedReply, tool_call
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,12 +24,7 @@ FINAL = "FINAL ANSWER: every step ran."
 
 
 def codex_binary() -> str:
-    """The pinned CLI (``bin/test --agents`` installs it; see ``claude_binary``)."""
-    folder = os.environ.get("CONTEXTSVC_AGENTS_BIN") or str(ROOT / "tests/agents/node_modules/.bin")
-    path = Path(folder) / "codex"
-    if not path.exists():
-        raise FileNotFoundError(f"Codex CLI is not installed at {path}: run bin/test --agents")
-    return str(path)
+    return agent_binary("codex", "Codex CLI")
 
 
 @dataclass

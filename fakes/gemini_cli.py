@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fakes.agent_bin import agent_binary
 from fakes.streams import ScriptedReply, tool_call
 
 SETTINGS = {
@@ -30,14 +31,7 @@ SETTINGS = {
 
 
 def gemini_binary() -> str:
-    """The pinned CLI (``bin/test --agents`` installs it; its tests carry ``needs_agents``)."""
-    bin_dir = os.environ.get("CONTEXTSVC_AGENTS_BIN") or str(
-        Path(__file__).resolve().parents[1] / "tests" / "agents" / "node_modules" / ".bin"
-    )
-    path = Path(bin_dir) / "gemini"
-    if not path.exists():
-        raise FileNotFoundError(f"Gemini CLI is not installed at {path}: run bin/test --agents")
-    return str(path)
+    return agent_binary("gemini", "Gemini CLI")
 
 
 def run_gemini(

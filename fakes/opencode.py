@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fakes.agent_bin import agent_binary
 from fakes.streams import ScriptedReply, tool_call
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,12 +63,7 @@ CLOSED_REGISTRY = "http://127.0.0.1:9/"
 
 
 def opencode_binary() -> str:
-    """The pinned CLI (``bin/test --agents`` installs it; its tests carry ``needs_agents``)."""
-    folder = os.environ.get("CONTEXTSVC_AGENTS_BIN") or str(ROOT / "tests/agents/node_modules/.bin")
-    path = Path(folder) / "opencode"
-    if not path.exists():
-        raise FileNotFoundError(f"opencode is not installed at {path}: run bin/test --agents")
-    return str(path)
+    return agent_binary("opencode", "opencode")
 
 
 def opencode_config(

@@ -2,25 +2,18 @@
 
 from __future__ import annotations
 
-import os
-
-from tests.live_server import database_url
 from tests.proxy.conftest import UPSTREAM_KEY
-from tests.proxy.server import proxy_server
+from tests.proxy.server import live_proxy
 
 WINDOW = 48_000
 
 
 def start_proxy(tmp_path, fake_anthropic, *, managed: bool):
-    env = dict(os.environ)
-    env.update(
-        DATABASE_URL=database_url(),
-        DEBUG="false",
-        LOG_LEVEL="WARNING",
+    return live_proxy(
+        tmp_path,
         CONTEXTSVC_UPSTREAM_ANTHROPIC_URL=fake_anthropic.base_url,
         CONTEXTSVC_UPSTREAM_ANTHROPIC_API_KEY=UPSTREAM_KEY if managed else "",
     )
-    return proxy_server(env, tmp_path / "proxy.log")
 
 
 def make_window_session(client, sid: str, model: str = "claude-fake-large") -> None:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
-from tests.live_server import gunicorn
+from tests.live_server import database_url, gunicorn
 
 
 @contextmanager
@@ -17,3 +18,10 @@ def proxy_server(env: dict[str, str], log: Path, *args: str, timeout: float = 60
         env, log, *worker, *args, timeout=timeout, app="contextsvc.asgi:application"
     ) as port:
         yield port
+
+
+def live_proxy(tmp_path: Path, **settings: str) -> AbstractContextManager[int]:
+    """``proxy_server`` on the test database, quiet, with ``settings`` (the fakes' upstream
+    URLs, a managed key) over this process's environment; the log in ``tmp_path``."""
+    env = {**os.environ, "DATABASE_URL": database_url(), "DEBUG": "false", "LOG_LEVEL": "WARNING"}
+    return proxy_server({**env, **settings}, tmp_path / "proxy.log")

@@ -77,7 +77,9 @@ def test_claude_code_failures_then_the_call_detail_side_by_side(
     assert "a note after the last item" in sent
     assert "passed untouched" in sent and "max_tokens" in sent
     side = account.locator("[data-testid=account-client]").inner_text()
-    assert f"{client['messages']} · the first {client['same_as_previous']} as in its previous" in side
+    assert (
+        f"{client['messages']} · the first {client['same_as_previous']} as in its previous" in side
+    )
     width = pg.evaluate("document.documentElement.scrollWidth")
     assert width <= 1280
     shot(pg, "31-call-account")

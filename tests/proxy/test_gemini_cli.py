@@ -7,8 +7,6 @@ finishes with the answer, and the session's transcript holds each step once.
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from compaction.models import CompactionRun
@@ -18,9 +16,8 @@ from proxy.models import ClientCompaction
 from sessions.models import ContextCall, Message, Session, ToolOutput
 from sessions.outputs.read import output_read_all
 from sessions.services.sessions import session_create
-from tests.live_server import database_url
 from tests.proxy.conftest import PROXY_DB
-from tests.proxy.server import proxy_server
+from tests.proxy.server import live_proxy
 
 pytestmark = [pytest.mark.needs_postgres, pytest.mark.needs_agents, *PROXY_DB]
 
@@ -36,14 +33,10 @@ def upstream():
 
 @pytest.fixture
 def proxy(tmp_path, upstream):
-    env = dict(os.environ)
-    env.update(
-        DATABASE_URL=database_url(),
-        DEBUG="false",
-        LOG_LEVEL="WARNING",
+    with live_proxy(
+        tmp_path,
         CONTEXTSVC_UPSTREAM_GEMINI_URL=upstream.base_url,
-    )
-    with proxy_server(env, tmp_path / "proxy.log") as port:
+    ) as port:
         yield f"http://127.0.0.1:{port}/proxy/gemini"
 
 

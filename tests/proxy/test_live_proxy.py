@@ -8,7 +8,6 @@ non-streaming calls of both SDKs and a client that disconnects mid-stream
 from __future__ import annotations
 
 import json
-import os
 import time
 
 import anthropic
@@ -18,24 +17,19 @@ import pytest
 
 from fakes.streams import ScriptedReply
 from sessions.models import ContextCall, Message, Session, UsageReport
-from tests.live_server import database_url
 from tests.proxy.conftest import PROXY_DB, UPSTREAM_KEY
-from tests.proxy.server import proxy_server
+from tests.proxy.server import live_proxy
 
 pytestmark = [pytest.mark.needs_postgres, *PROXY_DB]
 
 
 @pytest.fixture
 def proxy(tmp_path, fake_anthropic, fake_openai):
-    env = dict(os.environ)
-    env.update(
-        DATABASE_URL=database_url(),
-        DEBUG="false",
-        LOG_LEVEL="WARNING",
+    with live_proxy(
+        tmp_path,
         CONTEXTSVC_UPSTREAM_ANTHROPIC_URL=fake_anthropic.base_url,
         CONTEXTSVC_UPSTREAM_OPENAI_URL=f"{fake_openai.base_url}/v1",
-    )
-    with proxy_server(env, tmp_path / "proxy.log") as port:
+    ) as port:
         yield f"http://127.0.0.1:{port}"
 
 

@@ -12,7 +12,6 @@ compaction, every step stays in the stored record, and the run finishes.
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 
 import pytest
@@ -31,9 +30,8 @@ from fakes.opencode import (
 from proxy.models import ClientCompaction
 from sessions.models import ContextCall, Message, ModelProfile, Session
 from sessions.services.sessions import session_create
-from tests.live_server import database_url
 from tests.proxy.conftest import PROXY_DB, UPSTREAM_KEY
-from tests.proxy.server import proxy_server
+from tests.proxy.server import live_proxy
 from tests.proxy.test_claude_code import stored_outputs
 
 pytestmark = [pytest.mark.needs_postgres, pytest.mark.needs_agents, *PROXY_DB]
@@ -50,14 +48,10 @@ def upstream():
 
 @pytest.fixture
 def proxy(tmp_path, upstream):
-    env = dict(os.environ)
-    env.update(
-        DATABASE_URL=database_url(),
-        DEBUG="false",
-        LOG_LEVEL="WARNING",
+    with live_proxy(
+        tmp_path,
         CONTEXTSVC_UPSTREAM_OPENAI_URL=f"{upstream.base_url}/v1",
-    )
-    with proxy_server(env, tmp_path / "proxy.log") as port:
+    ) as port:
         yield f"http://127.0.0.1:{port}/proxy/openai/v1"
 
 
