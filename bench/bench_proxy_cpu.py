@@ -201,10 +201,11 @@ def run(dialect_name: str, agent_key: str, size: int, profile: bool) -> tuple[fl
 def gemini_like_gpt_4o() -> None:
     """Gemini's model gets gpt-4o's profile (window, prices, caching minimum): its calls
     then do the same accounting work as Chat Completions', and 2,000 messages fit as
-    they do for gpt-4o (the seeded Google default is a 32,000-token window)."""
+    they do for gpt-4o (its own profile, if seeded, is replaced)."""
     from sessions.models import ModelProfile
 
     row = ModelProfile.objects.get(provider="openai", model=MODEL["openai"])
+    ModelProfile.objects.filter(provider="google", model=MODEL["gemini"]).delete()
     row.pk, row.provider, row.model = None, "google", MODEL["gemini"]
     row.save()
 

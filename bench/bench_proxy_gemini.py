@@ -140,7 +140,7 @@ def interleaved(
 def twin_profiles(window: int = 1_000_000) -> None:
     """Both fake models get gpt-4o's profile (prices, caching minimum, output limit) with
     the same ``window``: the two sessions do the same accounting work, and 2,000 messages
-    fit with no compaction (the seeded Google default is a 32,000-token window)."""
+    fit with no compaction."""
     from sessions.models import ModelProfile
 
     for provider, model in (("openai", CHAT_MODEL), ("google", GEMINI_MODEL)):
