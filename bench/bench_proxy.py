@@ -21,6 +21,9 @@ with one uvicorn worker on ``contextsvc.asgi``.
 4. BENCH_STREAMS (64) concurrent streams of ~BENCH_STREAM_SECONDS (10; the
    target is stated for 30) each held by the one worker: errors and the
    worker's peak RSS (target ≤ 300 MB).
+5. Gemini beside Chat Completions (``bench_proxy_gemini.py``, which also runs
+   alone; BENCH_GEMINI=0 skips it here): added TTFB and CPU per call of both,
+   their ratio (target ≤ 1.10), the load average beside each figure.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import threading
 import time
 
 import httpx
+from bench_proxy_gemini import gemini_vs_chat
 from common import (
     OUT_OF_REACH,
     Http,
@@ -250,6 +254,8 @@ def main() -> None:
         )
         if errors:
             print("   first error:", errors[0])
+        if os.environ.get("BENCH_GEMINI", "1") == "1":
+            gemini_vs_chat(db_url, agent_key)
     finally:
         server.terminate()
         server.wait(timeout=30)

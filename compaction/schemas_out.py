@@ -125,7 +125,8 @@ class RunOut(Out):
     result: CompactResultOut | None
     retention_score: Number | None
     summarizer: str | None = Field(
-        None, description="the summariser that wrote the summary: offline, anthropic, openai"
+        None,
+        description="the summariser that wrote the summary: offline, anthropic, openai, gemini",
     )
     model: str | None = Field(None, description="the model that wrote the summary")
     error: dict[str, Any] | None = Field(..., description="{code, message} of a failed run")

@@ -1,4 +1,4 @@
-"""Summarisers: Anthropic Messages and any Chat Completions server (official SDKs), and offline.
+"""Summarisers: Anthropic Messages and any Chat Completions server (official SDKs), Gemini, offline.
 
 Which one a session gets (``for_session``): ``policy.compaction.summarizer``,
 else ``CONTEXTSVC_SUMMARIZER``; ``auto`` picks
@@ -6,6 +6,9 @@ else ``CONTEXTSVC_SUMMARIZER``; ``auto`` picks
 - ``AnthropicSummarizer`` when it has a key and the summary model is
   Anthropic's (the policy's ``compaction.model``, else the session's own
   model — docs/concepts/compaction.md#summary-model — or a session of provider ``anthropic``);
+- else ``GeminiSummarizer`` (``summarizer_gemini``, plain httpx) when it has a key
+  and the summary model is Google's (a ``gemini-…`` model, or a session of
+  provider ``google``);
 - else ``OpenAISummarizer`` when it is configured (a key or a base URL): any
   OpenAI-compatible server — OpenAI, vLLM, Ollama, LiteLLM;
 - else the deterministic ``OfflineSummarizer`` (DESIGN.md: the default
@@ -33,6 +36,7 @@ from typing import Any
 
 from django.conf import settings
 
+from contextsvc.engine.budget import split_model_id
 from contextsvc.engine.offline_summarizer import OfflineSummarizer
 from contextsvc.engine.summarize import (
     Summarizer,
@@ -41,9 +45,9 @@ from contextsvc.engine.summarize import (
     SummaryResult,
 )
 
-DEFAULT_TIMEOUT = 120.0
-DEFAULT_MAX_RETRIES = 2
-TRANSIENT_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
+from .summarizer_gemini import GeminiSummarizer
+from .summarizer_rules import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT, is_transient
+
 # A summariser's model setting that means "the session's own model".
 SESSION_MODEL = "session"
 # Sent as the key to a Chat Completions server configured without one (a local
@@ -85,7 +89,7 @@ def _call(sdk: ModuleType, create: Callable[[], Any]) -> Any:
         status = exc.status_code
         raise SummarizerError(
             f"Summariser answered {status}: {_error_message(exc)}",
-            transient=status in TRANSIENT_STATUSES or status >= 500,
+            transient=is_transient(status),
             status=status,
         ) from exc
 
@@ -237,6 +241,12 @@ def is_anthropic_model(model: str) -> bool:
     return model.lower().startswith(("claude", "anthropic"))
 
 
+def is_gemini_model(model: str) -> bool:
+    """Whether ``model`` names one of Google's Gemini models (``google/…`` prefix or not)."""
+    provider, bare = split_model_id(model)
+    return provider == "google" or bare.lower().removeprefix("models/").startswith("gemini")
+
+
 def anthropic_configured() -> bool:
     return bool(settings.CONTEXTSVC_SUMMARIZER_ANTHROPIC_API_KEY)
 
@@ -246,6 +256,10 @@ def openai_configured() -> bool:
         settings.CONTEXTSVC_SUMMARIZER_OPENAI_API_KEY
         or settings.CONTEXTSVC_SUMMARIZER_OPENAI_BASE_URL
     )
+
+
+def gemini_configured() -> bool:
+    return bool(settings.CONTEXTSVC_SUMMARIZER_GEMINI_API_KEY)
 
 
 def _anthropic() -> AnthropicSummarizer:
@@ -265,6 +279,16 @@ def _openai() -> OpenAISummarizer:
         max_retries=settings.CONTEXTSVC_SUMMARIZER_MAX_RETRIES,
         timeout=float(settings.CONTEXTSVC_SUMMARIZER_TIMEOUT),
         model=settings.CONTEXTSVC_SUMMARIZER_OPENAI_MODEL or "",
+    )
+
+
+def _gemini() -> GeminiSummarizer:
+    return GeminiSummarizer(
+        api_key=settings.CONTEXTSVC_SUMMARIZER_GEMINI_API_KEY,
+        base_url=settings.CONTEXTSVC_SUMMARIZER_GEMINI_BASE_URL,
+        max_retries=settings.CONTEXTSVC_SUMMARIZER_MAX_RETRIES,
+        timeout=float(settings.CONTEXTSVC_SUMMARIZER_TIMEOUT),
+        model=settings.CONTEXTSVC_SUMMARIZER_GEMINI_MODEL or "",
     )
 
 
@@ -289,9 +313,22 @@ def for_session(*, model: str, provider: str = "", choice: str | None = None) ->
                 " and/or CONTEXTSVC_SUMMARIZER_OPENAI_BASE_URL"
             )
         return _openai()
-    anthropic_model = is_anthropic_model(model) or (provider == "anthropic" and bool(model))
-    if anthropic_model and anthropic_configured():
+    if chosen == "gemini":
+        if not gemini_configured():
+            raise SummarizerError(
+                "The gemini summariser has no key: set CONTEXTSVC_SUMMARIZER_GEMINI_API_KEY"
+                " (or GEMINI_API_KEY)"
+            )
+        return _gemini()
+    # A model named for its provider first; else the session's provider decides.
+    if is_anthropic_model(model) and anthropic_configured():
         return _anthropic()
+    if is_gemini_model(model) and gemini_configured():
+        return _gemini()
+    if provider == "anthropic" and model and anthropic_configured():
+        return _anthropic()
+    if provider == "google" and model and gemini_configured():
+        return _gemini()
     if openai_configured():
         return _openai()
     return OfflineSummarizer()

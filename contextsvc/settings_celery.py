@@ -91,7 +91,8 @@ CONTEXTSVC_AUTO_COMPACT = env_bool("CONTEXTSVC_AUTO_COMPACT")
 # Who writes summaries (docs/compaction.md, "Summarisers"): auto — the Anthropic summariser
 # for a Claude summary model when it has a key, else the openai one when it is
 # configured (a key or a base URL), else the offline summariser —, or one of
-# offline, anthropic, openai (an error when that one is not configured).
+# offline, anthropic, openai, gemini (an error when that one is not configured).
+# A Gemini summary model with a Gemini key goes to the gemini one before openai.
 # policy.compaction.summarizer overrides it per session.
 CONTEXTSVC_SUMMARIZER = env_choice("CONTEXTSVC_SUMMARIZER")
 # Each summariser's server, key and model. A model is a cheap one of that
@@ -114,6 +115,14 @@ CONTEXTSVC_SUMMARIZER_ANTHROPIC_MODEL = env_str("CONTEXTSVC_SUMMARIZER_ANTHROPIC
 CONTEXTSVC_SUMMARIZER_OPENAI_API_KEY = env_str("CONTEXTSVC_SUMMARIZER_OPENAI_API_KEY")
 CONTEXTSVC_SUMMARIZER_OPENAI_BASE_URL = env_url("CONTEXTSVC_SUMMARIZER_OPENAI_BASE_URL")
 CONTEXTSVC_SUMMARIZER_OPENAI_MODEL = env_str("CONTEXTSVC_SUMMARIZER_OPENAI_MODEL")
+# Gemini's generateContent (plain httpx): the key falls back to GEMINI_API_KEY, the
+# variable Google's SDK and Gemini CLI read; the base URL has no version path
+# (the summariser adds /v1beta/models/{model}:generateContent).
+CONTEXTSVC_SUMMARIZER_GEMINI_API_KEY = env_str(
+    "CONTEXTSVC_SUMMARIZER_GEMINI_API_KEY", env_str("GEMINI_API_KEY")
+)
+CONTEXTSVC_SUMMARIZER_GEMINI_BASE_URL = env_url("CONTEXTSVC_SUMMARIZER_GEMINI_BASE_URL")
+CONTEXTSVC_SUMMARIZER_GEMINI_MODEL = env_str("CONTEXTSVC_SUMMARIZER_GEMINI_MODEL")
 # The SDK's own retries of a summary call (429 / 5xx / 529, honouring
 # retry-after) before the run's task retries with backoff.
 CONTEXTSVC_SUMMARIZER_MAX_RETRIES = env_int("CONTEXTSVC_SUMMARIZER_MAX_RETRIES")

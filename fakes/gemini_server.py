@@ -16,13 +16,21 @@ the API's 400 "API key not valid"), checks every body with the API's rules
   sends none);
 - a stream is one ``GenerateContentResponse`` per ``data:`` event: text in
   pieces, each call whole in its own chunk, ``finishReason`` and the final
-  usage in the last chunk; ``cut_next`` drops the connection after N events.
+  usage in the last chunk; ``cut_next`` drops the connection after N events;
+- failures on demand: ``fail_next(status)`` (a 429 carries the API's
+  ``RetryInfo`` detail with a short ``retryDelay``, so a client's retry is
+  quick) and ``hang_next(seconds)`` (a client timeout);
+- implicit caching as the API reports it: ``usageMetadata.cachedContentTokenCount``
+  (part of ``promptTokenCount``) is the longest prefix of blocks (system
+  instruction, tools, each content) seen in an earlier request, from
+  ``cache_minimum`` tokens on; absent when nothing was read.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,6 +40,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from fakes.anthropic_server import RecordedRequest
 from fakes.gemini_rules import InvalidArgument, validate
+from fakes.prompt_cache import PrefixCache
 from fakes.streams import QuietServer, ScriptedReply, send_stream
 
 STATUSES = {
@@ -43,6 +52,8 @@ STATUSES = {
     503: "UNAVAILABLE",
 }
 MODELS = ("gemini-fake-pro", "gemini-fake-flash")
+# The API's 429 says when to retry; the fake's delay is short, so a client's retry is quick.
+RETRY_INFO = {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "0.01s"}
 PREFIX = "/v1beta/models"
 
 Responder = Callable[[dict[str, Any]], str]
@@ -96,7 +107,7 @@ def stream_chunks(response: dict[str, Any], chunk_chars: int = 7) -> list[dict[s
     """A complete response as the API streams it (module doc)."""
     head = {k: response[k] for k in ("modelVersion", "responseId")}
     usage = response["usageMetadata"]
-    running = {"promptTokenCount": usage["promptTokenCount"]}
+    running = {k: usage[k] for k in ("promptTokenCount", "cachedContentTokenCount") if k in usage}
     candidate = response["candidates"][0]
     chunks = []
     for part in candidate["content"]["parts"]:
@@ -129,11 +140,15 @@ class FakeGemini:
     # after the queued replies.
     agent: Callable[[dict[str, Any]], ScriptedReply] | None = None
     window: int | None = None
+    # The API's minimum for implicit caching (Gemini 2.5 Flash's).
+    cache_minimum: int = 1024
     models: tuple[str, ...] = MODELS
     requests: list[RecordedRequest] = field(default_factory=list)
     _script: deque[ScriptedReply] = field(default_factory=deque)
     _failures: deque[tuple[int, str]] = field(default_factory=deque)
     _cuts: deque[int] = field(default_factory=deque)
+    _hangs: deque[float] = field(default_factory=deque)
+    _cache: PrefixCache = field(default_factory=PrefixCache)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _server: QuietServer | None = None
     _thread: threading.Thread | None = None
@@ -146,6 +161,11 @@ class FakeGemini:
     def fail_next(self, status: int, count: int = 1, message: str = "") -> None:
         with self._lock:
             self._failures.extend([(status, message or f"fake failure {status}")] * count)
+
+    def hang_next(self, seconds: float, count: int = 1) -> None:
+        """The next ``count`` requests wait ``seconds`` before they are answered."""
+        with self._lock:
+            self._hangs.extend([seconds] * count)
 
     def cut_next(self, after: int, count: int = 1) -> None:
         """The next ``count`` streams drop the connection after ``after`` events."""
@@ -187,6 +207,14 @@ class FakeGemini:
             "candidatesTokenCount": out_tokens,
             "totalTokenCount": tokens + out_tokens + thoughts,
         }
+        blocks = [
+            ["system", body.get("systemInstruction")],
+            ["tools", body.get("tools")],
+            *body["contents"],
+        ]
+        cached = min(self._cache.longest_seen(blocks, minimum=self.cache_minimum), tokens)
+        if cached:
+            usage["cachedContentTokenCount"] = cached
         if thoughts:
             usage["thoughtsTokenCount"] = thoughts
         return {
@@ -222,7 +250,13 @@ class FakeGemini:
 
             def _error(self, record: RecordedRequest, status: int, message: str) -> None:
                 record.status, record.error = status, message
-                error = {"code": status, "message": message, "status": STATUSES.get(status, "")}
+                error: dict[str, Any] = {
+                    "code": status,
+                    "message": message,
+                    "status": STATUSES.get(status, ""),
+                }
+                if status == 429:
+                    error["details"] = [RETRY_INFO]
                 self._send(status, {"error": error})
 
             def _record(self, body: Any = None) -> RecordedRequest:
@@ -266,6 +300,9 @@ class FakeGemini:
                     return self._error(record, 400, "Invalid JSON payload received.")
                 with fake._lock:
                     failure = fake._failures.popleft() if fake._failures else None
+                    hang = fake._hangs.popleft() if fake._hangs else 0.0
+                if hang:
+                    time.sleep(hang)
                 if failure is not None:
                     return self._error(record, *failure)
                 if method == "countTokens":

@@ -136,3 +136,26 @@ def test_input_over_the_window_gets_the_real_wording(fake):
     )
     assert message.startswith("The input token count (")
     assert message.endswith("exceeds the maximum number of tokens allowed (10).")
+
+
+def test_cached_content_tokens_follow_the_longest_prefix_seen(fake):
+    system = {"parts": [{"text": "Rules. " * 1000}]}  # over the 1024-token minimum
+    first = generate(fake, {"systemInstruction": system, "contents": [ASK]}).json()
+    later = [ASK, {"role": "model", "parts": [{"text": "ok"}]}, {**ASK, "parts": [{"text": "2"}]}]
+    second = generate(fake, {"systemInstruction": system, "contents": later}).json()
+    other = generate(fake, {"contents": [ASK]}).json()  # a short prompt: never cached
+    assert "cachedContentTokenCount" not in first["usageMetadata"]
+    usage = second["usageMetadata"]
+    assert 1024 <= usage["cachedContentTokenCount"] < usage["promptTokenCount"]
+    assert reply_from_response(second).usage.cache_read_tokens == usage["cachedContentTokenCount"]
+    assert "cachedContentTokenCount" not in other["usageMetadata"]
+
+
+def test_failures_on_demand_carry_the_apis_retry_info(fake):
+    fake.fail_next(429)
+    error = generate(fake, {"contents": [ASK]}).json()["error"]
+    assert error["status"] == "RESOURCE_EXHAUSTED"
+    assert error["details"][0]["@type"].endswith("google.rpc.RetryInfo")
+    fake.hang_next(1.0)
+    with pytest.raises(httpx.ReadTimeout):
+        generate(fake, {"contents": [ASK]}, timeout=0.2)

@@ -36,7 +36,21 @@ from .wellformed import (
 )
 
 # The fields a provider dialect's managed context replaces in the request.
-MANAGED_FIELDS = frozenset({"system", "messages", "tools", "input", "instructions"})
+# The fields the managed context replaces, in every dialect (Gemini's too: comparing a
+# long ``contents`` with the client's, item by item, only to call it replaced, costs
+# milliseconds per call).
+MANAGED_FIELDS = frozenset(
+    {
+        "system",
+        "messages",
+        "tools",
+        "input",
+        "instructions",
+        "contents",
+        "systemInstruction",
+        "system_instruction",
+    }
+)
 _LEADING = frozenset({LEADING_USER_TEXT, EMPTY_HISTORY_TEXT, EMPTY_AFTER_SUMMARY_TEXT})
 
 

@@ -2,8 +2,8 @@
 (docs/concepts/compaction.md#summary-request, docs/concepts/compaction.md#sandwich).
 
 Pure: messages in, a request or a text out. A summariser is anything with
-``complete(SummaryRequest) -> SummaryResult``; the ones that call the Anthropic
-and Chat Completions APIs live in ``compaction/summarizers.py`` (the engine never touches the
+``complete(SummaryRequest) -> SummaryResult``; the ones that call the Anthropic,
+Chat Completions and Gemini APIs live in ``compaction/`` (the engine never touches the
 network), the deterministic one in ``engine.offline_summarizer``.
 
 Two request kinds:
@@ -39,7 +39,7 @@ SummaryKind = Literal["retain_summary", "compress"]
 
 # Who may write a session's summaries (``CONTEXTSVC_SUMMARIZER``,
 # ``policy.compaction.summarizer``); ``auto`` picks one per session.
-SUMMARIZERS: tuple[str, ...] = ("auto", "offline", "anthropic", "openai")
+SUMMARIZERS: tuple[str, ...] = ("auto", "offline", "anthropic", "openai", "gemini")
 
 # docs/concepts/compaction.md#summary-request: the default summary prompt (<summary> tags).
 DEFAULT_SUMMARY_PROMPT = """\
@@ -287,29 +287,37 @@ class SummaryRequest:
             return [Message(role="user", content=self.prompt)]
         return [*render_for_llm(self.source), Message(role="user", content=self.prompt)]
 
-    def anthropic_body(self) -> dict[str, Any]:
-        """The Messages API body, built by the one assembler (``engine.build``), no tools."""
-        if self.prefix is not None:
-            return prefix_body("anthropic", self.prefix, self.prompt, self.model, self.max_tokens)
+    def _plain_body(self, fmt: str) -> dict[str, Any]:
+        """The one assembler's (``engine.build``) body of the text-only messages, no tools."""
         parts = ContextParts(
             model=self.model, max_output_tokens=self.max_tokens, messages=self.llm_messages()
         )
-        body = build_request("anthropic", parts)
+        body = build_request(fmt, parts)
         body.pop("tools", None)
-        body["system"] = self.system
         return body
+
+    def anthropic_body(self) -> dict[str, Any]:
+        """The Messages API body, no tools."""
+        if self.prefix is not None:
+            return prefix_body("anthropic", self.prefix, self.prompt, self.model, self.max_tokens)
+        return {**self._plain_body("anthropic"), "system": self.system}
 
     def openai_body(self) -> dict[str, Any]:
         """The Chat Completions body by the same assembler: the system message first, no tools."""
         if self.prefix is not None:
             return prefix_body("openai", self.prefix, self.prompt, self.model, self.max_tokens)
-        parts = ContextParts(
-            model=self.model, max_output_tokens=self.max_tokens, messages=self.llm_messages()
-        )
-        body = build_request("openai", parts)
-        body.pop("tools", None)
+        body = self._plain_body("openai")
         body["messages"] = [{"role": "system", "content": self.system}, *body["messages"]]
         return body
+
+    def gemini_body(self) -> dict[str, Any]:
+        """The ``generateContent`` body (the model goes in the URL), no tools."""
+        if self.prefix is not None:
+            return prefix_body("gemini", self.prefix, self.prompt, self.model, self.max_tokens)
+        return {
+            **self._plain_body("gemini"),
+            "systemInstruction": {"parts": [{"text": self.system}]},
+        }
 
 
 @dataclass(frozen=True, slots=True)

@@ -71,9 +71,12 @@ def has_content(msg: Message) -> bool:
     shown = msg.view if msg.view is not None else msg.content
     if isinstance(shown, str):  # most of a history: no join of parts to build
         return bool(shown.strip())
-    if msg.context_text.strip():
-        return True
-    return msg.part_count > 0
+    # Parts (a Gemini history is stored as parts): a text part with text, or any other
+    # part — what ``context_text.strip() or part_count`` says, without joining the text.
+    return any(
+        part.get("type", "text") != "text" or str(part.get("text", "")).strip()
+        for part in shown or ()
+    )
 
 
 def orphan_text(msg: Message) -> str:

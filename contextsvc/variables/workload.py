@@ -60,8 +60,9 @@ VARIABLES = (
     Variable(
         "CONTEXTSVC_SUMMARIZER", "compaction", "choice", "auto",
         "who writes summaries ([Summarisers](compaction.md)): `auto` is Anthropic for a Claude "
-        "summary model with a key, else the OpenAI-compatible one when configured, else "
-        "offline; per session: `policy.compaction.summarizer`", choices=SUMMARIZERS,
+        "summary model with a key, Gemini for a Gemini one with a key, else the "
+        "OpenAI-compatible one when configured, else offline; per session: "
+        "`policy.compaction.summarizer`", choices=SUMMARIZERS,
     ),
     Variable(
         "CONTEXTSVC_SUMMARIZER_ANTHROPIC_API_KEY", "compaction", "str",
@@ -101,9 +102,29 @@ VARIABLES = (
         "that server's summary model",
     ),
     Variable(
+        "CONTEXTSVC_SUMMARIZER_GEMINI_API_KEY", "compaction", "str",
+        Derived("`GEMINI_API_KEY`"),
+        "the Gemini summariser's key (sent as `x-goog-api-key`)",
+    ),
+    Variable(
+        "CONTEXTSVC_SUMMARIZER_GEMINI_BASE_URL", "compaction", "url",
+        "https://generativelanguage.googleapis.com",
+        "the Gemini summariser's server, without the version path: it adds "
+        "`/v1beta/models/{model}:generateContent`",
+    ),
+    Variable(
+        "CONTEXTSVC_SUMMARIZER_GEMINI_MODEL", "compaction", "str", "gemini-2.5-flash-lite",
+        "the Gemini summariser's model (`session`: the session's own; "
+        "`policy.compaction.model` wins)",
+    ),
+    Variable(
+        "GEMINI_API_KEY", "compaction", "str", None,
+        "fallback of `CONTEXTSVC_SUMMARIZER_GEMINI_API_KEY`",
+    ),
+    Variable(
         "CONTEXTSVC_SUMMARIZER_MAX_RETRIES", "compaction", "int", 2,
-        "the SDK's own retries of a summary call (429 / 5xx / 529) before the run's task "
-        "retries with backoff", minimum=0,
+        "a summariser's own retries of a summary call (429 / 5xx / 529, timeouts) before the "
+        "run's task retries with backoff", minimum=0,
     ),
     Variable(
         "CONTEXTSVC_SUMMARIZER_TIMEOUT", "compaction", "int", 120,

@@ -4,7 +4,8 @@ No global eager mode (STYLE.md): tests call the services directly. Enqueueing
 is recorded instead of sent, except in the tests marked ``needs_worker`` that
 run a real worker. The offline summariser is the default; ``fake_anthropic`` and
 ``fake_openai`` point the official SDKs at a local fake Messages API and a
-local fake Chat Completions server.
+local fake Chat Completions server, ``fake_gemini`` the Gemini summariser at a
+local fake Gemini API.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 
 from fakes.anthropic_server import FakeAnthropic
+from fakes.gemini_server import FakeGemini
 from fakes.openai_server import FakeOpenAI
 from tests.conftest import tool_turn
 
@@ -41,7 +43,9 @@ def _no_broker(request, monkeypatch, settings):
     settings.CONTEXTSVC_SUMMARIZER_ANTHROPIC_BASE_URL = None
     settings.CONTEXTSVC_SUMMARIZER_OPENAI_API_KEY = None
     settings.CONTEXTSVC_SUMMARIZER_OPENAI_BASE_URL = None
-    for name in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL"):
+    settings.CONTEXTSVC_SUMMARIZER_GEMINI_API_KEY = None
+    settings.CONTEXTSVC_SUMMARIZER_GEMINI_BASE_URL = None
+    for name in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL", "GEMINI_API_KEY"):
         monkeypatch.delenv(name, raising=False)
     sent: list[tuple[str, str | None]] = []
     if request.node.get_closest_marker("needs_worker") is None:
@@ -87,6 +91,19 @@ def fake_openai(settings):
         settings.CONTEXTSVC_SUMMARIZER = "auto"
         settings.CONTEXTSVC_SUMMARIZER_OPENAI_API_KEY = "test-key"
         settings.CONTEXTSVC_SUMMARIZER_OPENAI_BASE_URL = f"{fake.base_url}/v1"
+        settings.CONTEXTSVC_SUMMARIZER_MAX_RETRIES = 1
+        settings.CONTEXTSVC_SUMMARIZER_TIMEOUT = 10
+        yield fake
+
+
+@pytest.fixture
+def fake_gemini(settings):
+    """A local Gemini API; the gemini summariser is configured for it."""
+    with FakeGemini(api_key="test-key") as fake:
+        settings.CONTEXTSVC_SUMMARIZER = "auto"
+        settings.CONTEXTSVC_SUMMARIZER_GEMINI_API_KEY = "test-key"
+        settings.CONTEXTSVC_SUMMARIZER_GEMINI_BASE_URL = fake.base_url
+        settings.CONTEXTSVC_SUMMARIZER_GEMINI_MODEL = "gemini-fake-flash"
         settings.CONTEXTSVC_SUMMARIZER_MAX_RETRIES = 1
         settings.CONTEXTSVC_SUMMARIZER_TIMEOUT = 10
         yield fake

@@ -28,7 +28,7 @@ from typing import Any
 from ..messages import Message, ToolDef
 from ..wellformed import EMPTY_HISTORY_TEXT
 from .gemini import tools_from_defs
-from .gemini_contents import merge_turns, message_turn
+from .gemini_contents import message_turn
 from .history import memo, transcript_dict
 
 LEADING_USER_TEXT = "[Earlier turns of this conversation are not shown.]"
@@ -41,6 +41,10 @@ def _turn(msg: Message) -> dict[str, Any]:
     return message_turn(message, strict=True)[0]
 
 
+def _content(turn: dict[str, Any]) -> dict[str, Any]:
+    return {"role": turn.get("role", "user"), "parts": turn["parts"]}
+
+
 def history_contents(
     history: Sequence[Message], *, leading_user: bool = True
 ) -> list[dict[str, Any]]:
@@ -49,14 +53,18 @@ def history_contents(
     ``leading_user``: this is the history's start (``engine.native_export``
     converts a transcript in pieces; only the first may need the user turn).
     """
-    turns: list[dict[str, Any]] = []
+    contents: list[dict[str, Any]] = []
+    owned = True  # whether ``contents[-1]`` is this build's own (not a memo's)
     calls: dict[str, tuple[str, bool]] = {}  # call id -> (name, sent with its id)
     for msg in history:
         turn = memo(msg, "gemini", _turn)
-        parts = [dict(p) for p in turn["parts"]]
+        # The memo's parts are shared by every build of this message object (as the
+        # Anthropic build's blocks are): a part that changes is replaced by a changed
+        # copy, never edited, so a long history's build copies no part per message.
+        parts = turn["parts"]
         for call in msg.tool_calls:
             calls[call.id] = (call.name, False)
-        for part in parts:
+        for k, part in enumerate(parts):
             if "functionCall" in part:
                 function = part["functionCall"]
                 calls[function.get("id", "")] = (function["name"], True)
@@ -66,9 +74,30 @@ def history_contents(
                 response.pop("id", None)
                 if with_id:
                     response = {"name": name, "id": msg.tool_call_id, **response}
-                part["functionResponse"] = response
-        turns.append({"role": turn.get("role", "user"), "parts": parts})
-    contents = merge_turns(turns)
+                if parts is turn["parts"]:
+                    parts = list(parts)
+                parts[k] = {**part, "functionResponse": response}
+        if not parts:
+            continue
+        # Consecutive same-role turns as one (``merge_turns``). An unchanged message's
+        # content is the memo's too (no dict or list per message and call: a long
+        # history's build would feed the garbage collector thousands); a content that
+        # grows is the build's own copy first, and so is the last one, which the
+        # tail's text and a piecewise export extend.
+        role = turn.get("role", "user")
+        if contents and contents[-1]["role"] == role:
+            if not owned:
+                contents[-1] = {"role": role, "parts": list(contents[-1]["parts"])}
+                owned = True
+            contents[-1]["parts"].extend(parts)
+        elif parts is turn["parts"]:
+            contents.append(memo(msg, "gemini_content", lambda _, t=turn: _content(t)))
+            owned = False
+        else:
+            contents.append({"role": role, "parts": parts})
+            owned = True
+    if contents and not owned:
+        contents[-1] = {"role": contents[-1]["role"], "parts": list(contents[-1]["parts"])}
     if leading_user and contents and contents[0]["role"] != "user":
         contents.insert(0, {"role": "user", "parts": [{"text": LEADING_USER_TEXT}]})
     return contents
