@@ -190,7 +190,7 @@ def main() -> None:
                 f"  st {c['pre_statements']:4.1f}/{c['statements']:4.1f}"
                 f"  tx {c['pre_transactions']:3.1f}/{c['transactions']:3.1f}"
             )
-        print(f"  {dialect:>9}  " + "   ".join(figures))
+        print(f"  {dialect:>9}  " + "   ".join(figures) + f"  (load {os.getloadavg()[0]:.1f})")
 
 
 if __name__ == "__main__":

@@ -26,9 +26,8 @@ Pure: no Django; the caller keeps one memo per session (``prompting.context``).
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from .anthropic_turns import add_turn, restore_strings
@@ -53,9 +52,9 @@ class _Turns:
 
 @dataclass(slots=True)
 class HistoryMemo:
-    """One session's memo (module doc); builds of one session take turns on its lock."""
+    """One session's memo (module doc). It serves one build at a time: the caller hands
+    it out and takes it back (a concurrent build of the session gets none)."""
 
-    lock: threading.Lock = field(default_factory=threading.Lock)
     paired: _Paired | None = None
     turns: _Turns | None = None
 
@@ -72,30 +71,27 @@ class HistoryMemo:
     def well_formed(self, messages: Sequence[Message], *, tools: bool) -> list[Message]:
         """``wellformed.well_formed(messages, tools=tools)``, emitting only past the
         remembered prefix."""
-        with self.lock:
-            kept = self.paired
-            if kept is not None and (
-                kept.tools != tools or not _starts_with(messages, kept.inputs)
-            ):
-                kept = None
-            start = len(kept.inputs) if kept is not None else 0
-            taken = kept.taken if kept is not None else set()
-            if tools:
-                emitted = emit_paired(messages[start:], CallIds(taken))
-            else:  # each message stands alone: everything is settled
-                text = calls_as_text(messages[start:])
-                emitted = Emitted(text, [], len(messages) - start, len(text), 0)
-            prefix = kept.out if kept is not None else []
-            out = [*prefix, *emitted.out]
-            if kept is None or emitted.settled:
-                taken.update(emitted.ids[: emitted.settled_ids])
-                self.paired = _Paired(
-                    tools=tools,
-                    inputs=list(messages[: start + emitted.settled]),
-                    out=out[: len(prefix) + emitted.settled_out],
-                    taken=taken,
-                )
-            return leading_user_turn(out)
+        kept = self.paired
+        if kept is not None and (kept.tools != tools or not _starts_with(messages, kept.inputs)):
+            kept = None
+        start = len(kept.inputs) if kept is not None else 0
+        taken = kept.taken if kept is not None else set()
+        if tools:
+            emitted = emit_paired(messages[start:], CallIds(taken))
+        else:  # each message stands alone: everything is settled
+            text = calls_as_text(messages[start:])
+            emitted = Emitted(text, [], len(messages) - start, len(text), 0)
+        prefix = kept.out if kept is not None else []
+        out = [*prefix, *emitted.out]
+        if kept is None or emitted.settled:
+            taken.update(emitted.ids[: emitted.settled_ids])
+            self.paired = _Paired(
+                tools=tools,
+                inputs=list(messages[: start + emitted.settled]),
+                out=out[: len(prefix) + emitted.settled_out],
+                taken=taken,
+            )
+        return leading_user_turn(out)
 
     def anthropic_turns(
         self, history: Sequence[Message], *, mid_system: bool
@@ -103,39 +99,38 @@ class HistoryMemo:
         """The turns of ``history`` (``anthropic_turns.add_turn`` over it) and the indexes
         of those still to ``restore_strings``; the turns before the last are final
         and may be shared with other builds (module doc)."""
-        with self.lock:
-            kept = self.turns
-            if (
-                kept is None
-                or kept.mid_system != mid_system
-                # The last turn's first message must be there again: it opens a
-                # turn, so nothing merges into a remembered one.
-                or len(history) <= len(kept.history)
-                or not _starts_with(history, kept.history)
-            ):
-                kept = _Turns(mid_system=mid_system, history=[], closed=[])
-            messages = list(kept.closed)
-            strings: set[int] = set()
-            starts: dict[int, int] = {}  # turn index → the history index that opened it
-            for i in range(len(kept.history), len(history)):
-                before = len(messages)
-                add_turn(messages, strings, history[i], mid_system=mid_system)
-                if len(messages) > before:
-                    starts[before] = i
-            # Final now: the turns before the newest user or assistant one (the
-            # build marks that one, and ends on the last; a later message merges
-            # only into the last).
-            closing = last_marked_turn(messages)
-            if closing is not None and closing > len(kept.closed):
-                done = {i for i in strings if i < closing}
-                restore_strings(messages, done)
-                strings -= done
-                self.turns = _Turns(
-                    mid_system=mid_system,
-                    history=list(history[: starts[closing]]),
-                    closed=messages[:closing],
-                )
-            return messages, strings
+        kept = self.turns
+        if (
+            kept is None
+            or kept.mid_system != mid_system
+            # The last turn's first message must be there again: it opens a
+            # turn, so nothing merges into a remembered one.
+            or len(history) <= len(kept.history)
+            or not _starts_with(history, kept.history)
+        ):
+            kept = _Turns(mid_system=mid_system, history=[], closed=[])
+        messages = list(kept.closed)
+        strings: set[int] = set()
+        starts: dict[int, int] = {}  # turn index → the history index that opened it
+        for i in range(len(kept.history), len(history)):
+            before = len(messages)
+            add_turn(messages, strings, history[i], mid_system=mid_system)
+            if len(messages) > before:
+                starts[before] = i
+        # Final now: the turns before the newest user or assistant one (the
+        # build marks that one, and ends on the last; a later message merges
+        # only into the last).
+        closing = last_marked_turn(messages)
+        if closing is not None and closing > len(kept.closed):
+            done = {i for i in strings if i < closing}
+            restore_strings(messages, done)
+            strings -= done
+            self.turns = _Turns(
+                mid_system=mid_system,
+                history=list(history[: starts[closing]]),
+                closed=messages[:closing],
+            )
+        return messages, strings
 
 
 def last_marked_turn(messages: Sequence[dict[str, Any]]) -> int | None:

@@ -44,7 +44,9 @@ _MEMOS: BoundedLRU[tuple[int, Any], HistoryMemo] = BoundedLRU(
 
 
 def _memo(session: Session) -> HistoryMemo:
-    return _MEMOS.get_or_set((session.pk, session.created_at), HistoryMemo)
+    """The session's memo, taken out while a build uses it (a build on another thread
+    meanwhile starts a memo of its own; the last one put back stays)."""
+    return _MEMOS.pop((session.pk, session.created_at)) or HistoryMemo()
 
 
 def check_format(fmt: str) -> None:
