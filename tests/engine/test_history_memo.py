@@ -185,3 +185,45 @@ def test_the_marked_turn_stays_the_builds_own_when_system_turns_follow_it():
         (marked,) = [t for t in body["messages"] if f'"u{i}"' in orjson.dumps(t).decode()]
         assert "cache_control" in orjson.dumps(marked).decode()
     assert all("cache_control" not in orjson.dumps(t).decode() for t in memo.turns.closed)
+
+
+def conversation(n: int) -> list[Message]:
+    out = []
+    for i in range(n):
+        out += [
+            Message(role="user", content=as_string(f"question {i}"), seq=2 * i + 1),
+            Message(role="assistant", content=f"answer {i}", seq=2 * i + 2),
+        ]
+    return [*out, Message(role="user", content="next", seq=2 * n + 1)]
+
+
+def sent(body: dict) -> str:
+    return orjson.dumps(body["messages"]).decode()
+
+
+def test_an_edit_of_a_remembered_message_is_sent():
+    memo, window = HistoryMemo(), conversation(50)
+    check(window, memo)
+    window[10] = replace(window[10], view="[trimmed]", view_state="trimmed")
+    assert "[trimmed]" in sent(check(window, memo))
+
+
+def test_a_compaction_sends_the_new_window_only():
+    memo, window = HistoryMemo(), conversation(50)
+    check(window, memo)
+    body = check(window[60:], memo, summary="what happened before")
+    assert "question 0" not in sent(body) and "question 30" in sent(body)
+
+
+def test_a_window_read_again_builds_the_same_body():
+    memo, window = HistoryMemo(), conversation(50)
+    first = check(window, memo)
+    assert check([replace(m) for m in window], memo) == first
+
+
+def test_a_divergence_after_the_remembered_prefix_is_sent():
+    memo, window = HistoryMemo(), conversation(50)
+    check(window, memo)
+    diverged = [*window[:40], Message(role="user", content="another question", seq=41)]
+    body = check(diverged, memo)
+    assert "another question" in sent(body) and "question 30" not in sent(body)
