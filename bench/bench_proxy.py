@@ -219,17 +219,19 @@ def main() -> None:
             print(
                 f"   {size:>5}+ messages: p50 {against(pct(added, 0.5), 15)}  "
                 f"p99 {against(pct(added, 0.99), 50)}  CPU {cpus[size]:.2f} ms/call"
+                f"  (load {os.getloadavg()[0]:.1f})"
             )
             slowest = sorted(enumerate(added), key=lambda item: -item[1])[:3]
             print(
                 "          slowest calls (#, ms): "
                 + ", ".join(f"{i} {ms:.1f}" for i, ms in slowest)
             )
-        print(f"   CPU per call {growth(cpus)}")
+        print(f"   CPU per call {growth(cpus)}  (load {os.getloadavg()[0]:.1f})")
         gaps = bench.chunk_gaps()
         print(
             f"2. mean gap between chunks: direct {gaps['direct']:.2f} ms, "
             f"proxied {gaps['proxy']:.2f} ms (added {against(gaps['proxy'] - gaps['direct'], 5)})"
+            f"  (load {os.getloadavg()[0]:.1f})"
         )
         before = cpu_seconds(worker)
         bench.proxy_loop(CPU_CALLS)
@@ -245,12 +247,14 @@ def main() -> None:
         print(
             f"3. server CPU per turn ({CPU_CALLS} turns): proxy {proxy_cpu:.2f} ms, "
             f"REST {rest_cpu:.2f} ms (ratio {against(ratio, 1.2, '×')})"
+            f"  (load {os.getloadavg()[0]:.1f})"
         )
         errors, elapsed, growth_rss, peak = bench.streams(worker)
         print(
             f"4. {STREAMS} concurrent {STREAM_SECONDS:.0f}-second streams (target stated for 30) "
             f"in {elapsed:.1f} s: {len(errors)} errors (target 0), worker RSS growth "
             f"{mb(growth_rss)}, peak {against(peak / 1e6, 300, 'MB')}"
+            f"  (load {os.getloadavg()[0]:.1f})"
         )
         if errors:
             print("   first error:", errors[0])

@@ -105,6 +105,8 @@ def parts(content: list[Any], field: str) -> None:
 def objects(messages: list[Any], field: str) -> None:
     """Every message (item) an object: what reads the whole history before it is converted
     (the conversation's id, the prefix match) takes that for granted."""
+    if set(map(type, messages)) <= {dict}:  # the common case, in C: no loop per message
+        return
     for i, message in enumerate(messages):
         if type(message) is not dict:
             refuse("expected an object", f"{field}.{i}")

@@ -34,6 +34,7 @@ from typing import Any
 from .anthropic_turns import SYSTEM_REMINDER_HEADER as SYSTEM_REMINDER_HEADER  # re-exported
 from .anthropic_turns import add_turn, restore_strings, strip_prefill
 from .anthropic_turns import system_reminder as system_reminder
+from .history_memo import HistoryMemo, last_marked_turn
 from .messages import Message, PromptSection, ToolDef
 from .prompt import MAX_BREAKPOINTS, CachePlan, plain_concatenation, split_sections
 from .providers.gemini_build import gemini_body
@@ -82,6 +83,9 @@ class ContextParts:
     keep_thinking_turns: int | None = None
     search_hint: bool = True  # the summary names the search tool (``engine.recall``)
     extra: dict[str, Any] = field(default_factory=dict)
+    # The session's previous builds (``engine.history_memo``): the history is
+    # made well-formed, and folded into Anthropic turns, only past what they did.
+    memo: HistoryMemo | None = None
 
 
 def build_request(fmt: str, parts: ContextParts) -> dict[str, Any]:
@@ -130,11 +134,12 @@ def sent_history(parts: ContextParts, *, inline_summary: bool = False) -> list[M
     middle = preamble_messages(parts)
     if inline_summary and head and (text := _system_summary(parts)):
         middle.append(Message(role="system", content=text))
+    paired = parts.memo.well_formed if parts.memo is not None else well_formed
     if not head:
-        return well_formed([*middle, *history], tools=bool(parts.tools))
+        return paired([*middle, *history], tools=bool(parts.tools))
     # The head ends at a turn boundary (the sandwich cuts there), so no call is
     # parted from its result by the preamble.
-    return well_formed([*history[:head], *middle, *history[head:]], tools=bool(parts.tools))
+    return paired([*history[:head], *middle, *history[head:]], tools=bool(parts.tools))
 
 
 def request_history(parts: ContextParts, *, inline_summary: bool = False) -> list[Message]:
@@ -179,20 +184,23 @@ def _plan(parts: ContextParts) -> CachePlan | None:
 def _anthropic(parts: ContextParts) -> dict[str, Any]:
     lay = layout(parts)
     plan = _plan(parts)
-    messages: list[dict[str, Any]] = []
-    # Output messages that are one history message posted as a string (given back as one).
-    strings: set[int] = set()
     history = request_history(parts)
-    for msg in history:
-        add_turn(messages, strings, msg, mid_system=parts.mid_system)
+    # ``strings``: output messages that are one history message posted as a
+    # string (given back as one).
+    if parts.memo is not None:
+        messages, strings = parts.memo.anthropic_turns(history, mid_system=parts.mid_system)
+    else:
+        messages, strings = [], set()
+        for msg in history:
+            add_turn(messages, strings, msg, mid_system=parts.mid_system)
     strip_prefill(messages)
-    marked = [m for m in messages if m["role"] != "system"]
-    if plan is not None and plan.history and marked and not is_synthetic_turn(history):
+    marked = last_marked_turn(messages)
+    if plan is not None and plan.history and marked is not None and not is_synthetic_turn(history):
         # The moving breakpoint: the newest history block, before the tail
         # (never on a mid-conversation system message: the API documents
         # cache_control on user and assistant turns; nor on a synthetic user
         # turn, gone from the next call).
-        last = marked[-1]["content"]
+        last = messages[marked]["content"]
         last[-1] = {**last[-1], "cache_control": plan.cache_control()}
     if lay.tail and messages and messages[-1]["role"] == "system":
         # The tail is user text after the history; a system message last takes

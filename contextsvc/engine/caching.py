@@ -162,7 +162,10 @@ def estimate_cache(
     n = len(block_tokens)
     if len(current) != n * DIGEST_BYTES:
         raise EngineValidationError("one chain digest per block is required", field="current")
-    cumulative = list(accumulate(max(0, t) for t in block_tokens))
+    # Counts are never negative in practice: then one pass in C, not a Python
+    # generator over every block of the window on every build.
+    positive = min(block_tokens, default=0) >= 0
+    cumulative = list(accumulate(block_tokens if positive else (max(0, t) for t in block_tokens)))
     total = (cumulative[-1] if cumulative else 0) + max(0, tail_tokens)
     shared = common_prefix_blocks(previous, current)
     shared_tokens = cumulative[shared - 1] if shared else 0

@@ -45,7 +45,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from .messages import Message, ToolCall
 from .pairing import pair_tool_calls
@@ -93,14 +93,17 @@ class CallIds:
     passes the same one to each piece, so a reused id is renamed as in one pass.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, taken: set[str] | frozenset[str] = frozenset()) -> None:
         self.used: set[str] = set()
+        # Ids an earlier, remembered part of the request holds (``engine.history_memo``):
+        # read, never written, so the memo's set stays as it was if this build fails.
+        self.taken = taken
 
     def take(self, original: str) -> str:
         base = original if ID_PATTERN.match(original or "") else _ID_UNSAFE.sub("_", original)
         base = base or "call"
         candidate, n = base, 1
-        while candidate in self.used:
+        while candidate in self.used or candidate in self.taken:
             n += 1
             candidate = f"{base}_{n}"
         self.used.add(candidate)
@@ -121,9 +124,31 @@ def well_formed(
     pieces: the ids handed out so far, and whether this piece is the first
     (only the start of a history needs a user turn before it).
     """
-    lead = _leading_user if leading_user else list
+    lead = leading_user_turn if leading_user else list
     if not tools:
-        return lead(_as_text(messages))
+        return lead(calls_as_text(messages))
+    return lead(emit_paired(messages, ids if ids is not None else CallIds()).out)
+
+
+@dataclass(slots=True)
+class Emitted:
+    """``well_formed``'s history before its leading user turn, and its last settled point.
+
+    ``settled``: the longest input prefix none of whose calls waits for a result
+    past it (each one answered inside it): its emission, ``out[:settled_out]``
+    with the ids ``ids[:settled_ids]``, is final whatever is appended after it
+    (pairing is a forward scan), so ``engine.history_memo`` keeps it.
+    """
+
+    out: list[Message]
+    ids: list[str]
+    settled: int = 0
+    settled_out: int = 0
+    settled_ids: int = 0
+
+
+def emit_paired(messages: Sequence[Message], ids: CallIds) -> Emitted:
+    """The paired history (``well_formed`` with tools, without the leading user turn). O(n)."""
     # Pass 1: which result answers which call (``engine.pairing``). A call is
     # keyed by (message index, call index), so a reused id pairs each result
     # with the nearest open call of that id, as the agent meant.
@@ -131,31 +156,36 @@ def well_formed(
     result_of = pairing.result_of
     paired = pairing.call_of
     # Pass 2: emit in order, each call's results right after its message.
-    ids = ids if ids is not None else CallIds()
-    out: list[Message] = []
+    emitted = Emitted(out=[], ids=[])
+    out = emitted.out
+    reach = -1  # the furthest input a call so far waits for (len: never answered)
     for i, msg in enumerate(messages):
         if msg.role == "tool":
             if i not in paired:
                 out.append(Message(role="user", content=orphan_text(msg), seq=msg.seq))
-            continue
-        if not has_content(msg):
-            continue
-        if msg.role != "assistant" or not msg.tool_calls:
+        elif not has_content(msg):
+            pass
+        elif msg.role != "assistant" or not msg.tool_calls:
             out.append(msg)
-            continue
-        calls = tuple(
-            call if (new := ids.take(call.id)) == call.id else replace(call, id=new)
-            for call in msg.tool_calls
-        )
-        if calls != msg.tool_calls:
-            renames = [(a.id, b.id) for a, b in zip(msg.tool_calls, calls, strict=True)]
-            content = rename_call_meta(msg.content, renames)
-            msg = replace(msg, tool_calls=calls, content=content)
-        out.append(msg)
-        for k, call in enumerate(calls):
-            answer = result_of.get((i, k))
-            out.append(_result_for(call, None if answer is None else messages[answer]))
-    return lead(out)
+        else:
+            calls = tuple(
+                call if (new := ids.take(call.id)) == call.id else replace(call, id=new)
+                for call in msg.tool_calls
+            )
+            emitted.ids.extend(call.id for call in calls)
+            if calls != msg.tool_calls:
+                renames = [(a.id, b.id) for a, b in zip(msg.tool_calls, calls, strict=True)]
+                content = rename_call_meta(msg.content, renames)
+                msg = replace(msg, tool_calls=calls, content=content)
+            out.append(msg)
+            for k, call in enumerate(calls):
+                answer = result_of.get((i, k))
+                reach = max(reach, len(messages) if answer is None else answer)
+                out.append(_result_for(call, None if answer is None else messages[answer]))
+        if reach <= i:
+            emitted.settled, emitted.settled_out = i + 1, len(out)
+            emitted.settled_ids = len(emitted.ids)
+    return emitted
 
 
 def with_user_turn(
@@ -179,13 +209,13 @@ def is_synthetic_turn(history: Sequence[Message]) -> bool:
     return len(history) == 1 and history[0].seq is None and history[0].content in _SYNTHETIC
 
 
-def _leading_user(out: list[Message]) -> list[Message]:
+def leading_user_turn(out: list[Message]) -> list[Message]:
     if out and out[0].role != "user":
         out.insert(0, Message(role="user", content=LEADING_USER_TEXT))
     return out
 
 
-def _as_text(messages: Sequence[Message]) -> list[Message]:
+def calls_as_text(messages: Sequence[Message]) -> list[Message]:
     """Tool calls and results as plain text, for a request that defines no tools."""
     out: list[Message] = []
     for msg in messages:

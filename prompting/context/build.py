@@ -11,12 +11,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from contextsvc.engine.build import FORMATS, ContextParts, build_request, head_count_of
+from contextsvc.engine.history_memo import HistoryMemo
 from contextsvc.engine.messages import Message as EngineMessage
 from contextsvc.engine.messages import ToolDef
 from contextsvc.engine.recall import search_available
 from contextsvc.engine.summary_placement import resolve_summary_role
 from contextsvc.engine.window_stats import WindowStats
 from contextsvc.errors import ValidationFailed
+from contextsvc.lru import BoundedLRU
 from sessions import accounting
 from sessions.extensions import REGISTRY
 from sessions.live import has_head
@@ -29,6 +31,22 @@ from ..services.calls import breakpoint_labels, call_breakdown
 from ..services.policy import cache_profile
 from ..services.sections import PromptPlan, plain_plan, plan_prompt
 from ..services.selection import ToolPlan, plan_tools
+
+# Per-process memos of each session's previous build (``engine.history_memo``):
+# the next build of a session renders only what was appended since. A memo is
+# checked against the history it is given (the same message objects, from the
+# context cache), so a stale one costs a full build, never a wrong body.
+# Bounded by the messages and turns held.
+HISTORY_MEMO_MAX_ITEMS = 200_000
+_MEMOS: BoundedLRU[tuple[int, Any], HistoryMemo] = BoundedLRU(
+    10_000, max_weight=HISTORY_MEMO_MAX_ITEMS, weigh=lambda memo: memo.size
+)
+
+
+def _memo(session: Session) -> HistoryMemo:
+    """The session's memo, taken out while a build uses it (a build on another thread
+    meanwhile starts a memo of its own; the last one put back stays)."""
+    return _MEMOS.pop((session.pk, session.created_at)) or HistoryMemo()
 
 
 def check_format(fmt: str) -> None:
@@ -127,6 +145,7 @@ def build_context(
             "keep_thinking_turns"
         ),
         search_hint=search_available(session.policy),
+        memo=_memo(session),
     )
     try:
         body = build_request(fmt, parts)
@@ -138,6 +157,7 @@ def build_context(
         prompt_plan = plain_plan(session, exc)
         parts.sections, parts.cache, parts.plain = prompt_plan.sections, None, True
         body = build_request(fmt, parts)
+    _MEMOS.put((session.pk, session.created_at), parts.memo)  # its weight, grown
     body["budget"] = state.to_dict()
     if apps_blocks:
         body["budget"].update(_other_apps_blocks(session))

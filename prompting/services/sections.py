@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from contextsvc.engine import caching, prompt
 from contextsvc.engine.build import ContextParts, preamble_messages
@@ -19,6 +20,8 @@ from sessions.models import Session
 from .policy import CachePolicy, CacheProfile, cache_policy, cache_profile
 from .selection import ToolPlan
 from .state import degraded_entry
+
+_TOKEN_COUNT = attrgetter("token_count")
 
 log = logging.getLogger("contextsvc.prompting")
 
@@ -103,8 +106,9 @@ def plan_prompt(
         result.tool_tokens = sent_tool_tokens(tools, tool_plan, tokenizer)
         result.profile = cache_profile(session)
         if policy.enabled:
+            # ``sum(m.token_count or 0 ...)`` in C: every build reads the whole window here.
             history = _preamble_tokens(session, tokenizer) + sum(
-                m.token_count or 0 for m in messages
+                filter(None, map(_TOKEN_COUNT, messages))
             )
             result.cache = prompt.plan_breakpoints(
                 system,

@@ -74,6 +74,10 @@ def _gap_tool_uses(session: Session, after_seq: int, before_seq: int) -> dict[st
     return uses
 
 
+def _seq(msg: EngineMessage) -> int:
+    return msg.seq or 0
+
+
 def learn_from_messages(
     state: PromptState, session: Session, messages: Sequence[EngineMessage]
 ) -> tuple[int, dict[str, Any] | None]:
@@ -100,12 +104,12 @@ def learn_from_messages(
         start = first_live - 1
         state.tool_last_used, state.scanned_seq = used, start
         gap_columns = {"tool_last_used": dict(used), "scanned_seq": start}
-    seqs = [m.seq or 0 for m in messages]
-    for msg in messages[bisect_right(seqs, start) :]:
+    # A bisection, not a list of every seq: only what was posted since is read.
+    for msg in messages[bisect_right(messages, start, key=_seq) :]:
         if msg.role == "assistant":
             for call in msg.tool_calls:
                 used[call.name] = max(used.get(call.name, 0), msg.seq or 0)
-    newest = max([start, *seqs[-1:]])
+    newest = max(start, _seq(messages[-1])) if messages else start
     if used != (state.tool_last_used or {}) or newest != start:
         state.tool_last_used = used
         state.scanned_seq = newest

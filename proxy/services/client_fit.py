@@ -79,8 +79,9 @@ def cap_breakpoints(body: dict[str, Any], limit: int = MAX_BREAKPOINTS) -> dict[
     The build marks at most one message block (the newest history turn,
     ``engine.build``), so when the tools, the system and that one marker fit,
     the history is not walked: the common call costs nothing per message. A
-    marker is removed by replacing its block with a copy without it: history
-    blocks are shared with other builds (``engine.providers.history``).
+    marker is removed by replacing its block with a copy without it, in a copy of
+    its turn: history blocks and turns are shared with other builds
+    (``engine.providers.history``, ``engine.history_memo``).
     """
     ours: list[tuple[list[Any], int]] = []
     tools = body.get("tools")
@@ -92,9 +93,13 @@ def cap_breakpoints(body: dict[str, Any], limit: int = MAX_BREAKPOINTS) -> dict[
     top = 1 if "cache_control" in body else 0
     if len(ours) + 1 + top <= limit:
         return body
-    for message in body.get("messages") or ():
+    messages = body.get("messages") or []
+    for n, message in enumerate(messages):
         content = message.get("content")
-        if isinstance(content, list):
+        if isinstance(content, list) and any(_marked(b) for b in content):
+            # The turn may be another build's too (``engine.history_memo``): a copy.
+            content = list(content)
+            messages[n] = {**message, "content": content}
             ours.extend((content, i) for i, b in enumerate(content) if _marked(b))
     total = len(ours) + top
     for blocks, i in ours[: max(0, total - limit)]:

@@ -18,6 +18,7 @@ from asgiref.sync import async_to_sync
 from django.urls import reverse
 
 from contextsvc.engine.build import ContextParts, build_request
+from contextsvc.engine.history_memo import HistoryMemo
 from contextsvc.engine.messages import Message as EngineMessage
 from contextsvc.engine.prompt import CachePlan
 from proxy.models import ClientCompaction
@@ -188,6 +189,33 @@ def test_cap_breakpoints_leaves_the_shared_history_blocks_as_they_were():
     assert markers(capped) == 0
     assert markers(build(messages)) == 3
     assert build(messages) == build(fresh())
+
+
+def test_cap_breakpoints_leaves_the_remembered_history_turns_as_they_were():
+    """With a session's history memo the turns before the newest are shared by later
+    builds too (``engine.history_memo``): a marker is removed in a copy of its turn."""
+    mark = {"cache_control": {"type": "ephemeral"}}  # the client's own, as Claude Code's
+    messages = [
+        EngineMessage(role="user", content=[{"type": "text", "text": f"u{i}", **mark}], seq=i)
+        if i % 2
+        else EngineMessage(role="assistant", content=f"a{i}", seq=i)
+        for i in range(1, 12)
+    ]
+    memo = HistoryMemo()
+
+    def build(memo: HistoryMemo | None) -> dict:
+        parts = ContextParts(
+            model=MODEL,
+            max_output_tokens=100,
+            messages=messages,
+            cache=CachePlan(history=True),
+            memo=memo,
+        )
+        return build_request("anthropic", parts)
+
+    assert markers(cap_breakpoints(build(memo), limit=0)) == 0
+    assert build(memo) == build(None)
+    assert markers(build(memo)) == 6
 
 
 def test_side_requests_go_to_linked_sessions_never_the_main_transcript(upstreams, alice_key):
