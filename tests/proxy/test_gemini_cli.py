@@ -40,24 +40,23 @@ def proxy(tmp_path, upstream):
         yield f"http://127.0.0.1:{port}/proxy/gemini"
 
 
+def run_task(proxy, upstream, alice_key, tmp_path, sid: str, *, session: dict | None = None, **run):
+    """A session ``sid`` (400,000-token window unless ``session`` says otherwise), the CLI run
+    on the task through the proxy, finishing with the answer; upstream's requests."""
+    data = {"id": sid, "model": "gemini-fake-pro", "context_window": 400_000,
+            "max_output_tokens": 4_000, **(session or {})}  # fmt: skip
+    session_create(owner=alice_key[0], data=data)
+    headers = {"X-Contextsvc-Key": alice_key[1], "X-Contextsvc-Session": sid}
+    code, result, err = run_gemini(proxy, KEY, tmp_path / "home", TASK, headers=headers, **run)
+    assert code == 0, err[-2000:]
+    assert result is not None and result["response"].strip() == FINAL
+    return upstream.generate_requests()
+
+
 def test_gemini_cli_runs_its_shell_steps_through_the_proxy(proxy, upstream, alice_key, tmp_path):
     steps = 4
     upstream.agent = ShellSteps(steps=steps, lines=30)
-    session_create(
-        owner=alice_key[0],
-        data={"id": "gemini-run", "model": "gemini-fake-pro", "context_window": 400_000,
-              "max_output_tokens": 4_000},
-    )  # fmt: skip
-    code, result, err = run_gemini(
-        proxy,
-        KEY,
-        tmp_path / "home",
-        TASK,
-        headers={"X-Contextsvc-Key": alice_key[1], "X-Contextsvc-Session": "gemini-run"},
-    )
-    assert code == 0, err[-2000:]
-    assert result is not None and result["response"].strip() == FINAL
-    requests = upstream.generate_requests()
+    requests = run_task(proxy, upstream, alice_key, tmp_path, "gemini-run")
     assert len(requests) >= steps + 1
     assert all(r.status == 200 for r in requests), [r.body for r in requests if r.status != 200][:1]
     assert not any("x-contextsvc-key" in r.headers for r in requests)  # ours stays here
@@ -106,24 +105,11 @@ def test_gemini_cli_runs_a_long_task_in_a_window_that_compacts(
     steps, window = 16, 28_000
     upstream.agent = ShellSteps(steps=steps, lines=2_000)
     upstream.window = window  # the fake refuses what would not fit, as the real API does
-    session_create(
-        owner=alice_key[0],
-        data={"id": "gemini-long", "model": "gemini-fake-pro", "context_window": window,
-              "max_output_tokens": 2_000, "buffer_tokens": 2_000,
-              "policy": {"tool_deferral_threshold": 1.0}},
-    )  # fmt: skip
-    code, result, err = run_gemini(
-        proxy,
-        KEY,
-        tmp_path / "home",
-        TASK,
-        model=None,
-        headers={"X-Contextsvc-Key": alice_key[1], "X-Contextsvc-Session": "gemini-long"},
-        timeout=240,
+    limits = {"context_window": window, "max_output_tokens": 2_000, "buffer_tokens": 2_000,
+              "policy": {"tool_deferral_threshold": 1.0}}  # fmt: skip
+    requests = run_task(
+        proxy, upstream, alice_key, tmp_path, "gemini-long", session=limits, model=None, timeout=240
     )
-    assert code == 0, err[-2000:]
-    assert result is not None and result["response"].strip() == FINAL
-    requests = upstream.generate_requests()
     assert [r.error for r in requests if r.status != 200] == []
     # Its routing question reached upstream as it sent it: no tools of ours added.
     routing = [r for r in requests if "responseJsonSchema" in r.body.get("generationConfig", {})]
@@ -150,22 +136,9 @@ def test_gemini_cli_compresses_its_own_history_and_the_proxy_keeps_everything(
     """Its own compression (past a threshold of its window) is a client compaction."""
     steps = 5
     upstream.agent = ShellSteps(steps=steps, lines=30)
-    session_create(
-        owner=alice_key[0],
-        data={"id": "gemini-self", "model": "gemini-fake-pro", "context_window": 400_000,
-              "max_output_tokens": 4_000},
-    )  # fmt: skip
-    code, result, err = run_gemini(
-        proxy,
-        KEY,
-        tmp_path / "home",
-        TASK,
-        headers={"X-Contextsvc-Key": alice_key[1], "X-Contextsvc-Session": "gemini-self"},
-        compression_threshold=0.0001,
+    requests = run_task(
+        proxy, upstream, alice_key, tmp_path, "gemini-self", compression_threshold=0.0001
     )
-    assert code == 0, err[-2000:]
-    assert result is not None and result["response"].strip() == FINAL
-    requests = upstream.generate_requests()
     assert [r.error for r in requests if r.status != 200] == []
     snapshots = [r for r in requests if "<state_snapshot>" in str(r.body["contents"][-1])]
     assert snapshots  # it did compress, through the proxy
