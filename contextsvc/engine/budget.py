@@ -165,6 +165,13 @@ def _first_defined(key: str, sources: tuple[Mapping[str, Any] | None, ...]) -> A
     return None
 
 
+def output_in_window(max_output: int, buffer: int, window: int) -> int:
+    """docs/concepts/context-build.md#profile-output-cap: a profile's maximum output is for
+    the profile's window; in a smaller one where it would leave no room it takes the
+    default share, a quarter of the window."""
+    return max(window // 4, 0) if max_output + buffer >= window else max_output
+
+
 def resolve_limits(
     *,
     explicit: Mapping[str, Any],
@@ -208,12 +215,8 @@ def resolve_limits(
         and explicit.get("max_output_tokens") is None
         and isinstance(window, int)
         and isinstance(buffer, int)
-        and max_output + buffer >= window
     ):
-        # docs/concepts/context-build.md#profile-output-cap: a profile's maximum output is
-        # for the profile's window; in a smaller window the request chose it would leave
-        # no room, so it takes the default share instead.
-        max_output = max(window // 4, 0)
+        max_output = output_in_window(max_output, buffer, window)
     return Limits(
         context_window=window,
         max_output_tokens=max_output,

@@ -14,6 +14,7 @@ from typing import Any
 
 from compaction.services.sync import compaction_overflow
 from contextsvc.body_gate import BodyRefused
+from contextsvc.engine.budget import output_in_window
 from contextsvc.engine.errors import EngineValidationError
 from contextsvc.engine.providers.common import ConversionError, Converted
 from contextsvc.errors import NotFound, ServiceError
@@ -283,12 +284,10 @@ def rebuild_after_overflow(
     previous = session.context_window
     window = dialect.reported_window(error)
     if window is not None and window < session.context_window:
-        data: dict[str, Any] = {"context_window": window}
-        if session.max_output_tokens + session.buffer_tokens >= window:
-            # The profile's output limit was for the profile's window: in this one it
-            # would leave no room (docs/concepts/context-build.md#profile-output-cap).
-            data["max_output_tokens"] = window // 4
-        session = session_update(session=session, data=data)  # type: ignore[arg-type]
+        output = output_in_window(session.max_output_tokens, session.buffer_tokens, window)
+        session = session_update(
+            session=session, data={"context_window": window, "max_output_tokens": output}
+        )
     compaction_overflow(
         session=session,
         detail=json.dumps(error)[:500],
