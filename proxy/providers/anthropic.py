@@ -12,12 +12,12 @@ from contextsvc.engine.providers.common import Converted, Reply
 from contextsvc.engine.providers.sse import AnthropicStream
 
 from .. import gate_fields as f
-from ..services.client_fit import cap_breakpoints
-from ..services.final import report_text
 from ..streaming import UsageStrip
-from . import anthropic_fields as rules
+from .anthropic_cache import cap_breakpoints
+from .anthropic_fields import anthropic_messages, anthropic_system, anthropic_tools
 from .anthropic_stream import AnthropicFilter
 from .base import Dialect, ToTranscript, error_number, error_type, register, replaced_body
+from .report import report_text
 
 # Headers of the client's request forwarded upstream (lower case); the body's
 # length and encoding are the proxy's own, the credentials are chosen per mode.
@@ -64,13 +64,13 @@ class AnthropicMessages(Dialect):
 
     def check_body(self, body: dict[str, Any]) -> None:
         f.envelope(body, ("system", "tools", "messages"), ("max_tokens",))
-        rules.anthropic_system(body.get("system"))
+        anthropic_system(body.get("system"))
         if body.get("tools") is not None:
-            rules.anthropic_tools(body["tools"])
-        rules.anthropic_messages(f.leading(body.get("messages"), "messages"))
+            anthropic_tools(body["tools"])
+        anthropic_messages(f.leading(body.get("messages"), "messages"))
 
     def check_messages(self, messages: list[Any], base: int) -> None:
-        rules.anthropic_messages(messages, base)
+        anthropic_messages(messages, base)
 
     def output_key(self, parent: dict[str, Any]) -> str | None:
         return "content" if parent.get("type") == "tool_result" else None

@@ -7,8 +7,8 @@ from typing import Any
 
 from contextsvc.engine.providers.sse import SseEvent
 
-from ..services.final import report_text
 from ..streaming import frame, joined
+from .report import report_text
 
 
 class AnthropicFilter:

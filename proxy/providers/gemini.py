@@ -23,10 +23,16 @@ from contextsvc.engine.providers.common import Converted, Reply
 from contextsvc.engine.providers.gemini_contents import contents_from_transcript
 from contextsvc.engine.providers.sse import SseEvent
 
-from ..services.final import report_text
-from . import gemini_fields as rules
 from .base import Dialect, ToTranscript, error_number, register
+from .gemini_fields import (
+    gemini_contents,
+    gemini_envelope,
+    gemini_leading,
+    gemini_system,
+    gemini_tools,
+)
 from .gemini_stream import GeminiFilter
+from .report import report_text
 
 # The client's headers that go upstream; its key is re-set per credentials mode.
 _FORWARDED = ("user-agent", "x-goog-api-client", "x-goog-user-project")
@@ -118,10 +124,6 @@ class GeminiGenerate(Dialect):
     fmt = "gemini"
     provider = "google"
 
-    def ends_stream(self, event: SseEvent) -> bool:
-        # Gemini's events have no names: the chunk with a finishReason is the last.
-        return '"finishReason"' in event.data
-
     messages_key = "contents"
     vendor = "Gemini"
     output_limit_hint = "lower generationConfig.maxOutputTokens (e.g. {suggest})"
@@ -130,20 +132,24 @@ class GeminiGenerate(Dialect):
     version_path = "/v1beta/"
     key_setting = "CONTEXTSVC_UPSTREAM_GEMINI_API_KEY"
 
+    def ends_stream(self, event: SseEvent) -> bool:
+        # Gemini's events have no names: the chunk with a finishReason is the last.
+        return '"finishReason"' in event.data
+
     # --- the request ---------------------------------------------------------------
 
     def convert(self, body: dict[str, Any], *, messages: bool = True) -> Converted:
         return gemini_format.request_to_transcript(body, messages=messages)
 
     def check_body(self, body: dict[str, Any]) -> None:
-        rules.gemini_envelope(body)
-        rules.gemini_system(body.get("systemInstruction", body.get("system_instruction")))
+        gemini_envelope(body)
+        gemini_system(body.get("systemInstruction", body.get("system_instruction")))
         if body.get("tools") is not None:
-            rules.gemini_tools(body["tools"])
-        rules.gemini_contents(rules.gemini_leading(body.get("contents")))
+            gemini_tools(body["tools"])
+        gemini_contents(gemini_leading(body.get("contents")))
 
     def check_messages(self, messages: list[Any], base: int) -> None:
-        rules.gemini_contents(messages, base)
+        gemini_contents(messages, base)
 
     def output_key(self, parent: dict[str, Any]) -> str | None:
         return None

@@ -16,8 +16,8 @@ from typing import Any
 
 from contextsvc.engine.providers.sse import SseEvent
 
-from ..services.final import report_text
 from ..streaming import frame
+from .report import report_text
 
 
 def _candidate(data: dict[str, Any]) -> dict[str, Any] | None:

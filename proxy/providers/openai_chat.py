@@ -11,13 +11,13 @@ from contextsvc.engine.providers.common import Converted, Reply
 from contextsvc.engine.providers.sse import OpenAIStream
 
 from .. import gate_fields as f
-from ..services.final import report_text, with_text
 from ..streaming import UsageStrip
-from . import openai_fields as rules
 from .anthropic import forwarded_headers
 from .base import ToTranscript, register, replaced_body
 from .openai_common import OpenAIVendor
+from .openai_fields import chat_messages, chat_tools
 from .openai_stream import OpenAIFilter
+from .report import report_text, with_text
 
 
 def _add_extra(tool: dict[str, Any], extra: dict[str, Any]) -> None:
@@ -37,11 +37,11 @@ class ChatCompletions(OpenAIVendor):
     def check_body(self, body: dict[str, Any]) -> None:
         f.envelope(body, ("tools", "messages"), ("max_tokens", "max_completion_tokens"))
         if body.get("tools") is not None:
-            rules.chat_tools(body["tools"])
-        rules.chat_messages(f.leading(body.get("messages"), "messages"))
+            chat_tools(body["tools"])
+        chat_messages(f.leading(body.get("messages"), "messages"))
 
     def check_messages(self, messages: list[Any], base: int) -> None:
-        rules.chat_messages(messages, base)
+        chat_messages(messages, base)
 
     def output_key(self, parent: dict[str, Any]) -> str | None:
         return "content" if parent.get("role") == "tool" else None

@@ -7,8 +7,8 @@ from typing import Any
 
 from contextsvc.engine.providers.sse import SseEvent
 
-from ..services.final import report_text
 from ..streaming import frame, is_usage_chunk, joined, without
+from .report import report_text
 
 
 class OpenAIFilter:

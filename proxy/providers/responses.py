@@ -17,10 +17,10 @@ from contextsvc.engine.providers.openai_responses import request_to_transcript
 from contextsvc.engine.providers.openai_responses_reply import ResponsesStream
 
 from .. import gate_fields as f
-from ..services import responses_body
-from . import openai_fields as rules
+from . import responses_body
 from .base import ToTranscript, register
 from .openai_common import OpenAIVendor
+from .openai_fields import responses_input, responses_tools, responses_units
 from .responses_items import responses_as_text, responses_with_note
 from .responses_stream import ResponsesFilter
 
@@ -63,13 +63,13 @@ class Responses(OpenAIVendor):
         f.text(body.get("previous_response_id"), "previous_response_id")
         f.text(body.get("instructions"), "instructions")
         if body.get("tools") is not None:
-            rules.responses_tools(body["tools"])
+            responses_tools(body["tools"])
         items = body.get("input")
-        rules.responses_input(items if type(items) is not list else f.leading(items, "input"))
+        responses_input(items if type(items) is not list else f.leading(items, "input"))
 
     def check_messages(self, messages: list[Any], base: int) -> None:
         """``messages``: units (``client_messages``)."""
-        rules.responses_units(messages, base)
+        responses_units(messages, base)
 
     def output_key(self, parent: dict[str, Any]) -> str | None:
         kind = parent.get("type")

@@ -14,8 +14,8 @@ from typing import Any
 from contextsvc.engine.providers import openai_responses
 from contextsvc.engine.providers.common import Converted, Reply
 
-from ..providers.openai_fields import responses_units
 from .compaction_token import expanded_summary
+from .openai_fields import responses_units
 
 # The proxy asks upstream for this when the client reasons and the proxy stores:
 # a stateless upstream returns reasoning items whole only when asked.

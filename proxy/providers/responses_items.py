@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from ..services.final import report_text
+from .report import report_text
 
 
 def responses_with_note(response: dict[str, Any], note: str) -> dict[str, Any]:

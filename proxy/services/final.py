@@ -9,9 +9,10 @@ whole (here) or streamed (``proxy.streaming``).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from typing import Any
+
+from ..providers.report import report_text, with_text
 
 
 def final_tool_to_answer(
@@ -34,26 +35,6 @@ def tool_names(tool: dict[str, Any]) -> list[str]:
         return [d["name"] for d in declarations if isinstance(d, dict) and "name" in d]
     name = tool.get("name") or (tool.get("function") or {}).get("name")
     return [name] if isinstance(name, str) else []
-
-
-def report_text(arguments: Any) -> str:
-    """The report of a final-report call (its ``report``; else its arguments as JSON text)."""
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments)
-        except (ValueError, RecursionError):
-            return arguments
-    if isinstance(arguments, dict) and isinstance(arguments.get("report"), str):
-        return arguments["report"]
-    return json.dumps(arguments, ensure_ascii=False)
-
-
-def with_text(content: Any, text: str) -> Any:
-    """``content`` (a string or parts) with ``text`` after it: a part, or a paragraph."""
-    if isinstance(content, list):
-        return [*content, {"type": "text", "text": text}]
-    content = content or ""
-    return f"{content}\n\n{text}" if content.strip() else text
 
 
 def message_as_text(message: dict[str, Any], name: str) -> dict[str, Any]:

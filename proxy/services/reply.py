@@ -20,13 +20,14 @@ from sessions.services.inputs import MessageData
 from sessions.services.usage import session_record_usage
 
 from ..providers import Dialect
+from ..providers.report import with_text
 from .builtins import (
     limit_note,
     max_rounds,
     session_run_builtin_calls,
     split_calls,
 )
-from .final import message_as_text, with_text
+from .final import message_as_text
 from .sync import Synced, client_view_add_reply
 
 

@@ -30,12 +30,12 @@ from sessions.services.tools import session_set_tools
 
 from ..models import ClientView, ClientViewEntry
 from ..providers import Dialect
+from ..providers.responses_body import client_units, units_to_transcript
 from ..selectors import client_view
 from .account import client_side
 from .builtins import builtin_tool_data, runnable_names
 from .caller import SESSION_HEADER, Caller, caller_and_session, caller_for, discard_if_new
 from .calls import REFUSALS, Prepared, _build, _follow_max_tokens, _sections, _tools
-from .responses_body import client_units, units_to_transcript
 from .store import is_head, stored_response_get
 from .sync import Synced, _append, _rename, plan_client_sync, session_sync_client_view
 

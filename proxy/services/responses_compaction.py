@@ -35,7 +35,7 @@ from contextsvc.engine.providers.openai_responses_reply import response_object
 from contextsvc.errors import ValidationFailed
 from sessions.models import Session
 
-from .compaction_token import compaction_token
+from ..providers.compaction_token import compaction_token
 
 CHECKPOINT = "You are performing a CONTEXT CHECKPOINT COMPACTION"
 

@@ -6,7 +6,7 @@ they got. Each test changes a built body every way those do, builds again
 from the same objects, and compares with a build from fresh copies (which
 have no memo). Anthropic blocks are shared with the memo (a build copies
 none per message): they are changed by replacing them with changed copies,
-as the build's marker and ``proxy.services.client_fit.cap_breakpoints`` do.
+as the build's marker and ``proxy.providers.anthropic_cache.cap_breakpoints`` do.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from contextsvc.engine.history_memo import HistoryMemo
 from contextsvc.engine.messages import Message as EngineMessage
 from contextsvc.engine.prompt import CachePlan
 from proxy.models import ClientCompaction
-from proxy.services.client_fit import cap_breakpoints
+from proxy.providers.anthropic_cache import cap_breakpoints
 from sessions.models import Message, ModelProfile, Session
 from tests.proxy.claude_code_live import markers
 from tests.proxy.conftest import PROXY_DB, UPSTREAM_KEY, asgi_http
