@@ -13,6 +13,7 @@ counted as it arrives and refused once it passes the limit.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -49,6 +50,32 @@ def read(request: HttpRequest, dialect: Dialect) -> dict[str, Any]:
     check(dialect, body)
     request._gated_body = body  # type: ignore[attr-defined]
     return body
+
+
+def body_released(view: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    """A proxy view whose request lets go of its checked body once the view returns.
+
+    Django's ASGI handler leaves every request in a reference cycle (the task
+    that listens for a disconnect ends on an exception whose traceback holds
+    the handler's frame), so whatever the request holds lives until a garbage
+    collection finds it. Kept there, the parsed history of a long session
+    (thousands of dicts) was scanned by the collections that followed and
+    promoted to the oldest generation on every call. The call itself keeps
+    what it needs: the relay holds the body as long as the stream runs.
+    """
+
+    @functools.wraps(view)
+    async def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await view(request, *args, **kwargs)
+        finally:
+            # The raw bytes too (Django's ``request.body`` cache): not scanned
+            # by the collector, but a megabyte a call held until it runs.
+            request.__dict__.pop("_gated_body", None)
+            request.__dict__.pop("_body", None)
+
+    wrapper.releases_body = True  # type: ignore[attr-defined]
+    return wrapper
 
 
 def read_json(request: HttpRequest) -> dict[str, Any]:

@@ -239,16 +239,19 @@ async def pass_through(
 
 
 @csrf_exempt
+@gate.body_released
 async def anthropic_messages(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
     return await _guarded(request, ANTHROPIC, "messages")
 
 
 @csrf_exempt
+@gate.body_released
 async def openai_chat_completions(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
     return await _guarded(request, OPENAI, "chat/completions")
 
 
 @csrf_exempt
+@gate.body_released
 async def anthropic_count_tokens(request: HttpRequest) -> HttpResponse:
     try:
         return await _count_tokens(request)

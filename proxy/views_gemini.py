@@ -40,6 +40,7 @@ def _headers_and_query(request: HttpRequest) -> tuple[dict[str, str], str]:
 
 
 @csrf_exempt
+@gate.body_released
 async def gemini_model_call(
     request: HttpRequest, target: str
 ) -> HttpResponse | StreamingHttpResponse:

@@ -94,6 +94,7 @@ async def _answer_compaction(
 
 
 @csrf_exempt
+@gate.body_released
 async def responses_create(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
     try:
         kind = None
@@ -116,6 +117,7 @@ async def responses_create(request: HttpRequest) -> HttpResponse | StreamingHttp
 
 
 @csrf_exempt
+@gate.body_released
 async def responses_compact(request: HttpRequest) -> HttpResponse:
     """``POST /responses/compact``: our compaction, in the API's ``response.compaction`` shape."""
     if request.method != "POST":
