@@ -11,7 +11,10 @@ with one uvicorn worker on ``contextsvc.asgi``.
    messages (BENCH_HISTORIES): p50 / p99, and the proxy worker's CPU time per
    call (load-independent, unlike the wall-clock figures on a shared machine).
    Neither must grow with the session: only what follows the client's
-   previous request is fingerprinted, converted and written.
+   previous request is fingerprinted, converted and written. Beside them, the
+   proxy's own time before forwarding (its ``Server-Timing``): the added TTFB
+   also holds the fake's own work on a different body (the managed one), which
+   at 2,000 messages is tens of milliseconds either way.
 2. Relay delay per chunk: the gap between the fake's chunks as the client sees
    them, direct vs proxied (the fake pauses ``stream_delay`` between events).
 3. CPU per call: the proxy worker's CPU time over BENCH_CPU_CALLS (100) turns of
@@ -31,6 +34,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import statistics
 import threading
 import time
@@ -71,12 +75,20 @@ def history(n: int) -> list[dict]:
     return out
 
 
-def ttfb(url: str, body: dict, headers: dict) -> tuple[float, list[float], bytes]:
-    """Seconds to the first body byte, the arrival times of every chunk, the body."""
+PROXY_DUR = re.compile(r"proxy;dur=([0-9.]+)")
+
+
+def ttfb(
+    url: str, body: dict, headers: dict, own: list[float] | None = None
+) -> tuple[float, list[float], bytes]:
+    """Seconds to the first body byte, the arrival times of every chunk, the body.
+    ``own``: the proxy's own time before forwarding (its Server-Timing) is appended."""
     started = time.perf_counter()
     first, arrivals, raw = None, [], []
     with httpx.stream("POST", url, json=body, headers=headers, timeout=300) as response:
         assert response.status_code == 200, response.read()[:300]
+        if own is not None:
+            own.append(float(PROXY_DUR.search(response.headers["server-timing"]).group(1)))
         for chunk in response.iter_raw():
             now = time.perf_counter()
             first = first or now
@@ -106,12 +118,13 @@ class Bench:
         self.proxy_url = f"http://127.0.0.1:{port}/proxy/anthropic/v1/messages"
         self.body = {"model": MODEL, "max_tokens": 500, "stream": True}
 
-    def added_ttfb(self, size: int, worker: int) -> tuple[list[float], float]:
-        """The added TTFB of each call (ms), and the worker's CPU per proxied call (ms)."""
+    def added_ttfb(self, size: int, worker: int) -> tuple[list[float], float, list[float]]:
+        """The added TTFB of each call (ms), the worker's CPU per proxied call (ms), and
+        the proxy's own time before forwarding each call (ms, its Server-Timing)."""
         proxied = {**self.proxied, "x-contextsvc-session": f"ses_bench_{size}"}
         messages = history(size) + [{"role": "user", "content": "next"}]
         ttfb(self.proxy_url, {**self.body, "messages": messages}, proxied)  # the first sync
-        direct, through, cpu = [], [], 0.0
+        direct, through, cpu, own = [], [], 0.0, []
         for n in range(CALLS):
             messages += [
                 {"role": "assistant", "content": [{"type": "text", "text": f"reply {n}"}]},
@@ -121,11 +134,11 @@ class Bench:
             with client_gc_paused():
                 direct.append(ttfb(self.direct_url, body, self.headers)[0])
                 before = cpu_seconds(worker)
-                through.append(ttfb(self.proxy_url, body, proxied)[0])
+                through.append(ttfb(self.proxy_url, body, proxied, own)[0])
             time.sleep(0.05)  # the reply is stored after the stream ends: count it too
             cpu += cpu_seconds(worker) - before
         added = [(b - a) * 1000 for a, b in zip(direct, through, strict=True)]
-        return added, cpu / CALLS * 1000
+        return added, cpu / CALLS * 1000, own
 
     def chunk_gaps(self) -> dict[str, float]:
         self.fake.stream_delay = 0.02
@@ -215,11 +228,15 @@ def main() -> None:
         print(f"1. added TTFB over direct ({CALLS} calls each), proxy worker CPU per call:")
         cpus = {}
         for size in HISTORIES:
-            added, cpus[size] = bench.added_ttfb(size, worker)
+            added, cpus[size], own = bench.added_ttfb(size, worker)
             print(
                 f"   {size:>5}+ messages: p50 {against(pct(added, 0.5), 15)}  "
                 f"p99 {against(pct(added, 0.99), 50)}  CPU {cpus[size]:.2f} ms/call"
                 f"  (load {os.getloadavg()[0]:.1f})"
+            )
+            print(
+                f"          the proxy's own work before forwarding (Server-Timing): "
+                f"p50 {pct(own, 0.5):.1f} ms  p99 {pct(own, 0.99):.1f} ms"
             )
             slowest = sorted(enumerate(added), key=lambda item: -item[1])[:3]
             print(

@@ -52,6 +52,8 @@ class Call:
     started_ns: int = 0  # when the current upstream round began (the call's span starts there)
     record_id: int | None = None  # the last build's record (``ContextCall``), once written
     watch: Watch = field(default_factory=Watch)  # the upstream call's outcome (``outcome``)
+    received: float = 0.0  # perf_counter() when the view took the call (its body read)
+    timing: str = ""  # the answer's Server-Timing, from the first upstream request
 
     def log(
         self, status: int | None, upstream: int | None, detail: str = "", level: int = 20
@@ -87,9 +89,20 @@ def json_or_none(raw: bytes) -> Any:
         return None
 
 
-def _ours(response: HttpResponse | StreamingHttpResponse, prepared: Prepared) -> None:
+def _ours(response: HttpResponse | StreamingHttpResponse, prepared: Prepared, timing: str) -> None:
     response[SESSION_HEADER] = prepared.session.external_id
     response[GUARD_HEADER] = prepared.guard
+    if timing:
+        response["Server-Timing"] = timing
+
+
+def server_timing(proxy: float, upstream: float) -> str:
+    """``Server-Timing`` (W3C): the proxy's own time before it forwarded (gate, sync,
+    build), apart from upstream's until its headers; seconds in, milliseconds out."""
+    return (
+        f'proxy;dur={proxy * 1000:.1f};desc="contextsvc: check, sync, build", '
+        f'upstream;dur={upstream * 1000:.1f};desc="upstream: until its headers"'
+    )
 
 
 async def record_build(call: Call) -> None:
@@ -122,7 +135,10 @@ async def forward(call: Call) -> HttpResponse | StreamingHttpResponse:
         body = _upstream_body(call, streaming, last=rounds + 1 >= limit)
         call.started_ns = time.time_ns()
         call.watch.start()
+        sent = time.perf_counter()
         response = await open_call("POST", url, headers=call.headers, json=body, setting=setting)
+        if not call.timing and call.received:
+            call.timing = server_timing(sent - call.received, time.perf_counter() - sent)
         if not streaming:
             call.watch.first()
         if not streaming or response.status_code >= 300:
@@ -142,7 +158,7 @@ async def forward(call: Call) -> HttpResponse | StreamingHttpResponse:
                 continue
             status = response.status_code
             await call.end(status, status, upstream_error(status, payload, raw), logging.WARNING)
-            return logged(_answer(response, raw, call.prepared))
+            return logged(_answer(response, raw, call.prepared, call.timing))
         if streaming:
             return _stream_response(response, call)
         raw = await read_body(response, setting=setting)
@@ -153,7 +169,7 @@ async def forward(call: Call) -> HttpResponse | StreamingHttpResponse:
             status = response.status_code
             call.watch.error("not_understood", "upstream answer not understood")
             await call.end(status, status, "upstream answer not understood", logging.WARNING)
-            return _answer(response, raw, call.prepared)
+            return _answer(response, raw, call.prepared, call.timing)
         rounds += 1
         recorded = await sync_to_async(session_record_reply)(
             session=call.prepared.session,
@@ -176,7 +192,7 @@ async def forward(call: Call) -> HttpResponse | StreamingHttpResponse:
             raw = json.dumps(recorded.shown).encode()
         await _store(call, recorded.shown)
         await call.end(response.status_code, response.status_code)
-        return _answer(response, raw, call.prepared)
+        return _answer(response, raw, call.prepared, call.timing)
 
 
 def _upstream_body(call: Call, streaming: bool, *, last: bool = False) -> dict[str, Any]:
@@ -201,13 +217,13 @@ async def _store(call: Call, response: Any) -> None:
     )
 
 
-def _answer(response: httpx.Response, raw: bytes, prepared: Prepared) -> HttpResponse:
+def _answer(response: httpx.Response, raw: bytes, prepared: Prepared, timing: str) -> HttpResponse:
     """Upstream's answer or error, whole, with its headers (less the hop's) and ours."""
     content_type = response.headers.get("content-type", "application/json")
     out = HttpResponse(raw, status=response.status_code, content_type=content_type)
     for name, value in relayed_headers(response.headers).items():
         out[name] = value
-    _ours(out, prepared)
+    _ours(out, prepared, timing)
     return out
 
 
@@ -221,7 +237,7 @@ def _stream_response(response: httpx.Response, call: Call) -> StreamingHttpRespo
         out[name] = value
     out["Cache-Control"] = "no-cache"
     out["X-Accel-Buffering"] = "no"  # a proxy in front must not buffer the stream either
-    _ours(out, call.prepared)
+    _ours(out, call.prepared, call.timing)
     return out
 
 

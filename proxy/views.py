@@ -9,6 +9,7 @@ client's SDK raises its usual exception; nothing answers with an HTML page.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -94,6 +95,7 @@ async def proxy_call(
     ``query``: upstream's query when not the client's (``upstream_path``)."""
     if request.method != "POST":
         return provider_error(dialect, 405, f"Method {request.method} not allowed")
+    received = time.perf_counter()
     try:
         body = gate.read(request, dialect)
         if route:
@@ -128,6 +130,7 @@ async def proxy_call(
         headers=dialect.upstream_headers(headers, caller.upstream_key),
         prepared=prepared,
         converted=converted,
+        received=received,
     )
     try:
         return await forward(call)
