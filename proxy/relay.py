@@ -92,8 +92,9 @@ def json_or_none(raw: bytes) -> Any:
 def _ours(response: HttpResponse | StreamingHttpResponse, prepared: Prepared, timing: str) -> None:
     response[SESSION_HEADER] = prepared.session.external_id
     response[GUARD_HEADER] = prepared.guard
-    if timing:
-        response["Server-Timing"] = timing
+    if timing:  # ours first, then upstream's own metrics when it sent any
+        theirs = response.get("Server-Timing")
+        response["Server-Timing"] = f"{timing}, {theirs}" if theirs else timing
 
 
 def server_timing(proxy: float, upstream: float) -> str:
