@@ -17,10 +17,13 @@ from contextsvc.engine.providers.openai_responses import request_to_transcript
 from contextsvc.engine.providers.openai_responses_reply import ResponsesStream
 
 from .. import gate_fields as f
-from . import responses_body
 from .base import ToTranscript, register
 from .openai_common import OpenAIVendor
 from .openai_fields import responses_input, responses_tools, responses_units
+from .responses_body import client_message as message_for_client
+from .responses_body import client_units, instruction_items, units_to_transcript
+from .responses_body import strip_calls as without_calls
+from .responses_body import upstream_body as body_for_upstream
 from .responses_items import responses_as_text, responses_with_note
 from .responses_stream import ResponsesFilter
 
@@ -76,10 +79,10 @@ class Responses(OpenAIVendor):
         return "output" if kind in ("function_call_output", "custom_tool_call_output") else None
 
     def client_messages(self, body: dict[str, Any]) -> list[dict[str, Any]]:
-        return responses_body.client_units(body)
+        return client_units(body)
 
     def instructions(self, body: dict[str, Any], messages: list[dict[str, Any]]) -> Any:
-        return responses_body.instruction_items(body)
+        return instruction_items(body)
 
     def to_transcript(
         self,
@@ -87,12 +90,12 @@ class Responses(OpenAIVendor):
         messages: list[dict[str, Any]],
         open_calls: Mapping[str, str] | None = None,
     ) -> ToTranscript:
-        return responses_body.units_to_transcript  # checks them too
+        return units_to_transcript  # checks them too
 
     def upstream_body(
         self, converted: Converted, built: dict[str, Any], *, final: bool
     ) -> dict[str, Any]:
-        return responses_body.upstream_body(converted, built, final=final)
+        return body_for_upstream(converted, built, final=final)
 
     def reply_from_response(self, response: dict[str, Any]) -> Reply:
         return openai_responses_reply.reply_from_response(response)
@@ -106,13 +109,13 @@ class Responses(OpenAIVendor):
         return ResponsesFilter(runnable, final) if runnable or final else None
 
     def client_message(self, reply: Reply, response: dict[str, Any] | None) -> dict[str, Any]:
-        return responses_body.client_message(reply, response)
+        return message_for_client(reply, response)
 
     def final_as_text(self, response: dict[str, Any], name: str) -> dict[str, Any]:
         return responses_as_text(response, name)
 
     def strip_calls(self, response: dict[str, Any], names: set[str]) -> dict[str, Any]:
-        return responses_body.strip_calls(response, names)
+        return without_calls(response, names)
 
     def with_note(self, response: dict[str, Any], note: str) -> dict[str, Any]:
         return responses_with_note(response, note)
