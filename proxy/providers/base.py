@@ -315,6 +315,21 @@ def replaced_body(
     if system and built.get("system"):
         body["system"] = built["system"]
     body["messages"] = built["messages"]
+    place_tools(body, built, converted, final=final, add_extra=add_extra)
+    return body
+
+
+def place_tools(
+    body: dict[str, Any],
+    built: dict[str, Any],
+    converted: Converted,
+    *,
+    final: bool,
+    add_extra: Callable[[dict[str, Any], dict[str, Any]], None],
+) -> None:
+    """The managed tools on ``body`` (``replaced_body``'s rule, every API's): each with
+    the client's extras, then the client's other tools, unless the turn is final;
+    no tools, no ``tool_choice``."""
     tools = list(built.get("tools") or ())
     for tool in tools:
         extra = converted.tool_extras.get(_tool_name(tool))
@@ -328,7 +343,7 @@ def replaced_body(
         body["tools"] = tools
     else:
         body.pop("tool_choice", None)
-    return body
+        body.pop("tools", None)
 
 
 def _tool_name(tool: dict[str, Any]) -> str:

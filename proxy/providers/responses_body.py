@@ -14,6 +14,7 @@ from typing import Any
 from contextsvc.engine.providers import openai_responses
 from contextsvc.engine.providers.common import Converted, Reply
 
+from .base import place_tools
 from .compaction_token import expanded_summary
 from .openai_fields import responses_units
 
@@ -66,18 +67,7 @@ def upstream_body(converted: Converted, built: dict[str, Any], *, final: bool) -
     body["input"] = built["input"]
     if built.get("instructions"):
         body["instructions"] = built["instructions"]
-    tools = list(built.get("tools") or ())
-    for tool in tools:
-        tool.update(converted.tool_extras.get(tool.get("name", ""), {}))
-    if final:
-        body.pop("tool_choice", None)
-    else:
-        tools.extend(converted.other_tools)
-    if tools:
-        body["tools"] = tools
-    else:
-        body.pop("tool_choice", None)
-        body.pop("tools", None)
+    place_tools(body, built, converted, final=final, add_extra=dict.update)
     return body
 
 
