@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from fakes.agent_bin import agent_binary
-from fakes.streams import ScriptedReply, tool_call
+from fakes.shell_steps import StepScript, steps_done
+from fakes.streams import ScriptedReply
 
 SETTINGS = {
     "security": {"auth": {"selectedType": "gemini-api-key"}, "folderTrust": {"enabled": False}},
@@ -84,10 +84,6 @@ def run_gemini(
     return done.returncode, result, done.stderr
 
 
-STEP_DONE = re.compile(r"STEP-(\d+)-DONE")
-FINAL = "All steps are done."
-
-
 def side_answer(body: dict[str, Any]) -> ScriptedReply:
     """The answer to one of the CLI's side requests: JSON where it asks for JSON (its
     routing question wants a complexity score), else a summary that keeps which steps
@@ -102,7 +98,7 @@ def side_answer(body: dict[str, Any]) -> ScriptedReply:
             for name, spec in properties.items()
         }
         return ScriptedReply(text=json.dumps(answer))
-    done = sorted({int(k) for k in STEP_DONE.findall(json.dumps(body.get("contents")))})
+    done = sorted(set(steps_done(json.dumps(body.get("contents")))))
     if not done:
         return ScriptedReply(text="Side answer.")
     marks = " ".join(f"STEP-{k}-DONE" for k in done)
@@ -110,22 +106,11 @@ def side_answer(body: dict[str, Any]) -> ScriptedReply:
 
 
 @dataclass
-class ShellSteps:
-    """The fake model as an agent for Gemini CLI: ``steps`` shell steps, then the answer.
-
-    Each step is a ``run_shell_command`` whose output (``lines`` lines between its
-    BEGIN and DONE marks) comes back as a ``functionResponse``; the next step is
-    the one after the highest DONE mark in the request, so a history that was
-    compacted still carries on from the right step. Requests without the shell
-    tool (the CLI's side requests) get a short text.
+class ShellSteps(StepScript):
+    """The fake model as an agent for Gemini CLI (``fakes.shell_steps``): each step is a
+    ``run_shell_command`` whose output comes back as a ``functionResponse``.
+    Requests without the shell tool (the CLI's side requests) get a short text.
     """
-
-    steps: int = 3
-    lines: int = 20
-    calls: int = 0
-
-    def command(self, step: int) -> str:
-        return f"echo STEP-{step}-BEGIN; seq 1 {self.lines}; echo STEP-{step}-DONE"
 
     def __call__(self, body: dict[str, Any]) -> ScriptedReply:
         self.calls += 1
@@ -143,11 +128,4 @@ class ShellSteps:
             if "functionResponse" in part
         ]
         text = json.dumps(answers) + json.dumps(body.get("contents")[:1])  # a summary goes first
-        done = [int(m) for m in STEP_DONE.findall(text)]
-        step = max(done) + 1 if done else 0
-        if step >= self.steps:
-            return ScriptedReply(text=FINAL)
-        return ScriptedReply(
-            text=f"Step {step}.",
-            tool_calls=[tool_call("run_shell_command", {"command": self.command(step)})],
-        )
+        return self.step_reply(self.next_step(steps_done(text)), "run_shell_command")

@@ -31,14 +31,14 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from fakes.agent_bin import agent_binary
-from fakes.streams import ScriptedReply, tool_call
+from fakes.shell_steps import StepScript, steps_done
+from fakes.streams import ScriptedReply
 
 ROOT = Path(__file__).resolve().parents[1]
 PROVIDER = "contextsvc"
@@ -169,10 +169,6 @@ def final_text(events: list[dict[str, Any]]) -> str:
     return texts[-1] if texts else ""
 
 
-STEP_DONE = re.compile(r"STEP-(\d+)-DONE")
-FINAL = "All steps are done."
-
-
 def _text(content: Any) -> str:
     if isinstance(content, list):
         return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
@@ -180,34 +176,24 @@ def _text(content: Any) -> str:
 
 
 @dataclass
-class ShellSteps:
-    """The fake model as an agent for opencode: ``steps`` bash steps, then the answer.
-
-    Each step is a ``bash`` call whose output (``lines`` lines between its BEGIN
-    and DONE marks) comes back as a ``tool`` message; the next step is the one
-    after the highest DONE mark in the request (tool results, and the summary
-    after a compaction), so a compacted history carries on from the right step.
-    opencode's summarise request (its compaction) gets a summary naming the steps
-    done; any other request without the ``bash`` tool (the title) a short title.
+class ShellSteps(StepScript):
+    """The fake model as an agent for opencode (``fakes.shell_steps``): each step is a
+    ``bash`` call whose output comes back as a ``tool`` message. opencode's
+    summarise request (its compaction) gets a summary naming the steps done; any
+    other request without the ``bash`` tool (the title) a short title.
     """
 
-    steps: int = 3
-    lines: int = 20
-    calls: int = 0
     compactions: int = 0
     issued: list[int] = field(default_factory=list)  # the steps asked for, in order
-
-    def command(self, step: int) -> str:
-        return f"echo STEP-{step}-BEGIN; seq 1 {self.lines}; echo STEP-{step}-DONE"
 
     def __call__(self, body: dict[str, Any]) -> ScriptedReply:
         self.calls += 1
         messages = body.get("messages") or []
         done = [
-            int(n)
+            n
             for m in messages
             if m.get("role") != "system"
-            for n in STEP_DONE.findall(_text(m.get("content")))
+            for n in steps_done(_text(m.get("content")))
         ]
         # Told apart by the shell tool, not by tools at all: through the proxy a side
         # request carries the proxy's built-in tools.
@@ -217,11 +203,7 @@ class ShellSteps:
             self.compactions += 1
             marks = ", ".join(f"STEP-{n}-DONE" for n in sorted(set(done)))
             return ScriptedReply(text=f"## Objective\n- Run the shell steps.\n\nDone: {marks}.")
-        step = max(done) + 1 if done else 0
-        if step >= self.steps:
-            return ScriptedReply(text=FINAL)
-        self.issued.append(step)
-        return ScriptedReply(
-            text=f"Step {step}.",
-            tool_calls=[tool_call("bash", {"command": self.command(step)})],
-        )
+        step = self.next_step(done)
+        if step is not None:
+            self.issued.append(step)
+        return self.step_reply(step, "bash")

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from fakes.gemini_cli import FINAL, ShellSteps, run_gemini
+from fakes.gemini_cli import ShellSteps, run_gemini
 from fakes.gemini_server import FakeGemini
+from fakes.shell_steps import FINAL
 from fakes.streams import ScriptedReply, tool_call
 
 pytestmark = [pytest.mark.needs_agents]

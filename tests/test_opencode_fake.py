@@ -20,13 +20,13 @@ import pytest
 from fakes.openai_server import FakeOpenAI
 from fakes.opencode import (
     CONTINUE_PROMPT,
-    FINAL,
     SUMMARISE_PROMPT,
     TITLE_PROMPT,
     ShellSteps,
     final_text,
     run_opencode,
 )
+from fakes.shell_steps import FINAL
 
 pytestmark = [pytest.mark.needs_agents]
 

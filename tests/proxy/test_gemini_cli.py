@@ -10,8 +10,9 @@ from __future__ import annotations
 import pytest
 
 from compaction.models import CompactionRun
-from fakes.gemini_cli import FINAL, STEP_DONE, ShellSteps, run_gemini
+from fakes.gemini_cli import ShellSteps, run_gemini
 from fakes.gemini_server import FakeGemini
+from fakes.shell_steps import FINAL, STEP_DONE
 from proxy.models import ClientCompaction
 from sessions.models import ContextCall, Message, Session, ToolOutput
 from sessions.outputs.read import output_read_all

@@ -19,14 +19,13 @@ import pytest
 from fakes.openai_server import FakeOpenAI
 from fakes.opencode import (
     CONTINUE_PROMPT,
-    FINAL,
-    STEP_DONE,
     SUMMARISE_PROMPT,
     TITLE_PROMPT,
     ShellSteps,
     final_text,
     run_opencode,
 )
+from fakes.shell_steps import FINAL, STEP_DONE
 from proxy.models import ClientCompaction
 from sessions.models import ContextCall, Message, ModelProfile, Session
 from sessions.services.sessions import session_create
