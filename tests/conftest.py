@@ -168,6 +168,10 @@ def _seed_model_profiles(**kwargs: Any) -> None:
         "0022_seed_gemini_profiles",
     ):
         importlib.import_module(f"sessions.migrations.{name}").seed(apps, None)
+    # 0002's rows default to taking mid-conversation system messages; 0005 marks the older.
+    importlib.import_module(
+        "sessions.migrations.0005_model_profile_mid_system_messages"
+    ).mark_older(apps, None)
 
 
 def _reseed_after_flush(sender: Any, using: str = "default", **kwargs: Any) -> None:

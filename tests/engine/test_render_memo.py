@@ -7,6 +7,8 @@ from the same objects, and compares with a build from fresh copies (which
 have no memo). Anthropic blocks are shared with the memo (a build copies
 none per message): they are changed by replacing them with changed copies,
 as the build's marker and ``proxy.providers.anthropic_cache.cap_breakpoints`` do.
+Responses items are shared whole (a build copies no item): an item is
+changed by replacing it in the body's list.
 """
 
 from __future__ import annotations
@@ -57,8 +59,16 @@ def fresh(messages: list[Message]) -> list[Message]:
 def scribble(body: dict) -> None:
     """Change a built body's messages (items) and their block lists, as later code may:
     markers added and removed, text trimmed, blocks appended (the memo's promise: these),
-    each changed block replaced by a changed copy."""
-    for message in body.get("messages") or body.get("input"):
+    each changed block replaced by a changed copy; a Responses item is replaced whole."""
+    if "input" in body:
+        items = body["input"]
+        for i, item in enumerate(items):
+            content = item.get("content")
+            items[i] = {**item, "seen": True}
+            if isinstance(content, list):
+                items[i]["content"] = [*content, {"type": "output_text", "text": "ADDED"}]
+        return
+    for message in body["messages"]:
         message["seen"] = True
         content = message.get("content")
         if isinstance(content, list):

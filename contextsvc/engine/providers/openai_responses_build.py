@@ -6,15 +6,21 @@ history (a ``developer`` message), so the automatic prefix cache covers
 everything before it. Stored items (reasoning with its ``encrypted_content``)
 go back verbatim: the history is converted from each message's stored
 content, with its meta, unless the message has a view (a trimmed output).
+
+Each message is converted once per message object (``history.memo``) and
+its items go into every build's list as they are: a build copies no item,
+so at 2,000 items a call allocates nothing per item. Whoever changes an
+item replaces it in the body's list with a changed copy.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import chain
 from typing import Any
 
 from ..messages import Message, ToolDef
-from .history import copied, memo
+from .history import memo
 from .openai_responses import items_from_transcript
 from .openai_responses_tools import tools_from_defs
 
@@ -49,7 +55,9 @@ def responses_body(
     max_output_tokens: int,
     tools: Sequence[ToolDef],
 ) -> dict[str, Any]:
-    items = [copied(item) for m in history for item in memo(m, "responses", _items)]
+    # The memo's items themselves, not copies (``history.memo``): every later step
+    # changes an item by replacing it in the body's list, never in place.
+    items = list(chain.from_iterable(memo(m, "responses", _items) for m in history))
     system_texts = list(system)
     tail_text = "\n\n".join(tail)
     if tail_text and not items:
