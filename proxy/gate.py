@@ -32,9 +32,31 @@ from sessions.services import tools as tools_service
 from sessions.services.inputs import ToolData
 
 from . import gate_fields as f
+from .body_reuse import BodyReuse
 from .providers import ANTHROPIC, Dialect, serving
 
 _NUL_ESCAPE = b"\\u0000"
+
+# Per conversation, the last body that passed the gate: the next one parses only
+# what follows the messages they share (``body_reuse``). Bounded by the bytes kept
+# (a 2,000-message Claude Code body is about 0.7 MB; its parsed messages about
+# twice that); a history shorter than REUSE_LEAST messages is parsed whole.
+REUSE_SLOTS = 256
+REUSE_MAX_BYTES = 32 * 2**20
+REUSE_LEAST = 64
+_REUSE = BodyReuse(slots=REUSE_SLOTS, max_bytes=REUSE_MAX_BYTES, least=REUSE_LEAST)
+# The headers that tell one caller and conversation from another (a slot is only
+# where to look: what is reused is checked byte for byte).
+_SLOT_HEADERS = (
+    "x-contextsvc-key",
+    "x-contextsvc-session",
+    "authorization",
+    "x-api-key",
+    "x-goog-api-key",
+    "session-id",
+    "x-session-id",
+    "x-claude-code-session-id",
+)
 
 
 def read(request: HttpRequest, dialect: Dialect) -> dict[str, Any]:
@@ -42,14 +64,28 @@ def read(request: HttpRequest, dialect: Dialect) -> dict[str, Any]:
     cached = getattr(request, "_gated_body", None)
     if cached is not None:
         return cached  # a view that looked at it first (the Responses compaction test)
-    body, raw = _object(request)
+    raw = _raw(request)
+    slot = _slot(request, raw)
+    body, pending = _REUSE.parse(raw, slot, dialect.messages_key, _json_object)
     if b"\\" in raw and _NUL_ESCAPE in raw:
         where = find_nul(dialect, body)
         if where is not None:
             raise BodyRefused("text must not contain NUL characters (\\u0000)", where)
     check(dialect, body)
+    _REUSE.keep(raw, slot, dialect.messages_key, body, pending)
     request._gated_body = body  # type: ignore[attr-defined]
     return body
+
+
+def _slot(request: HttpRequest, raw: bytes) -> bytes:
+    """Where the request's conversation keeps its last body: its path, caller and session
+    headers and its first 2 KB (the start of its history)."""
+    headers = request.headers
+    digest = hashlib.blake2b(request.path.encode(), digest_size=16)
+    for name in _SLOT_HEADERS:
+        digest.update(b"\0" + (headers.get(name) or "").encode("utf-8", "surrogatepass"))
+    digest.update(b"\0" + raw[:2048])
+    return digest.digest()
 
 
 def body_released(view: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
@@ -80,10 +116,11 @@ def body_released(view: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitabl
 
 def read_json(request: HttpRequest) -> dict[str, Any]:
     """The body sized and parsed, a JSON object; no field rules (a body relayed as it is)."""
-    return _object(request)[0]
+    return _json_object(_raw(request))
 
 
-def _object(request: HttpRequest) -> tuple[dict[str, Any], bytes]:
+def _raw(request: HttpRequest) -> bytes:
+    """The body's bytes, refused over the path's size limit (``body_gate``)."""
     limit = body_gate.body_limit(request.path)
     body_gate.check_declared(request.headers, limit)
     try:
@@ -91,10 +128,14 @@ def _object(request: HttpRequest) -> tuple[dict[str, Any], bytes]:
     except RequestDataTooBig as exc:
         raise body_gate.too_large(limit) from exc
     body_gate.check_read(raw, limit)
+    return raw
+
+
+def _json_object(raw: bytes) -> dict[str, Any]:
     body = body_gate.parse_json(raw)
     if type(body) is not dict:
         raise BodyRefused("expected a JSON object")
-    return body, raw
+    return body
 
 
 def check(dialect: Dialect, body: dict[str, Any]) -> None:
