@@ -9,10 +9,13 @@ for the other dialects, one unit per transcript message.
 
 from __future__ import annotations
 
+from bisect import bisect_left
+from operator import is_
 from typing import Any
 
 from contextsvc.engine.providers import openai_responses
 from contextsvc.engine.providers.common import Converted, Reply
+from contextsvc.lru import BoundedLRU
 
 from .base import place_tools
 from .compaction_token import expanded_summary
@@ -23,10 +26,60 @@ from .openai_fields import responses_units
 ENCRYPTED_REASONING = "reasoning.encrypted_content"
 
 
+# A conversation's last grouping, by its first item object: its next input begins with
+# the same items (the gate reuses their parsed objects, ``proxy.body_reuse``), so only
+# the units from the last one they share are grouped again. The units are read, never
+# changed, after this (as the items are). Inputs shorter than GROUPED_LEAST are grouped whole.
+GROUPED_LEAST = 64
+_GROUPED: BoundedLRU[int, tuple[list[dict[str, Any]], list[dict[str, Any]], list[int]]] = (
+    BoundedLRU(256)
+)
+
+
 def client_units(body: dict[str, Any]) -> list[dict[str, Any]]:
     """The conversation part of the client's input (after its leading instructions), as units."""
     items = openai_responses.normalized_input(body)
-    return openai_responses.group_units(items[openai_responses.leading_instructions(items) :])
+    conversation = items[openai_responses.leading_instructions(items) :]
+    if len(conversation) < GROUPED_LEAST:
+        return openai_responses.group_units(conversation)
+    key = id(conversation[0])  # alive while its entry is: the entry holds it
+    units, starts = regrouped(conversation, _GROUPED.get(key))
+    _GROUPED.put(key, (conversation, units, starts))
+    return units
+
+
+def regrouped(
+    items: list[dict[str, Any]],
+    previous: tuple[list[dict[str, Any]], list[dict[str, Any]], list[int]] | None,
+) -> tuple[list[dict[str, Any]], list[int]]:
+    """``group_units(items)`` and each unit's first item, reusing ``previous`` (its items,
+    units and starts) for the units that end before the items stop being the same objects."""
+    keep = 0
+    if previous is not None:
+        old, units, starts = previous
+        # A unit whose next unit starts inside the shared items is whole in both lists.
+        keep = max(bisect_left(starts, _common_prefix(old, items)) - 1, 0)
+    if keep == 0:
+        units, starts = [], []
+    at = starts[keep] if keep else 0
+    fresh = openai_responses.group_units(items[at:])
+    offsets, position = [], at
+    for unit in fresh:
+        offsets.append(position)
+        position += len(unit["items"])
+    return [*units[:keep], *fresh], [*starts[:keep], *offsets]
+
+
+def _common_prefix(old: list[Any], new: list[Any]) -> int:
+    """How many leading items are the same objects in both lists."""
+    if len(new) >= len(old) and all(map(is_, old, new)):  # the common case, in C
+        return len(old)
+    shared = 0
+    for same in map(is_, old, new):
+        if not same:
+            break
+        shared += 1
+    return shared
 
 
 def instruction_items(body: dict[str, Any]) -> list[Any]:
