@@ -29,8 +29,9 @@ the gate, and only when its bytes are the UTF-8 JSON the full parse read.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
+from operator import is_
 from typing import Any
 
 import orjson
@@ -202,6 +203,18 @@ def reparse(raw: bytes, key: str, previous: Kept, least: int) -> tuple[dict[str,
     ends = (*previous.ends[:shared], *found[0])
     last = ends[-1] if ends else previous.start + 1
     return head, Kept(raw=raw[:last], start=previous.start, ends=ends, messages=tuple(history))
+
+
+def shared_objects(old: Sequence[Any], new: Sequence[Any]) -> int:
+    """How many leading items of ``new`` are ``old``'s own objects (what a reparse shares)."""
+    if len(new) >= len(old) and all(map(is_, old, new)):  # the common case, in C
+        return len(old)
+    shared = 0
+    for same in map(is_, old, new):
+        if not same:
+            break
+        shared += 1
+    return shared
 
 
 class BodyReuse:

@@ -10,6 +10,7 @@ from contextsvc.engine.providers.fingerprint import ClientChains, common_prefix
 from sessions.extensions import CLIENT_COMPACTION, WindowEvent
 from sessions.models import Session
 
+from . import chain_memo
 from .json_prefix import json_digests
 from .models import ClientCompaction, ClientView, ClientViewEntry
 
@@ -35,20 +36,24 @@ def client_chains(view: ClientView | None, messages: Sequence[dict[str, Any]]) -
     """The chains of ``messages``, fingerprinting only what follows the client's last request.
 
     When the first ``view.raw_count`` messages are, as JSON, those of the
-    client's last request, their chain is the one stored then; otherwise (a
-    first call, an edited history, another serialiser) every message is
-    fingerprinted. ``digest`` is what the view stores for the next call.
+    client's last request, their chain is the one stored then; else, when they
+    begin with the previous call's own message objects (``chain_memo``: a
+    moved cache marker), from the last of those; otherwise (a first call, an
+    edited history, another serialiser) every message is fingerprinted.
+    ``digest`` is what the view stores for the next call ("" when the messages
+    have no JSON text).
     """
     known = view.raw_count if view is not None else 0
     digests = json_digests(messages, known)
-    if digests is None:
-        return ClientChains(messages)
-    prefix, whole = digests
+    prefix, whole = digests if digests is not None else ("", "")
     if known and view is not None and view.raw_digest and prefix == view.raw_digest:
         chains = ClientChains(messages, known, view.raw_chain)
     else:
-        chains = ClientChains(messages)
+        # A moved cache marker: the messages before it are the previous call's objects.
+        shared = chain_memo.known_chain(messages)
+        chains = ClientChains(messages, *shared) if shared else ClientChains(messages)
     chains.digest = whole
+    chain_memo.keep(messages, chains)  # a process cache: no database write
     return chains
 
 

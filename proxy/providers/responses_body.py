@@ -10,13 +10,13 @@ for the other dialects, one unit per transcript message.
 from __future__ import annotations
 
 from bisect import bisect_left
-from operator import is_
 from typing import Any
 
 from contextsvc.engine.providers import openai_responses
 from contextsvc.engine.providers.common import Converted, Reply
 from contextsvc.lru import BoundedLRU
 
+from ..body_reuse import shared_objects
 from .base import place_tools
 from .compaction_token import expanded_summary
 from .openai_fields import responses_units
@@ -58,7 +58,7 @@ def regrouped(
     if previous is not None:
         old, units, starts = previous
         # A unit whose next unit starts inside the shared items is whole in both lists.
-        keep = max(bisect_left(starts, _common_prefix(old, items)) - 1, 0)
+        keep = max(bisect_left(starts, shared_objects(old, items)) - 1, 0)
     if keep == 0:
         units, starts = [], []
     at = starts[keep] if keep else 0
@@ -68,18 +68,6 @@ def regrouped(
         offsets.append(position)
         position += len(unit["items"])
     return [*units[:keep], *fresh], [*starts[:keep], *offsets]
-
-
-def _common_prefix(old: list[Any], new: list[Any]) -> int:
-    """How many leading items are the same objects in both lists."""
-    if len(new) >= len(old) and all(map(is_, old, new)):  # the common case, in C
-        return len(old)
-    shared = 0
-    for same in map(is_, old, new):
-        if not same:
-            break
-        shared += 1
-    return shared
 
 
 def instruction_items(body: dict[str, Any]) -> list[Any]:
