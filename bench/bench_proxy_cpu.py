@@ -11,6 +11,8 @@ and SQL statements per call: neither must grow with the session; then
 Gemini's CPU per call over Chat Completions' (target ≤ 1.10), with the load
 average. BENCH_PROFILE=anthropic|openai|responses|gemini prints a cProfile of that dialect's
 calls at the longest history (sorted by BENCH_SORT, cumulative time).
+BENCH_MARKERS=1 puts a cache marker on the newest Messages message, as
+Claude Code does: it moves to the next one on every call.
 Round trips to PostgreSQL (``roundtrips.RoundTrips``: statements, PREPAREs,
 BEGIN / COMMIT) are counted per call, and apart for the work before the
 forward (``prepare``: what delays the first byte); BENCH_TRACE=1 prints one
@@ -32,6 +34,7 @@ HISTORIES = [int(n) for n in os.environ.get("BENCH_HISTORIES", "200,2000").split
 CALLS = int(os.environ.get("BENCH_CALLS", "40"))
 PROFILE = os.environ.get("BENCH_PROFILE", "")
 TRACE = os.environ.get("BENCH_TRACE", "") == "1"
+MARKERS = os.environ.get("BENCH_MARKERS", "") == "1"
 MODEL = {
     "anthropic": "claude-opus-4-5",
     "openai": "gpt-4o",
@@ -71,6 +74,20 @@ def history(dialect: str, n: int) -> list[dict]:
             out.append({"role": "assistant", "content": f"done {i}"})
     out.append({"role": "user", "content": "next"})
     return out
+
+
+def marked(message: dict) -> dict:
+    """A Messages message with a cache marker on its last block (others as they are)."""
+    content = message.get("content")
+    if not isinstance(content, (str, list)) or "role" not in message or "parts" in message:
+        return message
+    blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
+    if not blocks or not isinstance(blocks[-1], dict):
+        return message
+    return {
+        **message,
+        "content": [*blocks[:-1], {**blocks[-1], "cache_control": {"type": "ephemeral"}}],
+    }
 
 
 def user_turn(dialect: str, text: str) -> dict:
@@ -130,7 +147,8 @@ def run(dialect_name: str, agent_key: str, size: int, profile: bool) -> tuple[fl
     walls: list[float] = []
 
     def one(n: int, trips: RoundTrips | None = None) -> None:
-        request = Request(orjson.dumps({**base, key: messages}))
+        sent = [*messages[:-1], marked(messages[-1])] if MARKERS else messages
+        request = Request(orjson.dumps({**base, key: sent}))
         body = read(request, dialect)
         if dialect_name == "gemini":
             body = dialect.with_route(body, {"model": MODEL[dialect_name]})
