@@ -57,17 +57,29 @@ def regrouped(
     keep = 0
     if previous is not None:
         old, units, starts = previous
-        # A unit whose next unit starts inside the shared items is whole in both lists.
-        keep = max(bisect_left(starts, shared_objects(old, items)) - 1, 0)
+        shared = shared_objects(old, items)
+        # A unit whose next unit starts inside the shared items is whole in both lists;
+        # so is the last one when all are shared and the next item starts a unit of its own.
+        keep = max(bisect_left(starts, shared) - 1, 0)
+        if shared == len(old) and keep == len(units) - 1 and _closes(units[-1], items, shared):
+            keep = len(units)
     if keep == 0:
-        units, starts = [], []
-    at = starts[keep] if keep else 0
+        units, starts, at = [], [], 0
+    else:
+        at = starts[keep] if keep < len(starts) else len(old)
     fresh = openai_responses.group_units(items[at:])
     offsets, position = [], at
     for unit in fresh:
         offsets.append(position)
         position += len(unit["items"])
     return [*units[:keep], *fresh], [*starts[:keep], *offsets]
+
+
+def _closes(unit: dict[str, Any], items: list[dict[str, Any]], end: int) -> bool:
+    """Whether ``unit`` (the last one, ending at ``end``) is whole: no item after it joins it."""
+    if end >= len(items):
+        return True
+    return len(openai_responses.group_units([unit["items"][-1], items[end]])) == 2
 
 
 def instruction_items(body: dict[str, Any]) -> list[Any]:

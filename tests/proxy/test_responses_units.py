@@ -47,6 +47,20 @@ def test_a_grown_input_reuses_every_whole_unit_and_equals_a_full_grouping():
     assert units[5] is kept[1][5]  # a whole earlier unit is the one grouped before
 
 
+def test_a_last_unit_that_nothing_joins_is_kept_too():
+    first = conversation(["user", *["call", "output"] * 40, "user"])
+    kept = check(first, None)
+    items, units, _ = check([*first, item("text", 500), item("user", 501)], kept)
+    assert units[len(kept[1]) - 1] is kept[1][-1]  # the user turn: an assistant one follows
+    again = check([*items, item("reasoning", 502)], (items, units, _))
+    assert again[1][-2] is units[-1]
+    ending = conversation(["user", *["call", "output"] * 40, "text"])
+    before = check(ending, None)
+    joined = check([*ending, item("reasoning", 600)], before)  # joins the assistant turn
+    assert len(joined[1]) == len(before[1]) and joined[1][-1] is not before[1][-1]
+    assert joined[1][-1]["items"] == [ending[-1], item("reasoning", 600)]
+
+
 def test_an_edited_or_shortened_input_still_equals_a_full_grouping():
     first = conversation(["user", *["call", "output", "text", "user"] * 30])
     kept = check(first, None)
