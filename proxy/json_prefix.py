@@ -41,12 +41,9 @@ def json_digests(messages: Sequence[dict[str, Any]], known: int) -> tuple[str, s
     object, where this one begins and ``known`` is its length, only the new
     messages are serialised (module doc).
     """
-    if len(messages) >= KEPT_LEAST:
-        kept = _KEPT.get(id(messages[0]))  # alive while its entry is: the entry holds it
-        if kept is not None and known == len(kept[0]) <= len(messages):
-            old, state = kept
-            if all(map(is_, old, messages)):
-                return _grown(messages, known, state)
+    grown = kept_digests(messages, known)
+    if grown is not None:
+        return grown
     try:
         whole = orjson.dumps(list(messages))
         tail = orjson.dumps(list(messages[known:])) if 0 < known < len(messages) else b""
@@ -67,6 +64,20 @@ def json_digests(messages: Sequence[dict[str, Any]], known: int) -> tuple[str, s
         digest.update(view[cut:-1])
     _keep(messages, digest)
     return (_short(head) if head is not None else ""), _short(_closed(digest))
+
+
+def kept_digests(messages: Sequence[dict[str, Any]], known: int) -> tuple[str, str] | None:
+    """``json_digests`` from the kept state, when the previous call's history is, object for
+    object, where this one begins and ``known`` is its length; None otherwise."""
+    if len(messages) < KEPT_LEAST:
+        return None
+    kept = _KEPT.get(id(messages[0]))  # alive while its entry is: the entry holds it
+    if kept is None or not known == len(kept[0]) <= len(messages):
+        return None
+    old, state = kept
+    if not all(map(is_, old, messages)):
+        return None
+    return _grown(messages, known, state)
 
 
 def _grown(messages: Sequence[dict[str, Any]], known: int, state: Any) -> tuple[str, str] | None:

@@ -11,7 +11,7 @@ from sessions.extensions import CLIENT_COMPACTION, WindowEvent
 from sessions.models import Session
 
 from . import chain_memo
-from .json_prefix import json_digests
+from .json_prefix import json_digests, kept_digests
 from .models import ClientCompaction, ClientView, ClientViewEntry
 
 # The role of a reply in a client's history: ``model`` is Gemini's name for it.
@@ -36,23 +36,29 @@ def client_chains(view: ClientView | None, messages: Sequence[dict[str, Any]]) -
     """The chains of ``messages``, fingerprinting only what follows the client's last request.
 
     When the first ``view.raw_count`` messages are, as JSON, those of the
-    client's last request, their chain is the one stored then; else, when they
-    begin with the previous call's own message objects (``chain_memo``: a
-    moved cache marker), from the last of those; otherwise (a first call, an
-    edited history, another serialiser) every message is fingerprinted.
-    ``digest`` is what the view stores for the next call ("" when the messages
-    have no JSON text).
+    client's last request, their chain is the one stored then; otherwise (a
+    first call, an edited history, another serialiser) every message is
+    fingerprinted. First, though: when they begin with the previous call's own
+    message objects (``chain_memo``; a moved cache marker changed the message
+    after those), the chain is the one kept from that call, and the digest is
+    taken only if it costs nothing but the new messages (``kept_digests``).
+    ``digest`` is what the view stores for the next call ("" when none).
     """
     known = view.raw_count if view is not None else 0
-    digests = json_digests(messages, known)
-    prefix, whole = digests if digests is not None else ("", "")
-    if known and view is not None and view.raw_digest and prefix == view.raw_digest:
-        chains = ClientChains(messages, known, view.raw_chain)
+    shared = chain_memo.known_chain(messages)
+    if shared is not None:
+        # The previous call's own message objects lead (a moved cache marker changed
+        # the one after them, or nothing changed): no digest of the whole is needed.
+        chains = ClientChains(messages, *shared)
+        digests = kept_digests(messages, known)
     else:
-        # A moved cache marker: the messages before it are the previous call's objects.
-        shared = chain_memo.known_chain(messages)
-        chains = ClientChains(messages, *shared) if shared else ClientChains(messages)
-    chains.digest = whole
+        digests = json_digests(messages, known)
+        prefix = digests[0] if digests is not None else ""
+        if known and view is not None and view.raw_digest and prefix == view.raw_digest:
+            chains = ClientChains(messages, known, view.raw_chain)
+        else:
+            chains = ClientChains(messages)
+    chains.digest = digests[1] if digests is not None else ""
     chain_memo.keep(messages, chains)  # a process cache: no database write
     return chains
 

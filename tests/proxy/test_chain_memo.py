@@ -4,12 +4,14 @@ history (``proxy.chain_memo``): the chains always equal a fingerprint of every m
 from __future__ import annotations
 
 import copy
+from types import SimpleNamespace
 
 import pytest
 
 from contextsvc.engine.providers import fingerprint
 from contextsvc.engine.providers.fingerprint import ClientChains
 from proxy import chain_memo
+from proxy.json_prefix import json_digests
 from proxy.selectors import client_chains
 
 
@@ -82,3 +84,18 @@ def test_a_short_history_is_not_kept(counted):
     counted.clear()
     client_chains(None, next_request(history, 1))
     assert len(counted) == len(history) + 1
+
+
+def test_a_history_that_only_grew_keeps_its_digest_for_the_view(counted):
+    history = [{"role": "user", "content": f"m{i}"} for i in range(chain_memo.LEAST + 4)]
+    first = client_chains(None, history)
+    view = SimpleNamespace(raw_count=len(history), raw_digest=first.digest, raw_chain=first.last())
+    grown = [*history, {"role": "assistant", "content": "done"}]
+    counted.clear()
+    chains = client_chains(view, grown)
+    assert len(counted) == 1
+    assert chains.digest == json_digests(copy.deepcopy(grown), 0)[1] != ""
+    # The newest message parsed again (its marker moved): no digest of the whole is taken.
+    changed = [*grown[:-1], copy.deepcopy(grown[-1]), {"role": "user", "content": "next"}]
+    moved = client_chains(view, changed)
+    assert moved.digest == "" and moved.last() == ClientChains(copy.deepcopy(changed)).last()
