@@ -147,9 +147,29 @@ def kept(raw: bytes, body: dict[str, Any], key: str) -> Kept | None:
     found = element_ends(raw, start)
     if found is None or len(found[0]) != len(history):
         return None
-    ends, _ = found
+    ends, close = found
+    if _fields_after(raw, close, key) is None:
+        return None  # the history's name again after it (a duplicate key): that one is read
     last = ends[-1] if ends else start + 1
     return Kept(raw=raw[:last], start=start, ends=tuple(ends), messages=tuple(history))
+
+
+def _fields_after(raw: bytes, close: int, key: str) -> dict[str, Any] | None:
+    """The top-level fields after the history's closing ``]`` at ``close``; None when those
+    bytes do not end the object strictly or name the history again."""
+    rest = raw[_SPACE.match(raw, close + 1).end() :]  # type: ignore[union-attr]
+    try:
+        if rest[:1] == b",":  # more fields: a member must follow the comma
+            tail = orjson.loads(b"{" + rest[1:])
+            if type(tail) is not dict or not tail:
+                return None
+        elif rest[:1] == b"}":
+            tail = orjson.loads(b"{" + rest)  # ``{}``, and nothing but space after it
+        else:
+            return None
+    except orjson.JSONDecodeError:
+        return None
+    return tail if key not in tail else None
 
 
 def _shared(raw: bytes, previous: Kept) -> int:
@@ -181,21 +201,15 @@ def reparse(raw: bytes, key: str, previous: Kept, least: int) -> tuple[dict[str,
     if found is None:
         return None
     close = found[1]
+    tail = _fields_after(raw, close, key)
+    if tail is None:
+        return None
     try:
         head = orjson.loads(raw[: previous.start] + b"0}")
         new = orjson.loads(b"[0" + raw[cut : close + 1])
-        rest = raw[_SPACE.match(raw, close + 1).end() :]  # type: ignore[union-attr]
-        if rest[:1] == b",":  # more fields: a member must follow the comma
-            tail = orjson.loads(b"{" + rest[1:])
-        elif rest[:1] == b"}":
-            tail = orjson.loads(b"{" + rest)  # ``{}``, and nothing but space after it
-        else:
-            return None
     except orjson.JSONDecodeError:
         return None
-    if type(head) is not dict or type(tail) is not dict or key in tail:
-        return None
-    if len(new) - 1 != len(found[0]) or (rest[:1] == b"," and not tail):
+    if type(head) is not dict or len(new) - 1 != len(found[0]):
         return None
     history = [*previous.messages[:shared], *new[1:]]
     head[key] = history

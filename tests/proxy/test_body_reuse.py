@@ -135,6 +135,18 @@ def test_a_hostile_end_is_never_reparsed(after):
     assert reused(first, second) is None
 
 
+def test_a_body_that_names_its_history_twice_is_never_kept():
+    messages, other = history(30), history(31)[1:]  # as long: only the bytes tell them apart
+    for name in (b'"messages"', b'"m\\u0065ssages"'):
+        raw = b'{"model":"m","messages":' + orjson.dumps(messages) + b"," + name + b":"
+        raw += orjson.dumps(other) + b"}"
+        assert orjson.loads(raw)["messages"] == other  # the second one is read
+        assert kept(raw, orjson.loads(raw), "messages") is None
+    escaped_first = b'{"m\\u0065ssages":[1],"messages":' + orjson.dumps(messages) + b"}"
+    entry = kept(escaped_first, orjson.loads(escaped_first), "messages")
+    assert entry is not None and entry.messages == tuple(messages)  # the one read is found
+
+
 def test_a_hostile_new_message_is_never_reparsed():
     messages = history(30)
     first = orjson.dumps({"model": "m", "messages": messages})
