@@ -8,6 +8,7 @@ refused, if it is, with the full parse's own error).
 from __future__ import annotations
 
 import json
+import random
 
 import orjson
 import pytest
@@ -202,3 +203,39 @@ def test_the_gate_refuses_a_hostile_continuation_as_a_full_parse_does(monkeypatc
         gate.read(_request(broken, session="fresh"), ANTHROPIC)
     assert refused.value.message == whole.value.message
     assert "not valid JSON" in refused.value.message
+
+
+@pytest.mark.parametrize("where", ["after the shared messages", "anywhere"])
+def test_random_damage_is_reparsed_as_a_full_parse_reads_it_or_not_at_all(where):
+    """Bytes flipped, dropped or inserted: a reparse either gives exactly the full parse's
+    body or nothing (the body is then parsed whole)."""
+    rng = random.Random(11)
+    messages = history(30)
+    first = orjson.dumps(body(messages))
+    previous = kept(first, orjson.loads(first), "messages")
+    grown = orjson.dumps(body([*messages, *history(3)]))
+    tail_from = previous.ends[-1] if where == "after the shared messages" else 0
+    alphabet = b'{}[],:"\\ 0123456789.eE+-tfnrulsa\x00\xff'
+    reparsed = 0
+    for _ in range(3000):
+        raw = bytearray(grown)
+        for _ in range(rng.randrange(1, 4)):
+            at = rng.randrange(tail_from, len(raw))
+            action = rng.randrange(3)
+            if action == 0:
+                raw[at] = rng.choice(alphabet)
+            elif action == 1:
+                del raw[at]
+            else:
+                raw.insert(at, rng.choice(alphabet))
+        raw = bytes(raw)
+        out = reparse(raw, "messages", previous, LEAST)
+        try:
+            whole = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            assert out is None
+            continue
+        if out is not None:
+            reparsed += 1
+            assert out[0] == whole and list(out[0]) == list(whole)
+    assert reparsed > 100  # damage inside strings and numbers still parses: reused
