@@ -231,12 +231,22 @@ def shared_objects(old: Sequence[Any], new: Sequence[Any]) -> int:
     return shared
 
 
+@dataclass(frozen=True, slots=True)
+class Unscanned:
+    """A body kept as it came, not yet scanned for where its messages end: that is done
+    when its conversation's next request comes, so a body whose slot never comes again
+    (a client whose first bytes change on every call) costs no scan."""
+
+    raw: bytes
+    messages: tuple[Any, ...]
+
+
 class BodyReuse:
     """The kept bodies, one per slot (a conversation), bounded by the bytes they hold."""
 
     def __init__(self, *, slots: int, max_bytes: int, least: int) -> None:
         self.least = least  # fewer shared messages than this: parsed whole
-        self._kept: BoundedLRU[Hashable, Kept] = BoundedLRU(
+        self._kept: BoundedLRU[Hashable, Kept | Unscanned] = BoundedLRU(
             slots, max_weight=max_bytes, weigh=lambda k: len(k.raw)
         )
 
@@ -245,20 +255,28 @@ class BodyReuse:
     ) -> tuple[Any, Kept | None]:
         """The body of ``raw`` (``whole`` parses it when nothing is reused), and what to
         keep of it once it passed the gate (None: work it out then, ``keep``)."""
-        previous = self._kept.get(slot)
+        previous = self._previous(slot, key)
         if previous is not None:
             reused = reparse(raw, key, previous, self.least)
             if reused is not None:
                 return reused
         return whole(raw), None
 
+    def _previous(self, slot: Hashable, key: str) -> Kept | None:
+        """The slot's kept body, scanned now if it was not yet (``Unscanned``)."""
+        previous = self._kept.get(slot)
+        if not isinstance(previous, Unscanned):
+            return previous
+        scanned = kept(previous.raw, {key: list(previous.messages)}, key)
+        if scanned is None:
+            self._kept.pop(slot)
+        else:
+            self._kept.put(slot, scanned)
+        return scanned
+
     def keep(self, raw: bytes, slot: Hashable, key: str, body: Any, pending: Kept | None) -> None:
         """Keep a body that passed the gate for the slot's next request."""
         history = body.get(key) if type(body) is dict else None
         if type(history) is not list or len(history) < self.least:
             return
-        entry = pending if pending is not None else kept(raw, body, key)
-        if entry is None:
-            self._kept.pop(slot)
-        else:
-            self._kept.put(slot, entry)
+        self._kept.put(slot, pending if pending is not None else Unscanned(raw, tuple(history)))

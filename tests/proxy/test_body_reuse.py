@@ -15,7 +15,7 @@ import pytest
 from django.test import RequestFactory
 
 from contextsvc.body_gate import BodyRefused
-from proxy import gate
+from proxy import body_reuse, gate
 from proxy.body_reuse import BodyReuse, element_ends, history_start, kept, reparse
 from proxy.providers import ANTHROPIC
 
@@ -239,3 +239,22 @@ def test_random_damage_is_reparsed_as_a_full_parse_reads_it_or_not_at_all(where)
             reparsed += 1
             assert out[0] == whole and list(out[0]) == list(whole)
     assert reparsed > 100  # damage inside strings and numbers still parses: reused
+
+
+def test_a_body_is_scanned_only_when_its_conversation_comes_again(monkeypatch):
+    """Where the messages end is found when the slot's next request comes: a client whose
+    first bytes change on every call (a new slot each time) costs no scan."""
+    scans = []
+    real = body_reuse.history_start
+    monkeypatch.setattr(body_reuse, "history_start", lambda *a: scans.append(a) or real(*a))
+    reuse = BodyReuse(slots=8, max_bytes=2**24, least=LEAST)
+    messages = history(30)
+    for n in range(5):
+        raw = orjson.dumps({"request": n, "messages": [*messages, *history(n)]})
+        parsed, pending = reuse.parse(raw, ("slot", n), "messages", orjson.loads)
+        reuse.keep(raw, ("slot", n), "messages", parsed, pending)
+    assert scans == []
+    raw = orjson.dumps({"request": 4, "messages": [*messages, *history(6)]})
+    parsed, pending = reuse.parse(raw, ("slot", 4), "messages", orjson.loads)
+    assert len(scans) == 1 and pending is not None  # the previous body scanned, then reused
+    assert parsed == orjson.loads(raw)
