@@ -267,6 +267,8 @@ def test_inspect_expand_grep_compact_restore(page, alice, monkeypatch):
     pg.wait_for_function(f"() => {USED} < {before}")
     after = used_tokens(pg)
     assert after < before
+    # The chart reloads on its own request, after the bar: wait for it, then count.
+    pg.wait_for_selector("#usage .mark-compaction", timeout=5_000)
     assert pg.locator("#usage .mark-compaction").count() == 1  # the chart reloaded too
     pg.evaluate("window.scrollTo(0, 0)")
     shot(pg, "07-compacted")
