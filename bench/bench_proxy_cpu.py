@@ -4,8 +4,9 @@
 
 Runs what a proxied call runs between the request and upstream, and after
 the reply — the body parse, ``prepare`` (caller, session, sync, the build),
-the reply stored — for Messages, Chat Completions, Responses and Gemini, with no
-HTTP server and no upstream (the relay is per chunk, not per message), on
+the upstream body written, the reply stored — for Messages, Chat Completions,
+Responses and Gemini, with no HTTP server and no upstream (the relay is per
+chunk, not per message; the client's own writing of its body is not timed), on
 sessions of BENCH_HISTORIES (200 and 2,000) messages. Prints CPU ms per call
 and SQL statements per call: neither must grow with the session; then
 Gemini's CPU per call over Chat Completions' (target ≤ 1.10), with the load
@@ -120,6 +121,7 @@ def run(dialect_name: str, agent_key: str, size: int, profile: bool) -> tuple[fl
     from proxy.services.calls import prepare
     from proxy.services.reply import session_record_reply
     from proxy.services.responses import prepare_responses
+    from proxy.upstream_json import SENT
 
     dialects = {"anthropic": ANTHROPIC, "openai": OPENAI, "responses": RESPONSES, "gemini": GEMINI}
     dialect = dialects[dialect_name]
@@ -146,10 +148,12 @@ def run(dialect_name: str, agent_key: str, size: int, profile: bool) -> tuple[fl
 
     walls: list[float] = []
 
-    def one(n: int, trips: RoundTrips | None = None) -> None:
+    def client_body() -> bytes:
         sent = [*messages[:-1], marked(messages[-1])] if MARKERS else messages
-        request = Request(orjson.dumps({**base, key: sent}))
-        body = read(request, dialect)
+        return orjson.dumps({**base, key: sent})
+
+    def one(n: int, raw: bytes, trips: RoundTrips | None = None) -> None:
+        body = read(Request(raw), dialect)
         if dialect_name == "gemini":
             body = dialect.with_route(body, {"model": MODEL[dialect_name]})
         converted = dialect.envelope(body)
@@ -159,6 +163,9 @@ def run(dialect_name: str, agent_key: str, size: int, profile: bool) -> tuple[fl
         if trips is not None:
             trips.mark("forward")
             before.append((trips.total, trips.statements, trips.transactions))
+        upstream, _ = dialect.streaming_body(prepared.body)
+        session = prepared.session
+        SENT.encode(upstream, dialect.messages_key, (session.pk, session.external_id))
         if prepared.record is not None:  # the relay writes it once upstream answered
             prepared.record()
         reply = Reply(
@@ -173,7 +180,7 @@ def run(dialect_name: str, agent_key: str, size: int, profile: bool) -> tuple[fl
             synced=prepared.synced,
         )
 
-    one(-1)  # the first sync
+    one(-1, client_body())  # the first sync
     for hook in AFTER_FIRST_SYNC:
         hook()
     before: list[tuple[int, int, int]] = []
@@ -188,10 +195,11 @@ def run(dialect_name: str, agent_key: str, size: int, profile: bool) -> tuple[fl
                 echoed(dialect_name, f"reply {n - 1}"),
                 user_turn(dialect_name, f"turn {n}"),
             ]
+            raw = client_body()
             started = time.process_time()
             if profiler:
                 profiler.enable()
-            one(n, trips)
+            one(n, raw, trips)
             if profiler:
                 profiler.disable()
             cpu += time.process_time() - started

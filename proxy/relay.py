@@ -32,6 +32,7 @@ from .services.calls import Prepared, rebuild, rebuild_after_overflow
 from .services.reply import session_record_reply
 from .services.store import stored_response_add
 from .upstream import Unreachable, open_call, read_body
+from .upstream_json import SENT
 
 logger = logging.getLogger(__name__)
 
@@ -137,7 +138,7 @@ async def forward(call: Call) -> HttpResponse | StreamingHttpResponse:
         call.started_ns = time.time_ns()
         call.watch.start()
         sent = time.perf_counter()
-        response = await open_call("POST", url, headers=call.headers, json=body, setting=setting)
+        response = await open_call("POST", url, headers=call.headers, content=body, setting=setting)
         if not call.timing and call.received:
             call.timing = server_timing(sent - call.received, time.perf_counter() - sent)
         if not streaming:
@@ -196,8 +197,8 @@ async def forward(call: Call) -> HttpResponse | StreamingHttpResponse:
         return _answer(response, raw, call.prepared, call.timing)
 
 
-def _upstream_body(call: Call, streaming: bool, *, last: bool = False) -> dict[str, Any]:
-    """The body to send; on the last allowed round, without the built-in tools
+def _upstream_body(call: Call, streaming: bool, *, last: bool = False) -> bytes:
+    """The body to send, as JSON; on the last allowed round, without the built-in tools
     (the model answers, or calls the client's tools, rather than loop on)."""
     body = call.prepared.body
     if last:
@@ -205,7 +206,8 @@ def _upstream_body(call: Call, streaming: bool, *, last: bool = False) -> dict[s
     if streaming:
         body, asked = call.dialect.streaming_body(body)
         call.strip_usage = call.strip_usage or asked
-    return body
+    session = call.prepared.session
+    return SENT.encode(body, call.dialect.messages_key, (session.pk, session.external_id))
 
 
 async def _store(call: Call, response: Any) -> None:
@@ -334,7 +336,7 @@ async def _relay(response: httpx.Response, call: Call) -> AsyncIterator[bytes]:
                 "POST",
                 dialect.upstream_url(call.path),
                 headers=call.headers,
-                json=_upstream_body(call, True, last=rounds + 1 >= limit),
+                content=_upstream_body(call, True, last=rounds + 1 >= limit),
                 setting=dialect.upstream_setting(),
             )
             if response.status_code >= 300:

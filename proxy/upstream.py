@@ -79,18 +79,25 @@ def client() -> httpx.AsyncClient:
 
 
 async def open_call(
-    method: str, url: str, *, headers: dict[str, str], json: Any = None, setting: str = ""
+    method: str,
+    url: str,
+    *,
+    headers: dict[str, str],
+    json: Any = None,
+    content: bytes | None = None,
+    setting: str = "",
 ) -> httpx.Response:
     """Send a request and return as soon as the status and headers are in (the body streams).
 
+    The body: ``json`` written here, or ``content``, JSON written already.
     ``setting``: the one that chose ``url`` (``Dialect.upstream_setting``), named in the
     ``Unreachable`` message with the host.
     """
     http = client()
-    if json is None:
+    if json is None and content is None:
         request = http.build_request(method, url, headers=headers)
     else:
-        content = encode_json(json)
+        content = encode_json(json) if content is None else content
         headers = {**headers, "content-type": "application/json"}
         request = http.build_request(method, url, headers=headers, content=content)
     try:
