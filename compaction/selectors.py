@@ -234,6 +234,17 @@ def breaker_open(state: CompactionState | None) -> bool:
     return state is not None and state.consecutive_failures >= BREAKER_THRESHOLD
 
 
+def breaker_open_for(session: Session) -> bool:
+    """``breaker_open`` of the session's state, reading its failure count alone: the
+    checks after every append must not read the summary the state row holds."""
+    failures = (
+        CompactionState.objects.filter(session=session)
+        .values_list("consecutive_failures", flat=True)
+        .first()
+    )
+    return failures is not None and failures >= BREAKER_THRESHOLD
+
+
 def _block_row(session: Session) -> tuple[int, Any, Any, str | None]:
     """The breaker's two columns and the active run (the oldest): (consecutive failures,
     breaker opened at, run id, run status). Two narrow queries: the state's summary is

@@ -62,7 +62,7 @@ def can_make_room(session: Session) -> bool:
         return False
     if session.status != Session.Status.ACTIVE or not settings.CONTEXTSVC_AUTO_COMPACT:
         return False
-    return not selectors.breaker_open(selectors.state_of(session))
+    return not selectors.breaker_open_for(session)
 
 
 def compact_before_call(session: Session, state: accounting.BudgetState) -> bool:

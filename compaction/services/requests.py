@@ -44,7 +44,7 @@ def compaction_auto_request(
     """An automatic run, unless the circuit breaker is open or one is under way
     (``strategy``: one strategy instead of the chain, e.g. the planner's clear;
     ``reason``: why, as ``compaction_request`` takes it)."""
-    if selectors.breaker_open(selectors.state_of(session)):
+    if selectors.breaker_open_for(session):
         return None
     active = (
         CompactionRun.objects.filter(session=session, status__in=CompactionRun.ACTIVE)
