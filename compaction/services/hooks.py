@@ -38,6 +38,8 @@ def on_session_activity(session: Session, state: accounting.BudgetState, last_ro
     if not settings.CONTEXTSVC_AUTO_COMPACT:
         return
     try:
+        if selectors.auto_waits(session):  # breaker open, or a live run under way
+            return
         chain = resolve_chain(session, None)
         if last_role == "tool_overflow":
             # A tool output that could not fit (shown cut or trimmed) makes compaction
