@@ -7,8 +7,8 @@ from the same objects, and compares with a build from fresh copies (which
 have no memo). Anthropic blocks are shared with the memo (a build copies
 none per message): they are changed by replacing them with changed copies,
 as the build's marker and ``proxy.providers.anthropic_cache.cap_breakpoints`` do.
-Responses items are shared whole (a build copies no item): an item is
-changed by replacing it in the body's list.
+Responses items and Chat Completions messages are shared whole (a build
+copies none): one is changed by replacing it in the body's list.
 """
 
 from __future__ import annotations
@@ -56,12 +56,13 @@ def fresh(messages: list[Message]) -> list[Message]:
     return [copy.deepcopy(replace(m)) for m in messages]
 
 
-def scribble(body: dict) -> None:
+def scribble(body: dict, fmt: str) -> None:
     """Change a built body's messages (items) and their block lists, as later code may:
     markers added and removed, text trimmed, blocks appended (the memo's promise: these),
-    each changed block replaced by a changed copy; a Responses item is replaced whole."""
-    if "input" in body:
-        items = body["input"]
+    each changed block replaced by a changed copy; a Responses item or a Chat Completions
+    message is replaced whole."""
+    if fmt in ("responses", "openai"):
+        items = body["input" if fmt == "responses" else "messages"]
         for i, item in enumerate(items):
             content = item.get("content")
             items[i] = {**item, "seen": True}
@@ -85,7 +86,7 @@ def test_a_second_build_equals_one_from_fresh_messages_after_the_first_was_chang
     messages = history()
     first = build_request(fmt, parts(messages))
     assert first == build_request(fmt, parts(fresh(messages)))
-    scribble(first)
+    scribble(first, fmt)
     assert build_request(fmt, parts(messages)) == build_request(fmt, parts(fresh(messages)))
 
 

@@ -165,19 +165,12 @@ def _view_blocks(msg: Message) -> list[dict[str, Any]]:
 def openai_message(msg: Message) -> dict[str, Any]:
     """``msg`` as a Chat Completions message (a system one keeps a ``developer`` role).
 
-    A copy of the message's one rendering (``memo``), to the parts of its content.
+    The message's one rendering itself (``memo``), not a copy: every build of the
+    session shares it, so nothing changes it in place (a changed message replaces
+    it in the body's list), and the body sent upstream copies its JSON from the
+    previous call's (``proxy.upstream_json``).
     """
-    return copied(memo(msg, "openai", _openai_message))
-
-
-def copied(item: dict[str, Any]) -> dict[str, Any]:
-    """A memo's message or item as a build's own: the dict, its content list and parts copied
-    (what a build or the proxy may change: markers, trimmed text, appended parts)."""
-    out = dict(item)
-    content = out.get("content")
-    if isinstance(content, list):
-        out["content"] = [dict(part) if isinstance(part, dict) else part for part in content]
-    return out
+    return memo(msg, "openai", _openai_message)
 
 
 def _openai_message(msg: Message) -> dict[str, Any]:
