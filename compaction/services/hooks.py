@@ -38,8 +38,6 @@ def on_session_activity(session: Session, state: accounting.BudgetState, last_ro
     if not settings.CONTEXTSVC_AUTO_COMPACT:
         return
     try:
-        if selectors.auto_waits(session):  # breaker open, or a live run under way
-            return
         chain = resolve_chain(session, None)
         if last_role == "tool_overflow":
             # A tool output that could not fit (shown cut or trimmed) makes compaction
@@ -47,7 +45,9 @@ def on_session_activity(session: Session, state: accounting.BudgetState, last_ro
             decided = ("compact", reasons.tool_overflow(session, state))
         else:
             decided = auto_decision(session, state, chain, check=last_role)
-        if decided is not None:
+        # A run is due: unless the breaker is open or one is under way with a live
+        # lease (one plain statement; the request's own checks cost ten times more).
+        if decided is not None and not selectors.auto_waits(session):
             action, reason = decided
             # The planner's "clear": old tool outputs only, no summary call.
             strategy = "tool_clearing" if action == "clear" else None

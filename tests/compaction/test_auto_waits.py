@@ -77,13 +77,20 @@ def test_auto_waits_only_when_an_automatic_request_writes_nothing(session_factor
         assert runs(session) != before  # a run was created, or a lapsed one requeued
 
 
-def test_while_a_run_waits_the_check_after_an_append_is_one_statement(session_factory, settings):
+def test_while_a_run_waits_a_due_check_after_an_append_is_one_statement(session_factory, settings):
     settings.CONTEXTSVC_AUTO_COMPACT = True
     session = session_factory(2)
-    run(session)
     state = status.refresh_guard(session)
+    with CaptureQueriesContext(connection) as queries:
+        on_session_activity(session, state, "usage")  # nothing due: nothing read
+    assert queries.captured_queries == []
+    run(session)
     before = runs(session)
     with CaptureQueriesContext(connection) as queries:
-        on_session_activity(session, state, "usage")
-    assert len(queries.captured_queries) == 1, [q["sql"][:120] for q in queries]
+        on_session_activity(session, state, "tool_overflow")  # due at once (its reason reads)
+    of_runs = [q["sql"][:120] for q in queries if "compaction_" in q["sql"]]
+    assert len(of_runs) == 1, of_runs  # the breaker and the run under way, together
     assert runs(session) == before
+    CompactionRun.objects.filter(session=session).update(status="succeeded")
+    on_session_activity(session, state, "tool_overflow")  # no run under way: one is asked for
+    assert CompactionRun.objects.filter(session=session, status="queued").count() == 1
