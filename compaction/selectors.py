@@ -232,19 +232,19 @@ def state_of(session: Session) -> CompactionState | None:
     return CompactionState.objects.filter(session=session).first()
 
 
-def breaker_open(state: CompactionState | None) -> bool:
-    return state is not None and state.consecutive_failures >= BREAKER_THRESHOLD
+def _tripped(failures: int | None) -> bool:
+    """The circuit breaker is open: that many automatic runs failed in a row."""
+    return failures is not None and failures >= BREAKER_THRESHOLD
 
 
 def breaker_open_for(session: Session) -> bool:
-    """``breaker_open`` of the session's state, reading its failure count alone: the
+    """Whether the session's breaker is open, reading its failure count alone: the
     checks after every append must not read the summary the state row holds."""
-    failures = (
+    return _tripped(
         CompactionState.objects.filter(session=session)
         .values_list("consecutive_failures", flat=True)
         .first()
     )
-    return failures is not None and failures >= BREAKER_THRESHOLD
 
 
 def auto_waits(session: Session) -> bool:
@@ -267,7 +267,7 @@ def auto_waits(session: Session) -> bool:
     with connection.cursor() as cursor:
         cursor.execute(sql, [session.pk, now, session.pk, *active, CompactionRun.Trigger.EMERGENCY])
         failures, lapsed = cursor.fetchone()
-    return (failures is not None and failures >= BREAKER_THRESHOLD) or lapsed == 0
+    return _tripped(failures) or lapsed == 0
 
 
 def _block_row(session: Session) -> tuple[int, Any, Any, str | None]:

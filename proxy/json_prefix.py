@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from operator import is_
 from typing import Any
 
 import orjson
 
 from contextsvc.lru import BoundedLRU
+
+from .body_reuse import shared_objects
 
 # Histories shorter than this are digested whole (cheap); at most 256 conversations kept.
 KEPT_LEAST = 64
@@ -75,7 +76,7 @@ def kept_digests(messages: Sequence[dict[str, Any]], known: int) -> tuple[str, s
     if kept is None or not known == len(kept[0]) <= len(messages):
         return None
     old, state = kept
-    if not all(map(is_, old, messages)):
+    if shared_objects(old, messages) < len(old):
         return None
     return _grown(messages, known, state)
 
