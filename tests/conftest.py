@@ -12,7 +12,7 @@ from django.apps import apps
 from django.db.models.signals import post_migrate
 from django.test import Client
 
-from tests import parts
+from tests import alone, parts
 from tests.parts import IN_CI
 
 
@@ -26,6 +26,13 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_runtest_setup(item):
     parts.refuse_in_ci(item)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """An ``alone`` test runs while the other xdist workers wait (tests/alone.py)."""
+    with alone.held(exclusive=item.get_closest_marker("alone") is not None):
+        yield
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -36,12 +36,14 @@ from sessions.services.keys import agent_key_create
 from tests.conftest import tool_turn
 from tests.live_server import database_url, gunicorn
 
-pytestmark = [pytest.mark.needs_postgres, pytest.mark.slow]
+pytestmark = [pytest.mark.needs_postgres, pytest.mark.slow, pytest.mark.alone]
 
 ROOT = Path(__file__).resolve().parents[1]
 # The whole run, schema load to report; the bound is 3 minutes.
 FUZZ_SECONDS = env_int("CONTEXTSVC_FUZZ_SECONDS")
 EXAMPLES = env_int("CONTEXTSVC_FUZZ_EXAMPLES")
+# The bound per response; the test runs with no other test beside it
+# (the ``alone`` mark, tests/alone.py), so the bound measures the service.
 MAX_RESPONSE_SECONDS = 2
 CHECKS = (
     "not_a_server_error",
