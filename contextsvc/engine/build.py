@@ -34,12 +34,12 @@ from typing import Any
 from .anthropic_turns import SYSTEM_REMINDER_HEADER as SYSTEM_REMINDER_HEADER  # re-exported
 from .anthropic_turns import add_turn, restore_strings, strip_prefill
 from .anthropic_turns import system_reminder as system_reminder
-from .history_memo import HistoryMemo, last_marked_turn
+from .history_memo import HistoryMemo, converted, last_marked_turn
 from .messages import Message, PromptSection, ToolDef
 from .prompt import MAX_BREAKPOINTS, CachePlan, plain_concatenation, split_sections
 from .providers.gemini_build import gemini_body
 from .providers.history import openai_message
-from .providers.openai_responses_build import responses_body
+from .providers.openai_responses_build import message_items, responses_body
 from .reasoning import drop_old_reasoning
 from .summary_placement import RETAIN_HEADER as RETAIN_HEADER  # re-exported: their old home
 from .summary_placement import SUMMARY_HEADER as SUMMARY_HEADER
@@ -251,11 +251,17 @@ def _anthropic(parts: ContextParts) -> dict[str, Any]:
 # --- openai -------------------------------------------------------------------
 
 
+def _one_openai_message(msg: Message) -> tuple[dict[str, Any]]:
+    return (openai_message(msg),)
+
+
 def _openai(parts: ContextParts) -> dict[str, Any]:
     lay = layout(parts)
     messages: list[dict[str, Any]] = []
     # Chat Completions takes a system (or developer) message anywhere.
-    history = [openai_message(m) for m in request_history(parts, inline_summary=True)]
+    history = converted(
+        parts.memo, "openai", request_history(parts, inline_summary=True), _one_openai_message
+    )
     system_texts = [s.content for s in lay.system]
     tail_text = "\n\n".join(lay.tail)
     if tail_text and not history:
@@ -302,7 +308,7 @@ def _responses(parts: ContextParts) -> dict[str, Any]:
     """The OpenAI Responses API (``providers.openai_responses_build``), in this module's order."""
     lay = layout(parts)
     return responses_body(
-        history=request_history(parts),
+        items=converted(parts.memo, "responses", request_history(parts), message_items),
         system=[s.content for s in lay.system] + [t for t in [_system_summary(parts)] if t],
         tail=lay.tail,
         final_instruction=parts.final_instruction,

@@ -10,7 +10,10 @@ for a later message, so a ``HistoryMemo`` keeps, per session:
   it answered inside it, ``wellformed.Emitted``), with the call ids it holds;
 - the Anthropic turns before the newest user or assistant one (a later message
   merges only into the last turn, and the build marks and ends only the newest
-  ones), in their final form (a string posted as one given back).
+  ones), in their final form (a string posted as one given back);
+- per format whose messages convert one by one (Chat Completions messages,
+  Responses items), the request history last converted and its items, so a
+  build converts (or looks up) only the messages past it.
 
 A memo is used only when the new input starts with exactly what it remembers,
 compared element by element (the same objects, which the context cache hands
@@ -26,8 +29,8 @@ Pure: no Django; the caller keeps one memo per session (``prompting.context``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from .anthropic_turns import add_turn, restore_strings
@@ -51,12 +54,19 @@ class _Turns:
 
 
 @dataclass(slots=True)
+class _Converted:
+    history: list[Message]  # the request history last converted
+    items: list[Any]  # its items, in order
+
+
+@dataclass(slots=True)
 class HistoryMemo:
     """One session's memo (module doc). It serves one build at a time: the caller hands
     it out and takes it back (a concurrent build of the session gets none)."""
 
     paired: _Paired | None = None
     turns: _Turns | None = None
+    converted: dict[str, _Converted] = field(default_factory=dict)
 
     @property
     def size(self) -> int:
@@ -66,7 +76,28 @@ class HistoryMemo:
             held += len(self.paired.inputs) + len(self.paired.out)
         if self.turns is not None:
             held += len(self.turns.history) + len(self.turns.closed)
+        for kept in self.converted.values():
+            held += len(kept.history) + len(kept.items)
         return held
+
+    def items(
+        self, key: str, history: Sequence[Message], convert: Callable[[Message], Sequence[Any]]
+    ) -> list[Any]:
+        """Every message's ``convert(message)`` in one list, converting only the messages
+        past the remembered prefix of ``history`` (``key``: the format).
+
+        Each message converts on its own, so a prefix's items are final. The list
+        is the caller's; the items in it are shared with later builds (module doc).
+        """
+        kept = self.converted.get(key)
+        if kept is not None and _starts_with(history, kept.history):
+            start, items = len(kept.history), list(kept.items)
+        else:
+            start, items = 0, []
+        for msg in history[start:]:
+            items.extend(convert(msg))
+        self.converted[key] = _Converted(history=list(history), items=items[:])
+        return items
 
     def well_formed(self, messages: Sequence[Message], *, tools: bool) -> list[Message]:
         """``wellformed.well_formed(messages, tools=tools)``, emitting only past the
@@ -131,6 +162,19 @@ class HistoryMemo:
                 closed=messages[:closing],
             )
         return messages, strings
+
+
+def converted(
+    memo: HistoryMemo | None,
+    key: str,
+    history: Sequence[Message],
+    convert: Callable[[Message], Sequence[Any]],
+) -> list[Any]:
+    """Every history message's ``convert`` items in one list of the caller's: with a
+    session's memo, only the messages past its last build's history are looked at."""
+    if memo is not None:
+        return memo.items(key, history, convert)
+    return [item for msg in history for item in convert(msg)]
 
 
 def last_marked_turn(messages: Sequence[dict[str, Any]]) -> int | None:

@@ -87,7 +87,7 @@ class Walk:
 
 
 @pytest.mark.parametrize("seed", range(12))
-@pytest.mark.parametrize("fmt", ["anthropic", "openai"])
+@pytest.mark.parametrize("fmt", ["anthropic", "openai", "responses"])
 def test_appends_edits_compactions_and_restarts_build_the_same_body(seed, fmt):
     walk, memo = Walk(seed), HistoryMemo()
     rng = random.Random(seed + 1000)
@@ -149,6 +149,35 @@ def test_only_the_appended_messages_are_rendered_again():
         a is b for a, b in zip(body["messages"], closed, strict=False)
     )  # shared, not rebuilt
     assert body["messages"][0] == {"role": "user", "content": "q0"}  # given back as a string
+
+
+def test_a_format_converted_message_by_message_converts_only_the_new_messages():
+    """Chat Completions and Responses: the items of the remembered history are taken
+    as they were; only the messages past it are looked at."""
+    memo, seen = HistoryMemo(), []
+
+    def convert(msg):
+        seen.append(msg)
+        return [{"text": msg.content}, {"seq": msg.seq}]
+
+    history = [Message(role="user", content=f"m{i}", seq=i) for i in range(200)]
+    first = memo.items("responses", history, convert)
+    assert len(seen) == 200 and len(first) == 400
+    first.append({"the caller's": "own list"})
+    seen.clear()
+    # The leading line a build makes up is another object each time, but equal.
+    grown = [replace(history[0]), *history[1:], Message(role="user", content="new", seq=200)]
+    second = memo.items("responses", grown, convert)
+    assert seen == [grown[-1]]
+    assert len(second) == 402 and all(a is b for a, b in zip(second[:400], first[:400], strict=True))
+    assert second[-2:] == [{"text": "new"}, {"seq": 200}]
+    seen.clear()
+    assert len(memo.items("openai", grown, convert)) == 402  # another format: its own
+    assert len(seen) == 201
+    seen.clear()
+    edited = [*grown[:10], replace(grown[10], content="edited"), *grown[11:]]
+    assert memo.items("responses", edited, convert)[20] == {"text": "edited"}
+    assert len(seen) == 201  # a changed message: converted from the start again
 
 
 def test_an_unanswered_call_keeps_the_memo_before_it_and_its_late_result_moves_up():

@@ -7,16 +7,16 @@ everything before it. Stored items (reasoning with its ``encrypted_content``)
 go back verbatim: the history is converted from each message's stored
 content, with its meta, unless the message has a view (a trimmed output).
 
-Each message is converted once per message object (``history.memo``) and
-its items go into every build's list as they are: a build copies no item,
-so at 2,000 items a call allocates nothing per item. Whoever changes an
-item replaces it in the body's list with a changed copy.
+Each message is converted once per message object (``message_items``, kept
+by ``history.memo``) and its items go into every build's list as they are: a
+build copies no item, so at 2,000 items a call allocates nothing per item (and
+with a session's ``HistoryMemo`` it looks up only the new messages). Whoever
+changes an item replaces it in the body's list with a changed copy.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import chain
 from typing import Any
 
 from ..messages import Message, ToolDef
@@ -45,9 +45,15 @@ def _items(msg: Message) -> list[dict[str, Any]]:
     return items_from_transcript([transcript_dict(msg)])
 
 
+def message_items(msg: Message) -> list[dict[str, Any]]:
+    """One history message's items, converted once per message object (``history.memo``):
+    the memo's items themselves, not copies."""
+    return memo(msg, "responses", _items)
+
+
 def responses_body(
     *,
-    history: Sequence[Message],
+    items: list[dict[str, Any]],
     system: list[str],
     tail: list[str],
     final_instruction: str | None,
@@ -55,9 +61,9 @@ def responses_body(
     max_output_tokens: int,
     tools: Sequence[ToolDef],
 ) -> dict[str, Any]:
-    # The memo's items themselves, not copies (``history.memo``): every later step
-    # changes an item by replacing it in the body's list, never in place.
-    items = list(chain.from_iterable(memo(m, "responses", _items) for m in history))
+    """``items``: the history's (``message_items``, in a list of the caller's, which
+    this extends): every later step changes an item by replacing it in the body's
+    list, never in place."""
     system_texts = list(system)
     tail_text = "\n\n".join(tail)
     if tail_text and not items:
