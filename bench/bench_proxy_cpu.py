@@ -26,9 +26,12 @@ import cProfile
 import os
 import pstats
 import time
+from contextlib import nullcontext
 
 import orjson
 from common import OUT_OF_REACH, django_on_scratch_database
+from instructions import ACTIVE as COUNTING
+from instructions import counted, rerun_under_callgrind
 from roundtrips import RoundTrips
 
 HISTORIES = [int(n) for n in os.environ.get("BENCH_HISTORIES", "200,2000").split(",")]
@@ -189,13 +192,13 @@ def run(dialect_name: str, agent_key: str, size: int, profile: bool) -> tuple[fl
     cpu = 0.0
     prior = (0, 0, 0)
     pre = [0, 0, 0]
-    with trips:
-        for n in range(CALLS):
-            messages += [
-                echoed(dialect_name, f"reply {n - 1}"),
-                user_turn(dialect_name, f"turn {n}"),
-            ]
-            raw = client_body()
+    raws = []  # the client's bodies, written before the measured calls (not proxy work)
+    for n in range(CALLS):
+        messages += [echoed(dialect_name, f"reply {n - 1}"), user_turn(dialect_name, f"turn {n}")]
+        raws.append(client_body())
+    instructions: list[int] = []
+    with trips, counted() if COUNTING else nullcontext(instructions) as instructions:
+        for n, raw in enumerate(raws):
             started = time.process_time()
             if profiler:
                 profiler.enable()
@@ -211,7 +214,9 @@ def run(dialect_name: str, agent_key: str, size: int, profile: bool) -> tuple[fl
                 trips.trace = None
     if profiler:
         stats = pstats.Stats(profiler).sort_stats(os.environ.get("BENCH_SORT", "cumulative"))
-        stats.print_stats(60)
+        stats.print_stats(int(os.environ.get("BENCH_LINES", "60")))
+        if os.environ.get("BENCH_CALLERS"):  # who calls the functions matching it
+            stats.print_callers(os.environ["BENCH_CALLERS"])
     counts = {
         "trips": trips.total / CALLS,
         "statements": trips.statements / CALLS,
@@ -221,6 +226,8 @@ def run(dialect_name: str, agent_key: str, size: int, profile: bool) -> tuple[fl
         "pre_transactions": pre[2] / CALLS,
         "pre_wall": sorted(walls[-CALLS:])[CALLS // 2] * 1000,
     }
+    if COUNTING:  # millions of instructions per call, in place of CPU ms
+        return instructions[0] / CALLS / 1e6, counts
     return cpu / CALLS * 1000, counts
 
 
@@ -237,6 +244,7 @@ def gemini_like_gpt_4o() -> None:
 
 
 def main() -> None:
+    rerun_under_callgrind()
     os.environ.update(OUT_OF_REACH)
     # A session's first sync at 2,000 messages compacts (a 128,000-token window); the
     # retention check of that compaction reads the recall index, slower with each
@@ -246,8 +254,9 @@ def main() -> None:
 
     _, agent_key = agent_key_create(name="bench")
     gemini_like_gpt_4o()
+    unit, short = ("M instructions (callgrind)", "MI") if COUNTING else ("CPU ms", "ms")
     print(
-        f"per call, {CALLS} calls each: CPU ms (the wall time of prepare alone); "
+        f"per call, {CALLS} calls each: {unit} (the wall time of prepare alone); "
         "round trips / statements / transactions (before the forward / in all)"
     )
     cpus: dict[tuple[str, int], float] = {}
@@ -258,11 +267,15 @@ def main() -> None:
             cpu, c = run(dialect, agent_key, size, profile)
             cpus[dialect, size] = cpu
             figures.append(
-                f"{size:>5}: {cpu:6.2f} ms (prepare wall p50 {c['pre_wall']:5.2f})  rt {c['pre_trips']:4.1f}/{c['trips']:4.1f}"
+                f"{size:>5}: {cpu:6.2f} {short} (prepare wall p50 {c['pre_wall']:5.2f})  rt {c['pre_trips']:4.1f}/{c['trips']:4.1f}"
                 f"  st {c['pre_statements']:4.1f}/{c['statements']:4.1f}"
                 f"  tx {c['pre_transactions']:3.1f}/{c['transactions']:3.1f}"
             )
-        print(f"  {dialect:>9}  " + "   ".join(figures) + f"  [load {os.getloadavg()[0]:.1f}]")
+        ratio = cpus[dialect, HISTORIES[-1]] / cpus[dialect, HISTORIES[0]]
+        print(
+            f"  {dialect:>9}  " + "   ".join(figures) + f"  growth {ratio:.2f}×"
+            f"  [load {os.getloadavg()[0]:.1f}]"
+        )
     if "gemini" in DIALECTS and "openai" in DIALECTS:
         print(gemini_over_chat(cpus))
 

@@ -21,7 +21,7 @@ from .base import ToTranscript, register
 from .openai_common import OpenAIVendor
 from .openai_fields import responses_input, responses_tools, responses_units
 from .responses_body import client_message as message_for_client
-from .responses_body import client_units, instruction_items, units_to_transcript
+from .responses_body import client_units, input_items, instruction_items, units_to_transcript
 from .responses_body import strip_calls as without_calls
 from .responses_body import upstream_body as body_for_upstream
 from .responses_items import responses_as_text, responses_with_note
@@ -59,7 +59,7 @@ class Responses(OpenAIVendor):
     stores_responses = True
 
     def convert(self, body: dict[str, Any], *, messages: bool = True) -> Converted:
-        return request_to_transcript(body, messages=messages)
+        return request_to_transcript(body, messages=messages, items=input_items(body))
 
     def check_body(self, body: dict[str, Any]) -> None:
         f.envelope(body, ("tools", "input"), ("max_output_tokens",))

@@ -36,9 +36,29 @@ _GROUPED: BoundedLRU[int, tuple[list[dict[str, Any]], list[dict[str, Any]], list
 )
 
 
+# A conversation's last accepted input, by its first item object: the items of the next
+# input that are its very objects (the gate reuses parsed objects) are not checked again.
+# Every reader of a call's input (the envelope, ``client_units``, ``instruction_items``)
+# checks it once.
+_CHECKED: BoundedLRU[int, list[dict[str, Any]]] = BoundedLRU(256)
+
+
+def input_items(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """``normalized_input(body)``, checking only the items past the last accepted input's."""
+    value = body.get("input")
+    if not isinstance(value, list) or len(value) < GROUPED_LEAST or not isinstance(value[0], dict):
+        return openai_responses.normalized_input(body)
+    key = id(value[0])  # alive while its entry is: the entry holds it
+    previous = _CHECKED.get(key)
+    checked = shared_objects(previous, value) if previous is not None else 0
+    items = openai_responses.normalized_input(body, checked=checked)
+    _CHECKED.put(key, list(items))  # a copy: the body's own list may change after
+    return items
+
+
 def client_units(body: dict[str, Any]) -> list[dict[str, Any]]:
     """The conversation part of the client's input (after its leading instructions), as units."""
-    items = openai_responses.normalized_input(body)
+    items = input_items(body)
     conversation = items[openai_responses.leading_instructions(items) :]
     if len(conversation) < GROUPED_LEAST:
         return openai_responses.group_units(conversation)
@@ -84,7 +104,7 @@ def _closes(unit: dict[str, Any], items: list[dict[str, Any]], end: int) -> bool
 
 def instruction_items(body: dict[str, Any]) -> list[Any]:
     """What the conversation hash takes for "the system prompt": instructions and leading items."""
-    items = openai_responses.normalized_input(body)
+    items = input_items(body)
     return [body.get("instructions"), *items[: openai_responses.leading_instructions(items)]]
 
 

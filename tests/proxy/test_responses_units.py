@@ -9,7 +9,8 @@ import random
 
 import pytest
 
-from contextsvc.engine.providers.openai_responses import group_units
+from contextsvc.engine.providers.common import ConversionError
+from contextsvc.engine.providers.openai_responses import group_units, normalized_input
 from proxy.providers import responses_body
 from proxy.providers.responses_body import client_units, regrouped
 
@@ -101,3 +102,45 @@ def test_client_units_reuses_the_previous_grouping_of_the_same_first_item(fresh_
     assert grown[3] is first[3]
     other = client_units({"input": copy.deepcopy(items)})  # equal items, other objects
     assert other == first and other[3] is not first[3]
+
+
+def test_an_input_is_checked_again_only_past_the_items_an_earlier_call_accepted():
+    """``input_items``: the items that are the last accepted input's very objects are not
+    checked again; any other item is, wherever it stands."""
+    history = conversation(["user", "text"] * 50)
+    assert responses_body.input_items({"input": history}) == history
+    bad_role = {"role": "tool", "content": "x"}
+    with pytest.raises(ConversionError) as new_bad:
+        responses_body.input_items({"input": [*history, bad_role]})
+    assert new_bad.value.path == "input.100.role"
+    # The same first object, another (bad) object further in: checked, not skipped.
+    swapped = [*history[:50], "not an object", *history[51:]]
+    with pytest.raises(ConversionError) as inside:
+        responses_body.input_items({"input": swapped})
+    assert inside.value.path == "input.50"
+    # A copy of the history (other objects, equal) is checked whole, and accepted.
+    assert responses_body.input_items({"input": copy.deepcopy(history)}) == history
+
+
+def test_normalized_input_checks_only_the_items_after_those_said_checked():
+    items = [{"role": "tool", "content": "accepted earlier"}, {"role": "user", "content": "new"}]
+    assert normalized_input({"input": items}, checked=1) is items
+    with pytest.raises(ConversionError) as error:
+        normalized_input({"input": items})
+    assert error.value.path == "input.0.role"
+
+
+def test_a_grown_input_is_checked_from_its_first_new_item(monkeypatch):
+    asked = []
+
+    def recording(body, *, checked=0):
+        asked.append(checked)
+        return normalized_input(body, checked=checked)
+
+    monkeypatch.setattr(responses_body.openai_responses, "normalized_input", recording)
+    history = conversation(["user", "text"] * 50)
+    responses_body.input_items({"input": history})
+    grown = [*history, item("user", 100)]
+    responses_body.input_items({"input": grown})
+    responses_body.input_items({"input": grown})  # the same call's second reader
+    assert asked == [0, 100, 101]

@@ -69,14 +69,19 @@ def _kind(item: dict[str, Any]) -> str:
     return str(kind)
 
 
-def normalized_input(body: dict[str, Any]) -> list[dict[str, Any]]:
-    """The request's ``input`` as a list of items (a string is one user message)."""
+def normalized_input(body: dict[str, Any], *, checked: int = 0) -> list[dict[str, Any]]:
+    """The request's ``input`` as a list of items (a string is one user message).
+
+    ``checked``: how many leading items are the very objects an earlier call
+    accepted (the proxy knows them, ``proxy.providers.responses_body``); only the
+    items after them are checked again.
+    """
     value = body.get("input", [])
     if isinstance(value, str):
         return [{"role": "user", "content": value}]
     if not isinstance(value, list):
         raise ConversionError("Invalid type for 'input': expected a string or an array.", "input")
-    for i, item in enumerate(value):
+    for i, item in enumerate(value[checked:], checked):
         if not isinstance(item, dict):
             raise ConversionError("Invalid type: expected an object.", f"input.{i}")
         kind = item.get("type")  # ``_kind``, inline: every item of every call
@@ -122,12 +127,16 @@ def group_units(items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return units
 
 
-def request_to_transcript(body: dict[str, Any], *, messages: bool = True) -> Converted:
+def request_to_transcript(
+    body: dict[str, Any], *, messages: bool = True, items: list[dict[str, Any]] | None = None
+) -> Converted:
     """Split a Responses request into transcript messages, sections, tools and the rest.
 
     ``messages=False`` leaves the conversation out (``Converted.messages`` empty).
+    ``items``: ``normalized_input(body)``, when the caller has it already.
     """
-    items = normalized_input(body)
+    if items is None:
+        items = normalized_input(body)
     lead = leading_instructions(items)
     sections = []
     if isinstance(body.get("instructions"), str) and body["instructions"]:
