@@ -59,12 +59,18 @@ _SPACE = re.compile(rb"[ \t\r\n]*+")
 
 @dataclass(frozen=True, slots=True)
 class Kept:
-    """A body the gate passed: its bytes up to its history's last message, and that history."""
+    """A body the gate passed: its bytes and its history (the body itself, not a copy of
+    the bytes that matter: only those up to ``end`` are ever compared)."""
 
     raw: bytes
     start: int  # the offset of the history's ``[``
     ends: tuple[int, ...]  # per message, the offset just past its last byte
     messages: tuple[Any, ...]
+
+    @property
+    def end(self) -> int:
+        """Just past the history's last message (past its ``[`` when it has none)."""
+        return self.ends[-1] if self.ends else self.start + 1
 
 
 def history_start(raw: bytes, key: str) -> int | None:
@@ -150,8 +156,7 @@ def kept(raw: bytes, body: dict[str, Any], key: str) -> Kept | None:
     ends, close = found
     if _fields_after(raw, close, key) is None:
         return None  # the history's name again after it (a duplicate key): that one is read
-    last = ends[-1] if ends else start + 1
-    return Kept(raw=raw[:last], start=start, ends=tuple(ends), messages=tuple(history))
+    return Kept(raw=raw, start=start, ends=tuple(ends), messages=tuple(history))
 
 
 def _fields_after(raw: bytes, close: int, key: str) -> dict[str, Any] | None:
@@ -175,7 +180,7 @@ def _fields_after(raw: bytes, close: int, key: str) -> dict[str, Any] | None:
 def _shared(raw: bytes, previous: Kept) -> int:
     """How many leading messages of ``previous`` the bytes of ``raw`` begin with."""
     ends = previous.ends
-    view = memoryview(previous.raw)  # compared in place, not copied
+    view = memoryview(previous.raw)[: previous.end]  # compared in place, not copied
     if not ends or not raw.startswith(view[: ends[0]]):
         return 0
     if raw.startswith(view):
@@ -215,8 +220,7 @@ def reparse(raw: bytes, key: str, previous: Kept, least: int) -> tuple[dict[str,
     head[key] = history
     head.update(tail)
     ends = (*previous.ends[:shared], *found[0])
-    last = ends[-1] if ends else previous.start + 1
-    return head, Kept(raw=raw[:last], start=previous.start, ends=ends, messages=tuple(history))
+    return head, Kept(raw=raw, start=previous.start, ends=ends, messages=tuple(history))
 
 
 def shared_objects(old: Sequence[Any], new: Sequence[Any]) -> int:
