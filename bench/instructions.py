@@ -49,8 +49,9 @@ def rerun_under_callgrind() -> None:
                 f"BENCH_INSTRUCTIONS=1: {python} is a script; run the bench with python itself"
             )
     env = {**os.environ, _UNDER: "1", "PYTHONHASHSEED": "0"}
+    profile = os.environ.get("BENCH_CALLGRIND_OUT") or "/dev/null"
     command = [
-        valgrind, "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={os.environ.get('BENCH_CALLGRIND_OUT') or '/dev/null'}",
+        valgrind, "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={profile}",
         "--quiet", python, *sys.argv,
     ]  # fmt: skip
     os.execve(valgrind, command, env)
