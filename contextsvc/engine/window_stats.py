@@ -34,6 +34,7 @@ class WindowStats:
     # The window in seq order as runs (first seq, last seq, view state, tokens):
     # a run ends where the state changes or the seqs skip (a message not live).
     runs: tuple[tuple[int, int, str, int], ...] = ()
+    tokens: int = 0  # every message's token count, summed
 
     @property
     def largest_messages(self) -> list[Message]:
@@ -83,6 +84,7 @@ def window_stats(messages: Sequence[Message], start: WindowStats | None = None) 
         largest=largest,
         placeholders=tuple((state, v[0], v[1]) for state, v in states.items()),
         runs=(*base.runs[:-1], *((a, b, c, d) for a, b, c, d in runs)),
+        tokens=base.tokens + sum(tokens),
     )
 
 

@@ -108,10 +108,12 @@ def build_context(
     *,
     extra: int = 0,
     apps_blocks: bool = True,
+    message_tokens: int | None = None,
 ) -> tuple[dict[str, Any], ContextParts, PromptPlan]:
     """The request body and the budget, without prompting's accounting blocks
     (and without the other apps' with ``apps_blocks=False``: the proxy reads
-    only the guard and the totals).
+    only the guard and the totals). ``message_tokens``: the messages' token
+    counts summed (``WindowStats.tokens``), so the build does not add them up.
 
     The tools come from deferral (docs/concepts/deferral.md#deferral-threshold), the sections are
     ordered and the cache breakpoints placed (docs/concepts/caching.md#breakpoints); each degrades
@@ -122,7 +124,9 @@ def build_context(
     state = accounting.compute_budget(session, extra=extra)
     final = state.guard.status == "final" or session.status == Session.Status.FINAL
     tools = [final_report_tool(session, tool_plan.registered)] if final else tool_plan.tools
-    prompt_plan = plan_prompt(session, tools=tools, tool_plan=tool_plan, messages=messages)
+    prompt_plan = plan_prompt(
+        session, tools=tools, tool_plan=tool_plan, messages=messages, message_tokens=message_tokens
+    )
     notes = [tool_plan.note] if tool_plan.note and not final else []
     if not final:
         notes.extend(note for hook in REGISTRY.context_notes if (note := hook(session, state)))
@@ -228,6 +232,8 @@ def _preview(
     tool_plan = plan_tools(session, messages)
     if tool_plan.sent_tokens is not None:
         session.tool_tokens = tool_plan.sent_tokens
-    body, parts, prompt_plan = build_context(session, fmt, messages, tool_plan, extra=extra)
+    body, parts, prompt_plan = build_context(
+        session, fmt, messages, tool_plan, extra=extra, message_tokens=stats.tokens
+    )
     body["budget"].update(account_build(session, fmt, parts, tool_plan, prompt_plan).blocks())
     return body, parts, tool_plan, prompt_plan, stats

@@ -116,7 +116,13 @@ def _context_for_call(
     tool_plan = plan_tools(session, messages, load_state=state_get_or_create)
     tools_record_plan(session, tool_plan)
     body, parts, prompt_plan = build_context(
-        session, fmt, messages, tool_plan, extra=extra, apps_blocks=apps_blocks
+        session,
+        fmt,
+        messages,
+        tool_plan,
+        extra=extra,
+        apps_blocks=apps_blocks,
+        message_tokens=stats.tokens,
     )
     if body["budget"]["guard"]["status"] == "final" and not read:
         session_mark_final(session=session, reason="context")

@@ -90,9 +90,11 @@ def plan_prompt(
     tools: Sequence[ToolDef],
     tool_plan: ToolPlan,
     messages: Sequence[EngineMessage],
+    message_tokens: int | None = None,
 ) -> PromptPlan:
     """docs/concepts/caching.md#section-order: order the sections and place the breakpoints. Never
-    raises."""
+    raises. ``message_tokens``: the messages' token counts summed, when the caller has
+    the sum (the context window's figures keep it)."""
     try:
         policy = cache_policy(session)
         ordered = prompt.order_sections(
@@ -106,10 +108,9 @@ def plan_prompt(
         result.tool_tokens = sent_tool_tokens(tools, tool_plan, tokenizer)
         result.profile = cache_profile(session)
         if policy.enabled:
-            # ``sum(m.token_count or 0 ...)`` in C: every build reads the whole window here.
-            history = _preamble_tokens(session, tokenizer) + sum(
-                filter(None, map(_TOKEN_COUNT, messages))
-            )
+            if message_tokens is None:  # ``sum(m.token_count or 0 ...)``, in C
+                message_tokens = sum(filter(None, map(_TOKEN_COUNT, messages)))
+            history = _preamble_tokens(session, tokenizer) + message_tokens
             result.cache = prompt.plan_breakpoints(
                 system,
                 prompt.PlanInput(

@@ -36,7 +36,7 @@ def _one_pass(messages: list[Message]) -> tuple:
             entry[0] += 1
             entry[1] += t
     outputs = sum(t for m, t in zip(messages, tokens, strict=True) if m.role == "tool")
-    return largest, {k: tuple(v) for k, v in states.items()}, outputs
+    return largest, {k: tuple(v) for k, v in states.items()}, outputs, sum(tokens)
 
 
 def _figures(stats) -> tuple:
@@ -44,6 +44,7 @@ def _figures(stats) -> tuple:
         [i for i, _ in stats.largest],
         {s: (n, t) for s, n, t in stats.placeholders},
         stats.outputs_tokens,
+        stats.tokens,
     )
 
 
@@ -70,6 +71,7 @@ def test_figures_of_a_longer_window_are_not_reused_for_a_shorter_one():
     messages = [Message(role="tool", token_count=i, seq=i) for i in range(10)]
     longer = window_stats(messages)
     assert window_stats(messages[:4], longer).outputs_tokens == 0 + 1 + 2 + 3
+    assert window_stats(messages[:4], longer).tokens == 0 + 1 + 2 + 3
 
 
 def test_runs_extended_equal_one_pass_and_break_on_state_or_gap():

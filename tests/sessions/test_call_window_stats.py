@@ -77,6 +77,16 @@ def _recorded(client) -> dict:
     }
 
 
+def _window_tokens_match(session: Session) -> None:
+    """The window's figures carry its token total (the build's cache plan reads it
+    rather than adding the counts up): every live message's, as the session counts."""
+    live = Message.objects.filter(
+        session=session, seq__gte=session.window_start_seq, retracted_at__isnull=True
+    )
+    total = sum(m.token_count or 0 for m in live)
+    assert selectors.context_window(session)[1].tokens == total == session.conversation_tokens
+
+
 @pytest.fixture
 def incremental(monkeypatch):
     """Which calls of ``window_stats`` extended cached figures (True) or read the whole window."""
@@ -109,6 +119,7 @@ def test_largest_and_placeholders_equal_a_recomputation_after_every_change(
         _post(alice, _text_turn(i))
         session = Session.objects.get(external_id=SID)
         assert _recorded(alice) == _recomputed(session)
+        _window_tokens_match(session)
     assert incremental and all(incremental), incremental
 
     # Trims: outputs past the tool-output budget turn older ones into placeholders.
@@ -127,6 +138,7 @@ def test_largest_and_placeholders_equal_a_recomputation_after_every_change(
         assert r.status_code == 200, r.content
         session = Session.objects.get(external_id=SID)
         assert _recorded(alice) == _recomputed(session)
+        _window_tokens_match(session)
     assert session.window_start_seq > 1
 
     # More appends after the compaction, then a retract of the last turn.
@@ -136,6 +148,7 @@ def test_largest_and_placeholders_equal_a_recomputation_after_every_change(
     assert r.status_code == 200, r.content
     session = Session.objects.get(external_id=SID)
     assert _recorded(alice) == _recomputed(session)
+    _window_tokens_match(session)
     assert not Message.objects.filter(session=session, tool_call_id="late", retracted_at=None)
 
 
