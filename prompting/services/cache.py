@@ -4,7 +4,6 @@ from cache compared with the previous build, its cost, and saving it with the bu
 from __future__ import annotations
 
 import logging
-import operator
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -104,9 +103,10 @@ def _history_blocks(
     shared = 0
     if memo is not None:
         before = memo[0]
-        # The same objects (``is``, at C speed): a message is never changed in
-        # place (a trim reloads the window as new objects), so its key stands.
-        if len(before) <= len(messages) and all(map(operator.is_, messages, before)):
+        # The same objects, or equal ones (a list comparison in C, identity first):
+        # a message is never changed in place (a trim reloads the window as new
+        # objects), and its key is made of compared fields only, so it stands.
+        if len(before) <= len(messages) and messages[: len(before)] == before:
             shared = len(before)
     keys = memo[1][:shared] if memo is not None else []
     tokens = memo[2][:shared] if memo is not None else []

@@ -34,6 +34,12 @@ def test_reused_keys_equal_a_fresh_pass_after_appends_reloads_and_cuts(monkeypat
     window = [*window, *_window(5, start=51)]
     assert cache._history_blocks(pk, window) == _fresh(window)
     assert calls == [51, 52, 53, 54, 55]
+    # The window read again with nothing changed: equal objects, whose keys stand.
+    calls.clear()
+    again = [replace(m) for m in window]
+    assert cache._history_blocks(pk, again) == _fresh(again)
+    assert calls == []
+    window = again
     # A reload after a trim: new objects (one with another view), all keyed again.
     reloaded = [replace(m) for m in window]
     reloaded[3] = replace(reloaded[3], view="[trimmed]", view_state="trimmed", token_count=1)
