@@ -70,12 +70,8 @@ def _kind(item: dict[str, Any]) -> str:
 
 
 def normalized_input(body: dict[str, Any], *, checked: int = 0) -> list[dict[str, Any]]:
-    """The request's ``input`` as a list of items (a string is one user message).
-
-    ``checked``: how many leading items are the very objects an earlier call
-    accepted (the proxy knows them, ``proxy.providers.responses_body``); only the
-    items after them are checked again.
-    """
+    """The request's ``input`` as a list of items (a string is one user message); the
+    first ``checked`` items, which an earlier call accepted, are not checked again."""
     value = body.get("input", [])
     if isinstance(value, str):
         return [{"role": "user", "content": value}]
@@ -135,8 +131,7 @@ def request_to_transcript(
     ``messages=False`` leaves the conversation out (``Converted.messages`` empty).
     ``items``: ``normalized_input(body)``, when the caller has it already.
     """
-    if items is None:
-        items = normalized_input(body)
+    items = normalized_input(body) if items is None else items
     lead = leading_instructions(items)
     sections = []
     if isinstance(body.get("instructions"), str) and body["instructions"]:
