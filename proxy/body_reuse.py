@@ -29,14 +29,15 @@ the gate, and only when its bytes are the UTF-8 JSON the full parse read.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from operator import is_
 from typing import Any
 
 import orjson
 
 from contextsvc.lru import BoundedLRU
+
+from .object_prefix import note, remember, snapshot
 
 # A JSON string, and a value nested up to ``_DEPTH`` levels, as one match each: the
 # possessive forms never backtrack (a deeper message is walked token by token).
@@ -66,6 +67,7 @@ class Kept:
     start: int  # the offset of the history's ``[``
     ends: tuple[int, ...]  # per message, the offset just past its last byte
     messages: tuple[Any, ...]
+    clean: bool = False  # True: ``raw`` holds no ``BodyReuse.watch`` (False: it may)
 
     @property
     def end(self) -> int:
@@ -142,10 +144,11 @@ def element_ends(raw: bytes, at: int) -> tuple[list[int], int] | None:
         pos = end
 
 
-def kept(raw: bytes, body: dict[str, Any], key: str) -> Kept | None:
-    """What to keep of a body the gate passed, or None when its history cannot be reused."""
+def kept(raw: bytes, body: dict[str, Any], key: str, watch: bytes = b"") -> Kept | None:
+    """What to keep of a body the gate passed, or None when its history cannot be reused
+    (``watch``: the bytes whose absence ``Kept.clean`` tells)."""
     history = body.get(key)
-    if type(history) is not list:
+    if type(history) is not list and type(history) is not tuple:  # a kept one's: a tuple
         return None
     start = history_start(raw, key)
     if start is None:
@@ -156,7 +159,8 @@ def kept(raw: bytes, body: dict[str, Any], key: str) -> Kept | None:
     ends, close = found
     if _fields_after(raw, close, key) is None:
         return None  # the history's name again after it (a duplicate key): that one is read
-    return Kept(raw=raw, start=start, ends=tuple(ends), messages=tuple(history))
+    clean = bool(watch) and watch not in raw
+    return Kept(raw=raw, start=start, ends=tuple(ends), messages=snapshot(history), clean=clean)
 
 
 def _fields_after(raw: bytes, close: int, key: str) -> dict[str, Any] | None:
@@ -195,9 +199,12 @@ def _shared(raw: bytes, previous: Kept) -> int:
     return low
 
 
-def reparse(raw: bytes, key: str, previous: Kept, least: int) -> tuple[dict[str, Any], Kept] | None:
+def reparse(
+    raw: bytes, key: str, previous: Kept, least: int, watch: bytes = b""
+) -> tuple[dict[str, Any], Kept] | None:
     """``raw`` parsed with the messages it shares with ``previous`` reused (module doc), and
-    what to keep of it; None when it shares fewer than ``least`` or a piece does not parse."""
+    what to keep of it; None when it shares fewer than ``least`` or a piece does not parse.
+    ``watch`` is looked for only past the shared bytes when ``previous`` is clean of it."""
     shared = _shared(raw, previous)
     if shared < least:
         return None
@@ -220,19 +227,13 @@ def reparse(raw: bytes, key: str, previous: Kept, least: int) -> tuple[dict[str,
     head[key] = history
     head.update(tail)
     ends = (*previous.ends[:shared], *found[0])
-    return head, Kept(raw=raw, start=previous.start, ends=ends, messages=tuple(history))
-
-
-def shared_objects(old: Sequence[Any], new: Sequence[Any]) -> int:
-    """How many leading items of ``new`` are ``old``'s own objects (what a reparse shares)."""
-    if len(new) >= len(old) and all(map(is_, old, new)):  # the common case, in C
-        return len(old)
-    shared = 0
-    for same in map(is_, old, new):
-        if not same:
-            break
-        shared += 1
-    return shared
+    messages = tuple(history)
+    remember(history, messages)  # the memos' copy of this history (``object_prefix``)
+    note(previous.messages, history, shared)  # what they would count item by item
+    # The shared bytes are ``previous``'s: clean of it, only the rest can hold ``watch``.
+    since = max(cut - len(watch) + 1, 0) if previous.clean else 0
+    clean = bool(watch) and raw.find(watch, since) < 0
+    return head, Kept(raw=raw, start=previous.start, ends=ends, messages=messages, clean=clean)
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,8 +249,9 @@ class Unscanned:
 class BodyReuse:
     """The kept bodies, one per slot (a conversation), bounded by the bytes they hold."""
 
-    def __init__(self, *, slots: int, max_bytes: int, least: int) -> None:
+    def __init__(self, *, slots: int, max_bytes: int, least: int, watch: bytes = b"") -> None:
         self.least = least  # fewer shared messages than this: parsed whole
+        self.watch = watch  # bytes a kept body tells it is clean of (``Kept.clean``)
         self._kept: BoundedLRU[Hashable, Kept | Unscanned] = BoundedLRU(
             slots, max_weight=max_bytes, weigh=lambda k: len(k.raw)
         )
@@ -261,7 +263,7 @@ class BodyReuse:
         keep of it once it passed the gate (None: work it out then, ``keep``)."""
         previous = self._previous(slot, key)
         if previous is not None:
-            reused = reparse(raw, key, previous, self.least)
+            reused = reparse(raw, key, previous, self.least, self.watch)
             if reused is not None:
                 return reused
         return whole(raw), None
@@ -271,7 +273,7 @@ class BodyReuse:
         previous = self._kept.get(slot)
         if not isinstance(previous, Unscanned):
             return previous
-        scanned = kept(previous.raw, {key: list(previous.messages)}, key)
+        scanned = kept(previous.raw, {key: previous.messages}, key, self.watch)
         if scanned is None:
             self._kept.pop(slot)
         else:
@@ -283,4 +285,8 @@ class BodyReuse:
         history = body.get(key) if type(body) is dict else None
         if type(history) is not list or len(history) < self.least:
             return
-        self._kept.put(slot, pending if pending is not None else Unscanned(raw, tuple(history)))
+        if pending is None:
+            messages = tuple(history)
+            remember(history, messages)
+            pending = Unscanned(raw, messages)
+        self._kept.put(slot, pending)

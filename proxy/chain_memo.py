@@ -19,12 +19,12 @@ from typing import Any
 from contextsvc.engine.providers.fingerprint import ClientChains
 from contextsvc.lru import BoundedLRU
 
-from .body_reuse import shared_objects
+from .object_prefix import shared_objects, snapshot
 
 TAIL = 16
 LEAST = 64  # shorter histories are fingerprinted whole (cheap)
 # first message object id → (the messages, the first index kept, the chains from it on)
-_KEPT: BoundedLRU[int, tuple[list[Any], int, list[str]]] = BoundedLRU(256)
+_KEPT: BoundedLRU[int, tuple[tuple[Any, ...], int, list[str]]] = BoundedLRU(256)
 
 
 def known_chain(messages: Sequence[dict[str, Any]]) -> tuple[int, str] | None:
@@ -47,4 +47,4 @@ def keep(messages: Sequence[dict[str, Any]], chains: ClientChains) -> None:
         return
     first = max(count - TAIL, chains.base, 1)
     tail = [chains.at(k) for k in range(first, count + 1)]
-    _KEPT.put(id(messages[0]), (list(messages), first, tail))  # holds messages[0]: its id stays
+    _KEPT.put(id(messages[0]), (snapshot(messages), first, tail))  # holds messages[0]: its id stays

@@ -44,7 +44,9 @@ _NUL_ESCAPE = b"\\u0000"
 REUSE_SLOTS = 256
 REUSE_MAX_BYTES = 32 * 2**20
 REUSE_LEAST = 64
-_REUSE = BodyReuse(slots=REUSE_SLOTS, max_bytes=REUSE_MAX_BYTES, least=REUSE_LEAST)
+_REUSE = BodyReuse(
+    slots=REUSE_SLOTS, max_bytes=REUSE_MAX_BYTES, least=REUSE_LEAST, watch=_NUL_ESCAPE
+)
 # The headers that tell one caller and conversation from another (a slot is only
 # where to look: what is reused is checked byte for byte).
 _SLOT_HEADERS = (
@@ -67,7 +69,11 @@ def read(request: HttpRequest, dialect: Dialect) -> dict[str, Any]:
     raw = _raw(request)
     slot = _slot(request, raw)
     body, pending = _REUSE.parse(raw, slot, dialect.messages_key, _json_object)
-    if b"\\" in raw and _NUL_ESCAPE in raw:
+    if pending is not None:  # searched past the bytes it shares with a clean previous body
+        escaped = not pending.clean
+    else:
+        escaped = b"\\" in raw and _NUL_ESCAPE in raw
+    if escaped:
         where = find_nul(dialect, body)
         if where is not None:
             raise BodyRefused("text must not contain NUL characters (\\u0000)", where)

@@ -21,7 +21,7 @@ import orjson
 
 from contextsvc.lru import BoundedLRU
 
-from .body_reuse import shared_objects
+from .object_prefix import shared_objects, snapshot
 
 # Histories shorter than this are digested whole (cheap); at most 256 conversations kept.
 KEPT_LEAST = 64
@@ -97,7 +97,7 @@ def _grown(messages: Sequence[dict[str, Any]], known: int, state: Any) -> tuple[
 def _keep(messages: Sequence[dict[str, Any]], digest: Any) -> None:
     """The state after ``messages`` (their JSON without its ``]``), for the next call."""
     if len(messages) >= KEPT_LEAST:
-        _KEPT.put(id(messages[0]), (list(messages), digest.copy()))
+        _KEPT.put(id(messages[0]), (snapshot(messages), digest.copy()))
 
 
 def _closed(digest: Any) -> Any:

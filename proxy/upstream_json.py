@@ -31,7 +31,7 @@ import orjson
 
 from contextsvc.lru import BoundedLRU
 
-from .body_reuse import shared_objects
+from .object_prefix import shared_objects
 from .upstream import encode_json
 
 # Per process: the last body of SENT_SLOTS sessions, at most SENT_MAX_BYTES of JSON in

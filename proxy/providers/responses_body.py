@@ -10,13 +10,14 @@ for the other dialects, one unit per transcript message.
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Sequence
 from typing import Any
 
 from contextsvc.engine.providers import openai_responses
 from contextsvc.engine.providers.common import Converted, Reply
 from contextsvc.lru import BoundedLRU
 
-from ..body_reuse import shared_objects
+from ..object_prefix import note, shared_objects, snapshot
 from .base import place_tools
 from .compaction_token import expanded_summary
 from .openai_fields import responses_units
@@ -26,21 +27,22 @@ from .openai_fields import responses_units
 ENCRYPTED_REASONING = "reasoning.encrypted_content"
 
 
-# A conversation's last grouping, by its first item object: its next input begins with
-# the same items (the gate reuses their parsed objects, ``proxy.body_reuse``), so only
-# the units from the last one they share are grouped again. The units are read, never
-# changed, after this (as the items are). Inputs shorter than GROUPED_LEAST are grouped whole.
+# A conversation's last grouping, by its first item object after the instructions: its
+# next input begins with the same items (the gate reuses their parsed objects,
+# ``proxy.body_reuse``), so only the units from the last one they share are grouped
+# again. Kept: the input's items, how many lead as instructions, the units and where
+# each starts. The units are read, never changed, after this (as the items are).
+# Conversations shorter than GROUPED_LEAST items are grouped whole.
 GROUPED_LEAST = 64
-_GROUPED: BoundedLRU[int, tuple[list[dict[str, Any]], list[dict[str, Any]], list[int]]] = (
-    BoundedLRU(256)
-)
+_Grouping = tuple[tuple[dict[str, Any], ...], int, tuple[dict[str, Any], ...], list[int]]
+_GROUPED: BoundedLRU[int, _Grouping] = BoundedLRU(256)
 
 
 # A conversation's last accepted input, by its first item object: the items of the next
 # input that are its very objects (the gate reuses parsed objects) are not checked again.
 # Every reader of a call's input (the envelope, ``client_units``, ``instruction_items``)
-# checks it once.
-_CHECKED: BoundedLRU[int, list[dict[str, Any]]] = BoundedLRU(256)
+# asks; after the first, the answer is known (``object_prefix``).
+_CHECKED: BoundedLRU[int, tuple[dict[str, Any], ...]] = BoundedLRU(256)
 
 
 def input_items(body: dict[str, Any]) -> list[dict[str, Any]]:
@@ -52,32 +54,44 @@ def input_items(body: dict[str, Any]) -> list[dict[str, Any]]:
     previous = _CHECKED.get(key)
     checked = shared_objects(previous, value) if previous is not None else 0
     items = openai_responses.normalized_input(body, checked=checked)
-    _CHECKED.put(key, list(items))  # a copy: the body's own list may change after
+    _CHECKED.put(key, snapshot(items))  # a frozen copy: the body's own list may change after
     return items
 
 
 def client_units(body: dict[str, Any]) -> list[dict[str, Any]]:
     """The conversation part of the client's input (after its leading instructions), as units."""
     items = input_items(body)
-    conversation = items[openai_responses.leading_instructions(items) :]
+    lead = openai_responses.leading_instructions(items)
+    conversation = items[lead:] if lead else items
     if len(conversation) < GROUPED_LEAST:
         return openai_responses.group_units(conversation)
     key = id(conversation[0])  # alive while its entry is: the entry holds it
-    units, starts = regrouped(conversation, _GROUPED.get(key))
-    _GROUPED.put(key, (conversation, units, starts))
+    kept = _GROUPED.get(key)
+    previous, shared = None, None
+    if kept is not None:
+        old, old_lead, units, starts = kept
+        previous = (old[old_lead:] if old_lead else old, units, starts)
+        if old_lead == lead:  # the count over the whole input is known already
+            count = shared_objects(old, items)
+            shared = count - lead if count >= lead else None
+    units, starts = regrouped(conversation, previous, shared)
+    _GROUPED.put(key, (snapshot(items), lead, snapshot(units), starts))
     return units
 
 
 def regrouped(
-    items: list[dict[str, Any]],
-    previous: tuple[list[dict[str, Any]], list[dict[str, Any]], list[int]] | None,
+    items: Sequence[dict[str, Any]],
+    previous: tuple[Sequence[dict[str, Any]], Sequence[dict[str, Any]], list[int]] | None,
+    shared: int | None = None,
 ) -> tuple[list[dict[str, Any]], list[int]]:
     """``group_units(items)`` and each unit's first item, reusing ``previous`` (its items,
-    units and starts) for the units that end before the items stop being the same objects."""
+    units and starts) for the units that end before the items stop being the same objects
+    (``shared`` of them, counted here when not given)."""
     keep = 0
     if previous is not None:
         old, units, starts = previous
-        shared = shared_objects(old, items)
+        if shared is None:
+            shared = shared_objects(old, items)
         # A unit whose next unit starts inside the shared items is whole in both lists;
         # so is the last one when all are shared and the next item starts a unit of its own.
         keep = max(bisect_left(starts, shared) - 1, 0)
@@ -92,10 +106,13 @@ def regrouped(
     for unit in fresh:
         offsets.append(position)
         position += len(unit["items"])
-    return [*units[:keep], *fresh], [*starts[:keep], *offsets]
+    grouped = [*units[:keep], *fresh]
+    if keep:
+        note(units, grouped, keep)  # the units' memos (``proxy.selectors``) ask this next
+    return grouped, [*starts[:keep], *offsets]
 
 
-def _closes(unit: dict[str, Any], items: list[dict[str, Any]], end: int) -> bool:
+def _closes(unit: dict[str, Any], items: Sequence[dict[str, Any]], end: int) -> bool:
     """Whether ``unit`` (the last one, ending at ``end``) is whole: no item after it joins it."""
     if end >= len(items):
         return True

@@ -258,3 +258,63 @@ def test_a_body_is_scanned_only_when_its_conversation_comes_again(monkeypatch):
     parsed, pending = reuse.parse(raw, ("slot", 4), "messages", orjson.loads)
     assert len(scans) == 1 and pending is not None  # the previous body scanned, then reused
     assert parsed == orjson.loads(raw)
+
+
+NUL_TEXT = {"role": "user", "content": [{"type": "text", "text": "a\x00b"}]}
+LITERAL = {"role": "user", "content": [{"type": "text", "text": "a \\u0000 written out"}]}
+
+
+def test_a_reparsed_body_is_searched_for_the_watched_bytes_past_what_it_shares_alone():
+    """``Kept.clean``: a body shares its leading bytes with its conversation's previous one,
+    so when that one was clean of the watched bytes only the rest is searched."""
+    watch = b"\\u0000"
+    messages = history(30)
+    first = orjson.dumps(body(messages))
+    previous = kept(first, orjson.loads(first), "messages", watch)
+    assert previous.clean
+    grown = reparse(
+        orjson.dumps(body([*messages, *history(2)])), "messages", previous, LEAST, watch
+    )
+    assert grown[1].clean
+    nul = reparse(orjson.dumps(body([*messages, NUL_TEXT])), "messages", previous, LEAST, watch)
+    assert not nul[1].clean
+    # The shared bytes are not searched again: a previous body said clean is believed.
+    early = [LITERAL, *messages]
+    raw = orjson.dumps(body(early))
+    assert watch in raw
+    told = body_reuse.Kept(**{**_fields(kept(raw, orjson.loads(raw), "messages")), "clean": True})
+    again = reparse(orjson.dumps(body([*early, *history(2)])), "messages", told, LEAST, watch)
+    assert again[1].clean
+    # A previous body that was not clean: the whole is searched.
+    dirty = kept(raw, orjson.loads(raw), "messages", watch)
+    assert not dirty.clean
+    assert not reparse(orjson.dumps(body([*early, *history(2)])), "messages", dirty, LEAST, watch)[
+        1
+    ].clean
+    assert not kept(raw, orjson.loads(raw), "messages").clean  # nothing watched: never clean
+
+
+def _fields(entry: body_reuse.Kept) -> dict:
+    return {name: getattr(entry, name) for name in entry.__slots__}
+
+
+@pytest.mark.parametrize("where", ["a new message", "the fields after the history"])
+def test_the_gate_refuses_a_nul_that_a_reused_body_brings(monkeypatch, where):
+    """The NUL rule holds for a reused body: its new bytes are searched, and a previous body
+    that held the escape written out (not a NUL) makes the whole be searched."""
+    monkeypatch.setattr(
+        gate, "_REUSE", BodyReuse(slots=8, max_bytes=2**24, least=LEAST, watch=gate._NUL_ESCAPE)
+    )
+    for lead in ([], [LITERAL]):
+        messages = [*lead, *history(30)]
+        session = f"s{len(lead)}"
+        gate.read(_request(orjson.dumps(body(messages)), session=session), ANTHROPIC)
+        grown = body([*messages, *history(2)])
+        assert gate.read(_request(orjson.dumps(grown), session=session), ANTHROPIC) == grown
+        if where == "a new message":
+            bad, path = body([*messages, *history(2), NUL_TEXT]), f"messages.{len(messages) + 2}"
+        else:
+            bad, path = {**grown, "system": "be\x00brief"}, "system"
+        with pytest.raises(BodyRefused) as refused:
+            gate.read(_request(orjson.dumps(bad), session=session), ANTHROPIC)
+        assert refused.value.field.startswith(path)
