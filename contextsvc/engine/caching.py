@@ -29,7 +29,6 @@ import hashlib
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from itertools import accumulate
 from typing import Any
 
 from .errors import EngineValidationError
@@ -130,6 +129,24 @@ class CacheEstimate:
         }
 
 
+class _Running:
+    """The tokens of blocks ``0..i`` (``running[i]``), negative counts as 0: summed in C
+    from the nearer end when asked. A build asks for a few, mostly near the history's
+    end, so no list of every running total is made (a Python-level step per block)."""
+
+    __slots__ = ("tokens", "total")
+
+    def __init__(self, tokens: Sequence[int]) -> None:
+        # Counts are never negative in practice: then no copy is made.
+        self.tokens = tokens if min(tokens, default=0) >= 0 else [max(0, t) for t in tokens]
+        self.total = sum(self.tokens)
+
+    def __getitem__(self, i: int) -> int:
+        if 2 * i < len(self.tokens):
+            return sum(self.tokens[: i + 1])
+        return self.total - sum(self.tokens[i + 1 :])
+
+
 def estimate_cache(
     *,
     block_tokens: Sequence[int],
@@ -162,11 +179,8 @@ def estimate_cache(
     n = len(block_tokens)
     if len(current) != n * DIGEST_BYTES:
         raise EngineValidationError("one chain digest per block is required", field="current")
-    # Counts are never negative in practice: then one pass in C, not a Python
-    # generator over every block of the window on every build.
-    positive = min(block_tokens, default=0) >= 0
-    cumulative = list(accumulate(block_tokens if positive else (max(0, t) for t in block_tokens)))
-    total = (cumulative[-1] if cumulative else 0) + max(0, tail_tokens)
+    cumulative = _Running(block_tokens)
+    total = cumulative.total + max(0, tail_tokens)
     shared = common_prefix_blocks(previous, current)
     shared_tokens = cumulative[shared - 1] if shared else 0
     previous_blocks = len(previous) // DIGEST_BYTES if previous else 0

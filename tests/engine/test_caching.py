@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from contextsvc.engine import caching
 from contextsvc.engine.caching import (
     DIGEST_BYTES,
     Prices,
@@ -256,3 +257,16 @@ def test_estimated_cost_with_and_without_the_cache():
     assert costs["input_cost_without_cache_usd"] == pytest.approx(3.0)
     assert costs["saved_usd"] > 0
     assert estimate_costs(None, est) == {"priced": False}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(min_value=-50, max_value=5000), max_size=60))
+def test_running_totals_equal_a_running_sum_at_every_block(tokens):
+    """The running totals the estimate reads (summed from the nearer end, negative counts as
+    0) are the running sum of the clamped counts at every block."""
+    running = caching._Running(tokens)
+    expected = 0
+    for i, count in enumerate(tokens):
+        expected += max(0, count)
+        assert running[i] == expected
+    assert running.total == expected
