@@ -169,7 +169,9 @@ def test_a_format_converted_message_by_message_converts_only_the_new_messages():
     grown = [replace(history[0]), *history[1:], Message(role="user", content="new", seq=200)]
     second = memo.items("responses", grown, convert)
     assert seen == [grown[-1]]
-    assert len(second) == 402 and all(a is b for a, b in zip(second[:400], first[:400], strict=True))
+    assert len(second) == 402 and all(
+        a is b for a, b in zip(second[:400], first[:400], strict=True)
+    )
     assert second[-2:] == [{"text": "new"}, {"seq": 200}]
     seen.clear()
     assert len(memo.items("openai", grown, convert)) == 402  # another format: its own

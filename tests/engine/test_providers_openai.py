@@ -139,7 +139,10 @@ def test_tools_become_tool_defs_with_their_extra_keys():
     converted = openai_chat.request_to_transcript(agent_request())
     assert converted.tools == [
         ToolDef(
-            "get_weather", "Weather for a city", WEATHER["function"]["parameters"], category="client"
+            "get_weather",
+            "Weather for a city",
+            WEATHER["function"]["parameters"],
+            category="client",
         ),
         ToolDef("ls", "", {"type": "object"}, category="client"),
     ]
