@@ -24,11 +24,13 @@ so neither id is reused while it is kept; their lengths are checked too).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from operator import is_
+from itertools import islice
+from operator import indexOf, is_
 from typing import Any
 
 from contextsvc.lru import BoundedLRU
 
+TAIL = 32  # the pairs at the end checked one by one (``counted``)
 # A few calls' worth of lists (each call makes about five): a count or a snapshot
 # not found is worked out again, never wrong.
 KEPT = 64
@@ -39,15 +41,19 @@ _COUNTS: BoundedLRU[tuple[int, int], tuple[Sequence[Any], Sequence[Any], int, in
 
 
 def counted(old: Sequence[Any], new: Sequence[Any]) -> int:
-    """How many leading items of ``new`` are ``old``'s own objects, counted item by item."""
-    if len(new) >= len(old) and all(map(is_, old, new)):  # the common case, in C
-        return len(old)
-    shared = 0
-    for same in map(is_, old, new):
-        if not same:
-            break
-        shared += 1
-    return shared
+    """How many leading items of ``new`` are ``old``'s own objects, counted item by item.
+
+    Where two lists of a conversation stop sharing objects is mostly near their end
+    (a moved cache marker, the newest turn): all but the last ``TAIL`` pairs are
+    checked in one pass in C, the rest one by one."""
+    end = min(len(old), len(new))
+    head = max(end - TAIL, 0)
+    if all(map(is_, islice(old, head), new)):
+        for i in range(head, end):
+            if old[i] is not new[i]:
+                return i
+        return end
+    return indexOf(map(is_, old, new), False)  # an earlier difference (one there is), in C
 
 
 def shared_objects(old: Sequence[Any], new: Sequence[Any]) -> int:

@@ -108,3 +108,17 @@ def test_a_reused_body_s_memos_count_nothing_again(monkeypatch, counts):
     other = [*bodies[2]["messages"], {"role": "user", "content": "x"}]
     client_chains(None, other)
     assert counts == [(len(history), len(other))]
+
+
+@pytest.mark.parametrize("differ", [None, 0, 1, 500, 967, 968, 990, 999])
+def test_counted_finds_the_first_pair_that_is_not_the_same_object(differ):
+    """Near the end (one by one) or earlier (in C), and with either list the shorter."""
+    old = [{"n": n} for n in range(1000)]
+    new = list(old)
+    if differ is not None:
+        new[differ] = dict(new[differ])  # equal, another object
+    expected = 1000 if differ is None else differ
+    assert counted(old, new) == expected
+    assert counted(old, [*new, {"n": 1000}]) == expected
+    assert counted(old, new[:980]) == min(expected, 980)
+    assert counted(old[:980], new) == min(expected, 980)
