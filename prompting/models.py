@@ -44,6 +44,9 @@ class PromptState(models.Model):
     # Cache accounting: the previous build's chain of block digests, the block
     # indices holding a cache entry after it, and when/how it was built.
     last_chain = models.BinaryField(default=b"", blank=True)
+    # Names the chain above (its last digest and block count; "" for none), read with
+    # the row while the chain is read only when needed (``services.chain``).
+    chain_tag = models.CharField(max_length=40, blank=True, default="")
     last_cached = models.JSONField(default=list, blank=True)
     last_mode = models.CharField(max_length=16, blank=True, default="")
     last_built_at = models.DateTimeField(null=True, blank=True)

@@ -4,8 +4,6 @@ from cache compared with the previous build, its cost, and saving it with the bu
 from __future__ import annotations
 
 import logging
-import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -23,6 +21,7 @@ from sessions.models import Session
 
 from ..models import PromptState
 from .blocks import cache_block, deferral_block
+from .chain import BUILT_KEPT, ChainWrite, build_chain, chain_tag, stored
 from .sections import PromptPlan, count_text, sent_tool_tokens
 from .selection import ToolPlan
 from .state import DEGRADED_LOG_SIZE, degraded_entry, state_read
@@ -55,43 +54,13 @@ def _message_key(msg: EngineMessage) -> bytes:
     ).encode()
 
 
-# The last build's block keys and chain per session (this process): a build
-# shares all but its last blocks with the one before, so only those are hashed.
-_CHAINS: OrderedDict[int, tuple[list[bytes], bytes]] = OrderedDict()
-_CHAINS_KEPT = 512
-_CHAINS_LOCK = threading.Lock()
-
-
-def _chain(session_pk: int, keys: list[bytes]) -> bytes:
-    """``caching.chain(keys)``, hashing only the keys past those the last build shared."""
-    with _CHAINS_LOCK:
-        memo = _CHAINS.pop(session_pk, None)
-    shared = 0
-    if memo is not None:
-        before, _ = memo
-        if keys[: len(before)] == before:  # the common case: the history only grew
-            shared = len(before)
-        else:
-            for a, b in zip(keys, before, strict=False):
-                if a != b:
-                    break
-                shared += 1
-    start = memo[1][: shared * caching.DIGEST_BYTES] if memo is not None else b""
-    current = caching.chain(keys[shared:], start)
-    with _CHAINS_LOCK:
-        _CHAINS[session_pk] = (keys, current)
-        while len(_CHAINS) > _CHAINS_KEPT:
-            _CHAINS.popitem(last=False)
-    return current
-
-
 # The last build's history block keys and tokens per session (this process).
 # Builds read the window from the window cache (``sessions.selectors``): the
 # same message objects, build after build, with the appended ones after them;
 # only messages past the prefix of identical objects are keyed again. Bounded
 # by the messages held, as the window cache is.
 _HISTORY: BoundedLRU[int, tuple[list[EngineMessage], list[bytes], list[int]]] = BoundedLRU(
-    _CHAINS_KEPT, max_weight=100_000, weigh=lambda memo: len(memo[0])
+    BUILT_KEPT, max_weight=100_000, weigh=lambda memo: len(memo[0])
 )
 
 
@@ -125,8 +94,9 @@ def account(
     prompt_plan: PromptPlan,
     state: PromptState,
     now: datetime,
-) -> dict[str, Any]:
-    """Cache accounting of one build; updates ``state`` in memory (saved by the caller)."""
+) -> tuple[dict[str, Any], ChainWrite]:
+    """Cache accounting of one build; updates ``state`` in memory (saved by the caller, with
+    the chain as the ``ChainWrite`` says)."""
     tokenizer = accounting.tokenizer_of(session)
     plan = None if prompt_plan.plain else prompt_plan.cache
     keys: list[bytes] = []
@@ -166,8 +136,8 @@ def account(
 
     mode = cache_mode(fmt, session, prompt_plan)
     ttl = prompt_plan.policy.ttl
-    current = _chain(session.pk, keys)
-    previous = bytes(state.last_chain or b"") or None
+    current, mine = build_chain(session.pk, keys)
+    previous = stored(state, mine)
     elapsed = (now - state.last_built_at).total_seconds() if state.last_built_at else None
     estimate = caching.estimate_cache(
         block_tokens=tokens,
@@ -206,13 +176,15 @@ def account(
     if costs.get("priced"):
         for key in ("input_cost_usd", "input_cost_without_cache_usd"):
             totals[key] = round(float(totals.get(key, 0.0)) + costs[key], 6)
-    state.last_chain = current
+    kept = estimate.prefix_identical_blocks * caching.DIGEST_BYTES if previous else 0
+    chain_write = ChainWrite(current=current, held=state.chain_tag, kept=kept)
+    state.last_chain, state.chain_tag = current, chain_tag(current)
     state.last_cached = caching.cached_after(estimate, marks)
     state.last_mode = mode
     state.last_built_at = now
     state.last_build = record
     state.cache_totals = totals
-    return record
+    return record, chain_write
 
 
 @dataclass(slots=True)
@@ -226,6 +198,7 @@ class AccountedBuild:
     record: dict[str, Any] | None
     deferral: dict[str, Any]
     failures: list[dict[str, str]] = field(default_factory=list)
+    chain: ChainWrite | None = None  # with ``record``: the chain to store
 
     def blocks(self) -> dict[str, Any]:
         """The budget's ``cache``, ``deferral`` and ``degraded`` for this build."""
@@ -255,10 +228,13 @@ def account_build(
     failures = [*tool_plan.degraded, *prompt_plan.degraded]
     state = tool_plan.state
     build_record: dict[str, Any] | None = None
+    chain_write: ChainWrite | None = None
     try:
         if state is None:
             state = state_read(session)
-        build_record = account(session, fmt, parts, tool_plan, prompt_plan, state, timezone.now())
+        build_record, chain_write = account(
+            session, fmt, parts, tool_plan, prompt_plan, state, timezone.now()
+        )
     except Exception as exc:
         log.exception("cache accounting failed for session %s", session.external_id)
         failures.append(degraded_entry("accounting", exc))
@@ -270,6 +246,7 @@ def account_build(
         record=build_record,
         deferral=deferral_block(state, tool_plan),
         failures=failures,
+        chain=chain_write,
     )
 
 
@@ -302,9 +279,9 @@ def build_record_save(built: AccountedBuild) -> None:
             update["degraded_log"] = [*(state.degraded_log or []), *built.failures][
                 -DEGRADED_LOG_SIZE:
             ]
-        if built.record is not None:
+        if built.record is not None and built.chain is not None:
             update.update(
-                last_chain=state.last_chain,
+                **built.chain.fields(),
                 last_cached=state.last_cached,
                 last_mode=state.last_mode,
                 last_built_at=state.last_built_at,

@@ -25,15 +25,20 @@ BUILD_ONLY_FIELDS = (
 )
 
 
+# Columns a state read leaves out until used: the cache chain (16 KB at 2,000 messages)
+# is read only when this process does not hold the one the row names (``chain``).
+READ_DEFERRED = ("last_chain",)
+
+
 def state_read(session: Session) -> PromptState:
     """The session's state as stored, or a fresh unsaved one: a read never creates it."""
-    state = PromptState.objects.filter(session_id=session.pk).first()
+    state = PromptState.objects.defer(*READ_DEFERRED).filter(session_id=session.pk).first()
     return state if state is not None else PromptState(session_id=session.pk)
 
 
 def state_get_or_create(session: Session) -> PromptState:
     """The session's state, created on first use."""
-    state = PromptState.objects.filter(session_id=session.pk).first()
+    state = PromptState.objects.defer(*READ_DEFERRED).filter(session_id=session.pk).first()
     if state is not None:
         return state
     try:

@@ -1,0 +1,126 @@
+"""A session's cache chain (docs/concepts/caching.md#breakpoints): computed, compared and stored
+without moving the whole of it on every build.
+
+Each build's chain of block digests (``caching.chain``, 8 bytes a block: 16 KB
+at 2,000 messages) is compared with the previous build's and stored for the
+next. Moving it whole through the database on every build (escaped on the way
+in, unescaped on the way out) cost about as much as the rest of the history's
+growth together, so:
+
+- this process keeps the last chain it built per session (``built``): a build
+  shares all but its last blocks with the one before, so only those are hashed;
+- the row keeps a tag of its chain (``chain_tag``: the last block's digest and
+  the block count; every digest covers all the blocks before it), read with the
+  row while the chain itself is not (``state.state_read``): the chain kept here
+  is used when the tags agree, and the stored one is read only when another
+  process (or a build that was not saved) came in between;
+- the write sends the blocks past those shared with the stored chain, spliced
+  onto its kept part in SQL, on the condition that the row still holds the
+  chain compared with. A build that raced another one finds the condition
+  false and stores no chain (the next build is then accounted as a first
+  one): never a chain made of two builds' parts.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models import BinaryField, Case, CharField, Value, When
+from django.db.models.expressions import Func
+
+from contextsvc.engine import caching
+
+from ..models import PromptState
+
+# The last chain built per session (this process), with the block keys it was made of.
+_BUILT: OrderedDict[int, tuple[list[bytes], bytes]] = OrderedDict()
+BUILT_KEPT = 512
+_BUILT_LOCK = threading.Lock()
+
+
+def chain_tag(chain: bytes) -> str:
+    """What names a chain in its row: its last digest and block count ("" for none)."""
+    if not chain:
+        return ""
+    return f"{chain[-caching.DIGEST_BYTES :].hex()}:{len(chain) // caching.DIGEST_BYTES}"
+
+
+def build_chain(session_pk: int, keys: list[bytes]) -> tuple[bytes, bytes | None]:
+    """``caching.chain(keys)``, hashing only the keys past those this process's last build of
+    the session shared, and that build's chain (None when this process has none)."""
+    with _BUILT_LOCK:
+        memo = _BUILT.pop(session_pk, None)
+    shared = 0
+    if memo is not None:
+        before, _ = memo
+        if keys[: len(before)] == before:  # the common case: the history only grew
+            shared = len(before)
+        else:
+            for a, b in zip(keys, before, strict=False):
+                if a != b:
+                    break
+                shared += 1
+    start = memo[1][: shared * caching.DIGEST_BYTES] if memo is not None else b""
+    current = caching.chain(keys[shared:], start)
+    with _BUILT_LOCK:
+        _BUILT[session_pk] = (keys, current)
+        while len(_BUILT) > BUILT_KEPT:
+            _BUILT.popitem(last=False)
+    return current, memo[1] if memo is not None else None
+
+
+def stored(state: PromptState, mine: bytes | None) -> bytes | None:
+    """The chain ``state``'s row holds: ``mine`` (this process's last) when the tags agree,
+    otherwise the row's own bytes (read now if the state was read without them)."""
+    if not state.chain_tag:
+        return None
+    if mine is not None and chain_tag(mine) == state.chain_tag:
+        return mine
+    return bytes(state.last_chain or b"") or None
+
+
+@dataclass(frozen=True, slots=True)
+class ChainWrite:
+    """A build's chain to store: ``current``, of which the first ``kept`` bytes are those of
+    the chain the row held when read (tagged ``held``)."""
+
+    current: bytes
+    held: str
+    kept: int
+
+    def fields(self) -> dict[str, Any]:
+        """The row's ``last_chain`` and ``chain_tag`` for an ``update()`` (module doc)."""
+        tag = chain_tag(self.current)
+        if not self.held:  # nothing stored: the whole chain
+            return {"last_chain": self.current, "chain_tag": tag}
+        unchanged = When(chain_tag=self.held, then=_Spliced(self.kept, self.current[self.kept :]))
+        return {
+            "last_chain": Case(unchanged, default=Value(b""), output_field=BinaryField()),
+            "chain_tag": Case(
+                When(chain_tag=self.held, then=Value(tag)),
+                default=Value(""),
+                output_field=CharField(),
+            ),
+        }
+
+
+class _Spliced(Func):
+    """``last_chain[:kept] + tail`` in SQL: only ``tail`` is sent."""
+
+    output_field = BinaryField()
+
+    def __init__(self, kept: int, tail: bytes) -> None:
+        super().__init__()
+        self.kept, self.tail = kept, tail
+
+    def as_sql(self, compiler: Any, connection: Any, **extra: Any) -> tuple[str, list[Any]]:
+        column = connection.ops.quote_name("last_chain")
+        return f"(substr({column}, 1, %s) || %s)", [self.kept, self.tail]
+
+    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> tuple[str, list[Any]]:
+        # SQLite's ``||`` makes text of blobs, byte for byte: cast back.
+        sql, params = self.as_sql(compiler, connection, **extra)
+        return f"CAST({sql} AS BLOB)", params
