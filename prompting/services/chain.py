@@ -28,8 +28,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import BinaryField, Case, CharField, Value, When
-from django.db.models.expressions import Func
+from django.db.models import BinaryField, CharField
+from django.db.models.expressions import Expression
 
 from contextsvc.engine import caching
 
@@ -96,31 +96,37 @@ class ChainWrite:
         tag = chain_tag(self.current)
         if not self.held:  # nothing stored: the whole chain
             return {"last_chain": self.current, "chain_tag": tag}
-        unchanged = When(chain_tag=self.held, then=_Spliced(self.kept, self.current[self.kept :]))
+        spliced = "substr({column}, 1, %s) || %s"
         return {
-            "last_chain": Case(unchanged, default=Value(b""), output_field=BinaryField()),
-            "chain_tag": Case(
-                When(chain_tag=self.held, then=Value(tag)),
-                default=Value(""),
-                output_field=CharField(),
-            ),
+            "last_chain": _IfHeld(self.held, spliced, [self.kept, self.current[self.kept :]], b""),
+            "chain_tag": _IfHeld(self.held, "%s", [tag], ""),
         }
 
 
-class _Spliced(Func):
-    """``last_chain[:kept] + tail`` in SQL: only ``tail`` is sent."""
+class _IfHeld(Expression):
+    """``CASE WHEN chain_tag = held THEN <then> ELSE <otherwise> END``, written as SQL at
+    once (``{column}`` in ``then``: the column set): every build's record runs it, and
+    the ORM's ``Case`` / ``When`` cost more than the rest of that update. It refers to
+    no other expression, so there is nothing to resolve or look for inside it."""
 
-    output_field = BinaryField()
+    contains_aggregate = contains_over_clause = contains_column_references = False
 
-    def __init__(self, kept: int, tail: bytes) -> None:
-        super().__init__()
-        self.kept, self.tail = kept, tail
+    def __init__(self, held: str, then: str, params: list[Any], otherwise: bytes | str) -> None:
+        blob = isinstance(otherwise, bytes)
+        super().__init__(output_field=BinaryField() if blob else CharField())
+        self.held, self.then, self.params, self.otherwise = held, then, params, otherwise
+
+    def resolve_expression(self, *args: Any, **kwargs: Any) -> _IfHeld:
+        return self
 
     def as_sql(self, compiler: Any, connection: Any, **extra: Any) -> tuple[str, list[Any]]:
-        column = connection.ops.quote_name("last_chain")
-        return f"(substr({column}, 1, %s) || %s)", [self.kept, self.tail]
+        quote = connection.ops.quote_name
+        then = self.then.format(column=quote("last_chain"))
+        sql = f"CASE WHEN {quote('chain_tag')} = %s THEN {then} ELSE %s END"
+        return sql, [self.held, *self.params, self.otherwise]
 
     def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> tuple[str, list[Any]]:
-        # SQLite's ``||`` makes text of blobs, byte for byte: cast back.
         sql, params = self.as_sql(compiler, connection, **extra)
-        return f"CAST({sql} AS BLOB)", params
+        if isinstance(self.otherwise, bytes):  # SQLite's ``||`` makes text of blobs: cast back
+            sql = f"CAST({sql} AS BLOB)"
+        return sql, params
