@@ -190,7 +190,14 @@ def _shared(raw: bytes, previous: Kept) -> int:
     if raw.startswith(view):
         return len(ends)
     low, high = 1, len(ends) - 1  # ``low`` messages are shared; is ``high``?
-    while low < high:
+    step = 1
+    while low < high:  # back from the end, doubling: a client changes its newest messages
+        probe = max(high - step + 1, low + 1)
+        if raw.startswith(view[: ends[probe - 1]]):
+            low = probe
+            break
+        high, step = probe - 1, step * 2
+    while low < high:  # then halving what is left
         mid = (low + high + 1) // 2
         if raw.startswith(view[: ends[mid - 1]]):
             low = mid

@@ -318,3 +318,20 @@ def test_the_gate_refuses_a_nul_that_a_reused_body_brings(monkeypatch, where):
         with pytest.raises(BodyRefused) as refused:
             gate.read(_request(orjson.dumps(bad), session=session), ANTHROPIC)
         assert refused.value.field.startswith(path)
+
+
+def test_the_shared_messages_are_found_wherever_the_first_change_is():
+    """Back from the end, then halving: the count is the brute-force one for a change at
+    every place."""
+    messages = history(40)
+    first = orjson.dumps(body(messages))
+    previous = kept(first, orjson.loads(first), "messages")
+    for changed in range(41):
+        edited = [dict(m) for m in messages]
+        if changed < 40:
+            edited[changed]["role"] = "tool"
+        raw = orjson.dumps(body([*edited, *history(2)]))
+        expected = next(
+            (i for i, (a, b) in enumerate(zip(messages, edited, strict=True)) if a != b), 40
+        )
+        assert body_reuse._shared(raw, previous) == expected
