@@ -37,7 +37,7 @@ import orjson
 
 from contextsvc.lru import BoundedLRU
 
-from .object_prefix import note, remember, snapshot
+from .object_prefix import accept, note, remember, snapshot
 
 # A JSON string, and a value nested up to ``_DEPTH`` levels, as one match each: the
 # possessive forms never backtrack (a deeper message is walked token by token).
@@ -237,6 +237,7 @@ def reparse(
     messages = tuple(history)
     remember(history, messages)  # the memos' copy of this history (``object_prefix``)
     note(previous.messages, history, shared)  # what they would count item by item
+    accept(history, shared)  # ``previous`` passed the gate: its messages need no check again
     # The shared bytes are ``previous``'s: clean of it, only the rest can hold ``watch``.
     since = max(cut - len(watch) + 1, 0) if previous.clean else 0
     clean = bool(watch) and raw.find(watch, since) < 0

@@ -16,6 +16,8 @@ from typing import Any
 
 from contextsvc.body_gate import BodyRefused, json_problem
 
+from .object_prefix import accepted
+
 MAX_NAME = 200  # model, tool and call names and ids: the columns hold 200 characters
 MAX_TOKENS = 100_000_000  # as the REST API's bound on token counts
 
@@ -104,10 +106,13 @@ def parts(content: list[Any], field: str) -> None:
 
 def objects(messages: list[Any], field: str) -> None:
     """Every message (item) an object: what reads the whole history before it is converted
-    (the conversation's id, the prefix match) takes that for granted."""
-    if set(map(type, messages)) <= {dict}:  # the common case, in C: no loop per message
+    (the conversation's id, the prefix match) takes that for granted. Those the gate took
+    from the conversation's previous accepted body (``object_prefix.accepted``) are."""
+    start = accepted(messages)
+    new = messages[start:] if start else messages
+    if set(map(type, new)) <= {dict}:  # the common case, in C: no loop per message
         return
-    for i, message in enumerate(messages):
+    for i, message in enumerate(new, start):
         if type(message) is not dict:
             refuse("expected an object", f"{field}.{i}")
 

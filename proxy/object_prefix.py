@@ -38,6 +38,7 @@ _SNAPSHOTS: BoundedLRU[int, tuple[Sequence[Any], tuple[Any, ...]]] = BoundedLRU(
 _COUNTS: BoundedLRU[tuple[int, int], tuple[Sequence[Any], Sequence[Any], int, int, int]] = (
     BoundedLRU(KEPT)
 )
+_ACCEPTED: BoundedLRU[int, tuple[Sequence[Any], int, int]] = BoundedLRU(KEPT)
 
 
 def counted(old: Sequence[Any], new: Sequence[Any]) -> int:
@@ -80,6 +81,20 @@ def note(old: Sequence[Any], new: Sequence[Any], count: int) -> None:
     if count > end or (count < end and old[count] is new[count]):
         return
     _COUNTS.put((id(old), id(new)), (old, new, len(old), len(new), count))
+
+
+def accept(items: Sequence[Any], count: int) -> None:
+    """Tell that the first ``count`` items of ``items`` are objects of a list the gate
+    accepted (the gate's reuse of a previous body's messages): they passed its rules."""
+    _ACCEPTED.put(id(items), (items, len(items), count))
+
+
+def accepted(items: Sequence[Any]) -> int:
+    """How many leading items of ``items`` are known to have passed the gate's rules."""
+    known = _ACCEPTED.get(id(items))
+    if known is None or known[0] is not items or known[1] != len(items):
+        return 0
+    return known[2]
 
 
 def snapshot(items: Sequence[Any]) -> tuple[Any, ...]:

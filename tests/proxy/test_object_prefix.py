@@ -9,7 +9,8 @@ import orjson
 import pytest
 from django.test import RequestFactory
 
-from proxy import gate, object_prefix
+from contextsvc.body_gate import BodyRefused
+from proxy import gate, gate_fields, object_prefix
 from proxy.body_reuse import BodyReuse
 from proxy.object_prefix import counted, note, shared_objects, snapshot
 from proxy.providers import ANTHROPIC
@@ -122,3 +123,23 @@ def test_counted_finds_the_first_pair_that_is_not_the_same_object(differ):
     assert counted(old, [*new, {"n": 1000}]) == expected
     assert counted(old, new[:980]) == min(expected, 980)
     assert counted(old[:980], new) == min(expected, 980)
+
+
+def test_the_gate_checks_only_the_messages_it_did_not_take_from_an_accepted_body(monkeypatch):
+    """``accepted``: the messages the gate reused passed its rules with the previous body;
+    the rest are checked, and a bad one is named by its index in the whole history."""
+    monkeypatch.setattr(gate, "_REUSE", BodyReuse(slots=8, max_bytes=2**24, least=4))
+    history = [{"role": ("user", "assistant")[i % 2], "content": f"m{i}"} for i in range(100)]
+    for n in range(2):
+        history = [*history, {"role": "user", "content": f"n{n}"}]
+        gate.read(_request(orjson.dumps({"model": "m", "messages": history})), ANTHROPIC)
+    raw = orjson.dumps({"model": "m", "messages": [*history, "not an object"]})
+    with pytest.raises(BodyRefused) as refused:
+        gate.read(_request(raw), ANTHROPIC)
+    assert refused.value.field == f"messages.{len(history)}"
+    told = [{"a": 1}, "trusted", {"b": 2}, {"c": 3}, 5]
+    object_prefix.accept(told, 3)
+    with pytest.raises(BodyRefused) as past:
+        gate_fields.objects(told, "messages")
+    assert past.value.field == "messages.4"  # index 1 was told checked; 4 was not
+    assert object_prefix.accepted(told) == 3 and object_prefix.accepted(list(told)) == 0
