@@ -37,7 +37,7 @@ import orjson
 
 from contextsvc.lru import BoundedLRU
 
-from .object_prefix import accept, note, remember, snapshot
+from .object_prefix import note, remember, snapshot
 
 # A JSON string, and a value nested up to ``_DEPTH`` levels, as one match each: the
 # possessive forms never backtrack (a deeper message is walked token by token).
@@ -208,9 +208,10 @@ def _shared(raw: bytes, previous: Kept) -> int:
 
 def reparse(
     raw: bytes, key: str, previous: Kept, least: int, watch: bytes = b""
-) -> tuple[dict[str, Any], Kept] | None:
-    """``raw`` parsed with the messages it shares with ``previous`` reused (module doc), and
-    what to keep of it; None when it shares fewer than ``least`` or a piece does not parse.
+) -> tuple[dict[str, Any], Kept, int] | None:
+    """``raw`` parsed with the messages it shares with ``previous`` reused (module doc), what
+    to keep of it and how many messages it took; None when it shares fewer than ``least`` or
+    a piece does not parse.
     ``watch`` is looked for only past the shared bytes when ``previous`` is clean of it."""
     shared = _shared(raw, previous)
     if shared < least:
@@ -235,13 +236,21 @@ def reparse(
     head.update(tail)
     ends = (*previous.ends[:shared], *found[0])
     messages = tuple(history)
-    remember(history, messages)  # the memos' copy of this history (``object_prefix``)
-    note(previous.messages, history, shared)  # what they would count item by item
-    accept(history, shared)  # ``previous`` passed the gate: its messages need no check again
     # The shared bytes are ``previous``'s: clean of it, only the rest can hold ``watch``.
     since = max(cut - len(watch) + 1, 0) if previous.clean else 0
     clean = bool(watch) and raw.find(watch, since) < 0
-    return head, Kept(raw=raw, start=previous.start, ends=ends, messages=messages, clean=clean)
+    kept_body = Kept(raw=raw, start=previous.start, ends=ends, messages=messages, clean=clean)
+    return head, kept_body, shared
+
+
+@dataclass(frozen=True, slots=True)
+class Reused:
+    """A body parsed with ``reused`` leading messages taken from ``previous`` (the slot's
+    kept body, which passed the gate), and what to keep of it once it passes too."""
+
+    kept: Kept
+    previous: Kept
+    reused: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,14 +275,15 @@ class BodyReuse:
 
     def parse(
         self, raw: bytes, slot: Hashable, key: str, whole: Callable[[bytes], Any]
-    ) -> tuple[Any, Kept | None]:
-        """The body of ``raw`` (``whole`` parses it when nothing is reused), and what to
-        keep of it once it passed the gate (None: work it out then, ``keep``)."""
+    ) -> tuple[Any, Reused | None]:
+        """The body of ``raw`` (``whole`` parses it when nothing is reused), and what was
+        reused and is to be kept once it passed the gate (None: worked out then, ``keep``)."""
         previous = self._previous(slot, key)
         if previous is not None:
-            reused = reparse(raw, key, previous, self.least, self.watch)
-            if reused is not None:
-                return reused
+            reparsed = reparse(raw, key, previous, self.least, self.watch)
+            if reparsed is not None:
+                body, kept_body, shared = reparsed
+                return body, Reused(kept=kept_body, previous=previous, reused=shared)
         return whole(raw), None
 
     def _previous(self, slot: Hashable, key: str) -> Kept | None:
@@ -288,13 +298,19 @@ class BodyReuse:
             self._kept.put(slot, scanned)
         return scanned
 
-    def keep(self, raw: bytes, slot: Hashable, key: str, body: Any, pending: Kept | None) -> None:
-        """Keep a body that passed the gate for the slot's next request."""
+    def keep(self, raw: bytes, slot: Hashable, key: str, body: Any, pending: Reused | None) -> None:
+        """Keep a body that passed the gate for the slot's next request, and tell the memos
+        that read its history what is known of it (``object_prefix``): its frozen copy and
+        how many messages it took from the previous body. Only a body that passed: a
+        refused one is held by nothing here."""
         history = body.get(key) if type(body) is dict else None
         if type(history) is not list or len(history) < self.least:
             return
         if pending is None:
             messages = tuple(history)
             remember(history, messages)
-            pending = Unscanned(raw, messages)
-        self._kept.put(slot, pending)
+            self._kept.put(slot, Unscanned(raw, messages))
+            return
+        remember(history, pending.kept.messages)
+        note(pending.previous.messages, history, pending.reused)  # what a count would find
+        self._kept.put(slot, pending.kept)

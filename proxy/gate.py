@@ -33,6 +33,7 @@ from sessions.services.inputs import ToolData
 
 from . import gate_fields as f
 from .body_reuse import BodyReuse
+from .object_prefix import accepted_within
 from .providers import ANTHROPIC, Dialect, serving
 
 _NUL_ESCAPE = b"\\u0000"
@@ -70,14 +71,18 @@ def read(request: HttpRequest, dialect: Dialect) -> dict[str, Any]:
     slot = _slot(request, raw)
     body, pending = _REUSE.parse(raw, slot, dialect.messages_key, _json_object)
     if pending is not None:  # searched past the bytes it shares with a clean previous body
-        escaped = not pending.clean
+        escaped = not pending.kept.clean
     else:
         escaped = b"\\" in raw and _NUL_ESCAPE in raw
     if escaped:
         where = find_nul(dialect, body)
         if where is not None:
             raise BodyRefused("text must not contain NUL characters (\\u0000)", where)
-    check(dialect, body)
+    if pending is not None:  # the messages taken from the previous body passed already
+        with accepted_within(body[dialect.messages_key], pending.reused):
+            check(dialect, body)
+    else:
+        check(dialect, body)
     _REUSE.keep(raw, slot, dialect.messages_key, body, pending)
     request._gated_body = body  # type: ignore[attr-defined]
     return body

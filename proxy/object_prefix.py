@@ -23,7 +23,9 @@ so neither id is reused while it is kept; their lengths are checked too).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from itertools import islice
 from operator import indexOf, is_
 from typing import Any
@@ -38,7 +40,8 @@ _SNAPSHOTS: BoundedLRU[int, tuple[Sequence[Any], tuple[Any, ...]]] = BoundedLRU(
 _COUNTS: BoundedLRU[tuple[int, int], tuple[Sequence[Any], Sequence[Any], int, int, int]] = (
     BoundedLRU(KEPT)
 )
-_ACCEPTED: BoundedLRU[int, tuple[Sequence[Any], int, int]] = BoundedLRU(KEPT)
+# The body the gate is checking (scoped: nothing holds it after).
+_ACCEPTED: ContextVar[tuple[Sequence[Any], int] | None] = ContextVar("accepted", default=None)
 
 
 def counted(old: Sequence[Any], new: Sequence[Any]) -> int:
@@ -83,18 +86,21 @@ def note(old: Sequence[Any], new: Sequence[Any], count: int) -> None:
     _COUNTS.put((id(old), id(new)), (old, new, len(old), len(new), count))
 
 
-def accept(items: Sequence[Any], count: int) -> None:
-    """Tell that the first ``count`` items of ``items`` are objects of a list the gate
-    accepted (the gate's reuse of a previous body's messages): they passed its rules."""
-    _ACCEPTED.put(id(items), (items, len(items), count))
+@contextmanager
+def accepted_within(items: Sequence[Any], count: int) -> Iterator[None]:
+    """While the gate checks a body: the first ``count`` items of ``items`` are objects of
+    the conversation's previous body, which passed its rules (``accepted``)."""
+    token = _ACCEPTED.set((items, count))
+    try:
+        yield
+    finally:
+        _ACCEPTED.reset(token)
 
 
 def accepted(items: Sequence[Any]) -> int:
     """How many leading items of ``items`` are known to have passed the gate's rules."""
-    known = _ACCEPTED.get(id(items))
-    if known is None or known[0] is not items or known[1] != len(items):
-        return 0
-    return known[2]
+    known = _ACCEPTED.get()
+    return known[1] if known is not None and known[0] is items else 0
 
 
 def snapshot(items: Sequence[Any]) -> tuple[Any, ...]:

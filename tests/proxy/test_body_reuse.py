@@ -71,10 +71,11 @@ def reused(first: bytes, second: bytes) -> tuple[dict, int] | None:
     out = reparse(second, "messages", previous, LEAST)
     if out is None:
         return None
-    parsed, entry = out
+    parsed, entry, taken = out
     assert list(parsed) == list(orjson.loads(second))  # the key order of a full parse
     assert parsed == orjson.loads(second)
     shared = sum(1 for a, b in zip(previous.messages, parsed["messages"], strict=False) if a is b)
+    assert taken == shared
     assert entry.messages == tuple(parsed["messages"])
     assert kept(second, parsed, "messages").ends == entry.ends  # what the next call compares
     return parsed, shared

@@ -125,21 +125,26 @@ def test_counted_finds_the_first_pair_that_is_not_the_same_object(differ):
     assert counted(old[:980], new) == min(expected, 980)
 
 
-def test_the_gate_checks_only_the_messages_it_did_not_take_from_an_accepted_body(monkeypatch):
+def test_the_gate_checks_only_the_messages_it_did_not_take_from_an_accepted_body(
+    monkeypatch, counts
+):
     """``accepted``: the messages the gate reused passed its rules with the previous body;
-    the rest are checked, and a bad one is named by its index in the whole history."""
+    the rest are checked, and a bad one is named by its index in the whole history. What
+    the gate tells of a body it refuses is held by nothing once it answered."""
     monkeypatch.setattr(gate, "_REUSE", BodyReuse(slots=8, max_bytes=2**24, least=4))
     history = [{"role": ("user", "assistant")[i % 2], "content": f"m{i}"} for i in range(100)]
     for n in range(2):
         history = [*history, {"role": "user", "content": f"n{n}"}]
         gate.read(_request(orjson.dumps({"model": "m", "messages": history})), ANTHROPIC)
+    held = (len(object_prefix._SNAPSHOTS), len(object_prefix._COUNTS))
     raw = orjson.dumps({"model": "m", "messages": [*history, "not an object"]})
     with pytest.raises(BodyRefused) as refused:
         gate.read(_request(raw), ANTHROPIC)
     assert refused.value.field == f"messages.{len(history)}"
+    assert (len(object_prefix._SNAPSHOTS), len(object_prefix._COUNTS)) == held
     told = [{"a": 1}, "trusted", {"b": 2}, {"c": 3}, 5]
-    object_prefix.accept(told, 3)
-    with pytest.raises(BodyRefused) as past:
+    with object_prefix.accepted_within(told, 3), pytest.raises(BodyRefused) as past:
+        assert object_prefix.accepted(told) == 3 and object_prefix.accepted(list(told)) == 0
         gate_fields.objects(told, "messages")
     assert past.value.field == "messages.4"  # index 1 was told checked; 4 was not
-    assert object_prefix.accepted(told) == 3 and object_prefix.accepted(list(told)) == 0
+    assert object_prefix.accepted(told) == 0  # only while the gate checks
