@@ -21,7 +21,7 @@ from sessions.models import Session
 
 from ..models import PromptState
 from .blocks import cache_block, deferral_block
-from .chain import BUILT_KEPT, ChainWrite, build_chain, chain_tag, stored
+from .chain import BUILT_KEPT, ChainWrite, build_chain, chain_tag, stored, written
 from .sections import PromptPlan, count_text, sent_tool_tokens
 from .selection import ToolPlan
 from .state import DEGRADED_LOG_SIZE, degraded_entry, state_read
@@ -136,8 +136,8 @@ def account(
 
     mode = cache_mode(fmt, session, prompt_plan)
     ttl = prompt_plan.policy.ttl
-    current, mine = build_chain(session.pk, keys)
-    previous = stored(state, mine)
+    current = build_chain(session.pk, keys)
+    previous = stored(state)
     elapsed = (now - state.last_built_at).total_seconds() if state.last_built_at else None
     estimate = caching.estimate_cache(
         block_tokens=tokens,
@@ -293,6 +293,8 @@ def build_record_save(built: AccountedBuild) -> None:
             update["tokens_saved_total"] = F("tokens_saved_total") + saved
         if update:
             PromptState.objects.filter(pk=state.pk).update(**update)
+        if "chain_tag" in update and built.chain is not None:
+            written(state.session_id, built.chain.current)
         state.tokens_saved_total += saved
         built.deferral["tokens_saved_total"] = state.tokens_saved_total
     except Exception as exc:

@@ -7,13 +7,14 @@ next. Moving it whole through the database on every build (escaped on the way
 in, unescaped on the way out) cost about as much as the rest of the history's
 growth together, so:
 
-- this process keeps the last chain it built per session (``built``): a build
+- this process keeps the last chain it built per session (``build_chain``): a build
   shares all but its last blocks with the one before, so only those are hashed;
 - the row keeps a tag of its chain (``chain_tag``: the last block's digest and
-  the block count; every digest covers all the blocks before it), read with the
-  row while the chain itself is not (``state.state_read``): the chain kept here
-  is used when the tags agree, and the stored one is read only when another
-  process (or a build that was not saved) came in between;
+  the block count; every digest covers all the blocks before it). This process
+  remembers the chain it last wrote or read per session; a state read then
+  leaves the chain out (``held``), and that chain is used when the tags agree.
+  The row's own is read only when another process's record came in between
+  (with the row, when nothing is known here: one query either way);
 - the write sends the blocks past those shared with the stored chain, spliced
   onto its kept part in SQL, on the condition that the row still holds the
   chain compared with. A build that raced another one finds the condition
@@ -32,6 +33,7 @@ from django.db.models import BinaryField, CharField
 from django.db.models.expressions import Expression
 
 from contextsvc.engine import caching
+from contextsvc.lru import BoundedLRU
 
 from ..models import PromptState
 
@@ -48,9 +50,9 @@ def chain_tag(chain: bytes) -> str:
     return f"{chain[-caching.DIGEST_BYTES :].hex()}:{len(chain) // caching.DIGEST_BYTES}"
 
 
-def build_chain(session_pk: int, keys: list[bytes]) -> tuple[bytes, bytes | None]:
+def build_chain(session_pk: int, keys: list[bytes]) -> bytes:
     """``caching.chain(keys)``, hashing only the keys past those this process's last build of
-    the session shared, and that build's chain (None when this process has none)."""
+    the session shared."""
     with _BUILT_LOCK:
         memo = _BUILT.pop(session_pk, None)
     shared = 0
@@ -69,17 +71,38 @@ def build_chain(session_pk: int, keys: list[bytes]) -> tuple[bytes, bytes | None
         _BUILT[session_pk] = (keys, current)
         while len(_BUILT) > BUILT_KEPT:
             _BUILT.popitem(last=False)
-    return current, memo[1] if memo is not None else None
+    return current
 
 
-def stored(state: PromptState, mine: bytes | None) -> bytes | None:
-    """The chain ``state``'s row holds: ``mine`` (this process's last) when the tags agree,
-    otherwise the row's own bytes (read now if the state was read without them)."""
+# The chain this process last knew a session's row to hold (written by its record, or
+# read with the row): a state read leaves the chain out only when one is known here
+# (``held``), so a read is one query either way, whatever was built before.
+_STORED: BoundedLRU[int, bytes] = BoundedLRU(BUILT_KEPT)
+
+
+def held(session_pk: int) -> bool:
+    """Whether this process knows a chain the session's row held: its read may leave it out."""
+    return session_pk in _STORED
+
+
+def stored(state: PromptState) -> bytes | None:
+    """The chain ``state``'s row holds: the one known here when the tags agree, otherwise
+    the row's own bytes (read now if the state was read without them, which only another
+    process's record since this one's makes happen)."""
     if not state.chain_tag:
         return None
+    mine = _STORED.get(state.session_id)
     if mine is not None and chain_tag(mine) == state.chain_tag:
         return mine
-    return bytes(state.last_chain or b"") or None
+    chain = bytes(state.last_chain or b"") or None
+    if chain is not None:
+        _STORED.put(state.session_id, chain)
+    return chain
+
+
+def written(session_pk: int, chain: bytes) -> None:
+    """A record stored ``chain`` for the session (or, raced, nothing: the tags tell)."""
+    _STORED.put(session_pk, chain)
 
 
 @dataclass(frozen=True, slots=True)

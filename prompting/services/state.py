@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from django.db import IntegrityError, transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from sessions.models import Session
 
 from ..models import PromptState
+from .chain import held
 
 # How many failures a session keeps for the budget to show.
 DEGRADED_LOG_SIZE = 20
@@ -25,20 +27,22 @@ BUILD_ONLY_FIELDS = (
 )
 
 
-# Columns a state read leaves out until used: the cache chain (16 KB at 2,000 messages)
-# is read only when this process does not hold the one the row names (``chain``).
-READ_DEFERRED = ("last_chain",)
+def _rows(session: Session) -> QuerySet[PromptState]:
+    """The session's state row; without the cache chain (16 KB at 2,000 messages) when this
+    process knows the one the row held (``chain.held``: used when the tags agree)."""
+    rows = PromptState.objects.filter(session_id=session.pk)
+    return rows.defer("last_chain") if held(session.pk) else rows
 
 
 def state_read(session: Session) -> PromptState:
     """The session's state as stored, or a fresh unsaved one: a read never creates it."""
-    state = PromptState.objects.defer(*READ_DEFERRED).filter(session_id=session.pk).first()
+    state = _rows(session).first()
     return state if state is not None else PromptState(session_id=session.pk)
 
 
 def state_get_or_create(session: Session) -> PromptState:
     """The session's state, created on first use."""
-    state = PromptState.objects.defer(*READ_DEFERRED).filter(session_id=session.pk).first()
+    state = _rows(session).first()
     if state is not None:
         return state
     try:

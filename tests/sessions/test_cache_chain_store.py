@@ -70,6 +70,7 @@ def test_a_build_sends_the_chain_s_new_blocks_and_reads_the_chain_it_holds_not_t
 def test_a_build_after_another_process_s_reads_the_stored_chain(alice, sid):
     first = build(alice, sid)
     chain._BUILT.clear()  # as in a process that did not build the previous one
+    chain._STORED.clear()
     alice.post(f"sessions/{sid}/messages", {"messages": tool_turn("c20", "still failing")})
     with CaptureQueriesContext(connection) as queries:
         second = build(alice, sid)
@@ -84,8 +85,8 @@ def test_a_build_that_raced_another_stores_no_chain_and_the_next_starts_over(
     build(alice, sid)
     real = chain.stored
 
-    def raced(state, mine):  # another build writes its chain right after this one read
-        found = real(state, mine)
+    def raced(state):  # another build writes its chain right after this one read
+        found = real(state)
         PromptState.objects.filter(pk=state.pk).update(last_chain=b"x" * 16, chain_tag="other:2")
         return found
 
