@@ -24,8 +24,6 @@ growth together, so:
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,9 +36,8 @@ from contextsvc.lru import BoundedLRU
 from ..models import PromptState
 
 # The last chain built per session (this process), with the block keys it was made of.
-_BUILT: OrderedDict[int, tuple[list[bytes], bytes]] = OrderedDict()
 BUILT_KEPT = 512
-_BUILT_LOCK = threading.Lock()
+_BUILT: BoundedLRU[int, tuple[list[bytes], bytes]] = BoundedLRU(BUILT_KEPT)
 
 
 def chain_tag(chain: bytes) -> str:
@@ -53,8 +50,7 @@ def chain_tag(chain: bytes) -> str:
 def build_chain(session_pk: int, keys: list[bytes]) -> bytes:
     """``caching.chain(keys)``, hashing only the keys past those this process's last build of
     the session shared."""
-    with _BUILT_LOCK:
-        memo = _BUILT.pop(session_pk, None)
+    memo = _BUILT.get(session_pk)
     shared = 0
     if memo is not None:
         before, _ = memo
@@ -67,10 +63,7 @@ def build_chain(session_pk: int, keys: list[bytes]) -> bytes:
                 shared += 1
     start = memo[1][: shared * caching.DIGEST_BYTES] if memo is not None else b""
     current = caching.chain(keys[shared:], start)
-    with _BUILT_LOCK:
-        _BUILT[session_pk] = (keys, current)
-        while len(_BUILT) > BUILT_KEPT:
-            _BUILT.popitem(last=False)
+    _BUILT.put(session_pk, (keys, current))
     return current
 
 

@@ -44,7 +44,7 @@ def row(sid: str) -> PromptState:
 
 def held_here(sid: str) -> bytes:
     """The chain this process built last for the session."""
-    return chain._BUILT[Session.objects.get(external_id=sid).pk][1]
+    return chain._BUILT.get(Session.objects.get(external_id=sid).pk)[1]
 
 
 def test_a_build_sends_the_chain_s_new_blocks_and_reads_the_chain_it_holds_not_the_row_s(
