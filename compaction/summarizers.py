@@ -61,7 +61,7 @@ def load_sdk() -> ModuleType:
     Deliberate function-local imports (here and in ``load_openai_sdk``): an SDK
     takes seconds to import, and a process that never summarises with it (no
     key, the offline summariser, manage.py commands) must not pay that at
-    start-up. Workers load the configured ones once per process
+    start-up. A worker loads the configured ones once, before its pool forks
     (``tasks._warm_up``).
     """
     import anthropic

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 
 from celery import Task, shared_task
-from celery.signals import worker_process_init, worker_ready, worker_shutdown
+from celery.signals import worker_init, worker_ready, worker_shutdown
 
 from contextsvc.engine.tokens import get_tokenizer
 
@@ -31,9 +31,15 @@ logger = logging.getLogger("contextsvc.compaction")
 MAX_RETRIES = 5
 
 
-@worker_process_init.connect
+@worker_init.connect
 def _warm_up(**_: object) -> None:
-    """Load the tokenizer (and the SDK) once per worker process, not in the first run."""
+    """Load the tokenizer (and the configured SDKs) once in the worker's main process.
+
+    Before the pool starts, so prefork children inherit them: a child forked to
+    replace a killed one is up at once, not after seconds of imports (Celery
+    kills a child that is not up within 4 s and forks another, which would load
+    them again). With the solo or threads pool it is the same process.
+    """
     get_tokenizer()
     if summarizers.anthropic_configured():
         summarizers.load_sdk()

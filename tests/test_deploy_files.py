@@ -242,6 +242,21 @@ def test_scripts_are_strict_executable_bash(script):
     subprocess.run(["bash", "-n", str(path)], check=True)
 
 
+@pytest.mark.parametrize("module", ["anthropic", "openai", "tiktoken", "django", "celery"])
+def test_setup_leaves_bytecode_for_what_every_process_imports(module):
+    """Where PYTHONDONTWRITEBYTECODE is set, nothing else writes it: without it
+    each process (and each prefork child) compiles the SDKs from source again."""
+    import importlib
+    import importlib.util
+
+    source = Path(importlib.import_module(module).__file__)
+    cached = Path(importlib.util.cache_from_source(str(source)))
+    assert cached.is_file(), f"no bytecode for {source}"
+    # The header holds the source's mtime: bytecode of another version would be recompiled.
+    header = cached.read_bytes()[8:12]
+    assert int.from_bytes(header, "little") == int(source.stat().st_mtime) & 0xFFFFFFFF
+
+
 def test_setup_vendors_htmx_from_the_npm_package():
     text = (ROOT / "bin/setup").read_text()
     assert "npm ci" in text
