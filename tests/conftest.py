@@ -166,19 +166,33 @@ def tool_turn(call_id: str, output: str, *, name: str = "bash", command: str = "
     ]
 
 
+# The seeded model profiles' rows, read once per process after the migrations'
+# own seeding has run: put back by one insert, not by the migrations' hundred
+# update_or_create queries (a fifth of a second before and after every
+# transactional test).
+_SEEDED_PROFILES: list[dict[str, Any]] = []
+
+
 def _seed_model_profiles(**kwargs: Any) -> None:
     """The model profiles the migrations seed, seeded again: limits and prices
     come from them, and a transactional test's flush empties them."""
-    for name in (
-        "0002_seed_model_profiles",
-        "0011_seed_claude_sonnet_4_6",
-        "0022_seed_gemini_profiles",
-    ):
-        importlib.import_module(f"sessions.migrations.{name}").seed(apps, None)
-    # 0002's rows default to taking mid-conversation system messages; 0005 marks the older.
-    importlib.import_module(
-        "sessions.migrations.0005_model_profile_mid_system_messages"
-    ).mark_older(apps, None)
+    profiles = apps.get_model("agent_sessions", "ModelProfile").objects
+    if not _SEEDED_PROFILES:
+        for name in (
+            "0002_seed_model_profiles",
+            "0011_seed_claude_sonnet_4_6",
+            "0022_seed_gemini_profiles",
+        ):
+            importlib.import_module(f"sessions.migrations.{name}").seed(apps, None)
+        # 0002's rows default to taking mid-conversation system messages; 0005 marks the older.
+        importlib.import_module(
+            "sessions.migrations.0005_model_profile_mid_system_messages"
+        ).mark_older(apps, None)
+        _SEEDED_PROFILES.extend(profiles.order_by("pk").values())
+    elif profiles.count() != len(_SEEDED_PROFILES):
+        # Emptied by a flush (a test's own changes go with it: the flush follows them).
+        profiles.all().delete()
+        profiles.bulk_create([profiles.model(**row) for row in _SEEDED_PROFILES])
 
 
 def _reseed_after_flush(sender: Any, using: str = "default", **kwargs: Any) -> None:

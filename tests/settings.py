@@ -40,3 +40,11 @@ CONTEXTSVC_RATE_PACE = "off"
 # worker (a search or a compaction indexes what it needs); the schedule is
 # tested where it is switched on (tests/sessions/test_recall_index_worker.py).
 CONTEXTSVC_RECALL_INDEX_DELAY = 0
+
+# The stock PostgreSQL backend, flushed between transactional tests with DELETE
+# rather than TRUNCATE (tests/postgresql/base.py says why).
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":  # noqa: F405
+    DATABASES = {  # noqa: F405 - a new dict: contextsvc.settings' own stays as it is
+        **DATABASES,  # noqa: F405
+        "default": {**DATABASES["default"], "ENGINE": "tests.postgresql"},  # noqa: F405
+    }
