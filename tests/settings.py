@@ -48,3 +48,6 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":  # noqa: F
         **DATABASES,  # noqa: F405
         "default": {**DATABASES["default"], "ENGINE": "tests.postgresql"},  # noqa: F405
     }
+
+# Passwords hashed in 1,000 rounds, not a million (tests/hashers.py says why).
+PASSWORD_HASHERS = ["tests.hashers.FastPBKDF2PasswordHasher"]
