@@ -248,8 +248,8 @@ VARIABLES = (
         "examples per operation of the contract fuzz test", minimum=1,
     ),
     Variable(
-        "CONTEXTSVC_PROXY_FUZZ_EXAMPLES", "development", "int", Derived("6700 in CI, else 700"),
-        "cases per endpoint of the proxy's fuzz test (three endpoints)", minimum=1,
+        "CONTEXTSVC_PROXY_FUZZ_EXAMPLES", "development", "int", Derived("5000 in CI, else 700"),
+        "cases per endpoint of the proxy's fuzz test (four endpoints)", minimum=1,
     ),
     Variable(
         "CONTEXTSVC_FUZZ_ARGS", "development", "str", "",
