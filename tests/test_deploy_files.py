@@ -7,6 +7,8 @@ No database needed.
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import json
 import os
 import secrets
@@ -246,15 +248,16 @@ def test_scripts_are_strict_executable_bash(script):
 def test_setup_leaves_bytecode_for_what_every_process_imports(module):
     """Where PYTHONDONTWRITEBYTECODE is set, nothing else writes it: without it
     each process (and each prefork child) compiles the SDKs from source again."""
-    import importlib
-    import importlib.util
-
     source = Path(importlib.import_module(module).__file__)
     cached = Path(importlib.util.cache_from_source(str(source)))
     assert cached.is_file(), f"no bytecode for {source}"
-    # The header holds the source's mtime: bytecode of another version would be recompiled.
-    header = cached.read_bytes()[8:12]
-    assert int.from_bytes(header, "little") == int(source.stat().st_mtime) & 0xFFFFFFFF
+    header = cached.read_bytes()[:16]
+    if int.from_bytes(header[4:8], "little") == 0:
+        # Timestamp bytecode holds the source's mtime: another version's would be recompiled.
+        assert int.from_bytes(header[8:12], "little") == int(source.stat().st_mtime) & 0xFFFFFFFF
+    else:
+        # Hash-based (compileall under SOURCE_DATE_EPOCH): the source's hash.
+        assert header[8:16] == importlib.util.source_hash(source.read_bytes())
 
 
 def test_setup_vendors_htmx_from_the_npm_package():
